@@ -1,0 +1,202 @@
+// Voice Studio engine: text-to-speech on ggml.
+//
+// Usage:
+//
+//     vs_model * model = NULL;
+//     if (vs_model_load("joe.gguf", vs_model_default_params(), &model) != VS_OK) {
+//         fprintf(stderr, "%s\n", vs_last_error());
+//     }
+//     struct vs_context_params cparams = vs_context_default_params();
+//     cparams.device = "auto";                       // or "cpu", or an id from vs_device_get()
+//     vs_context * ctx = NULL;
+//     vs_context_init(model, cparams, &ctx);
+//
+//     struct vs_synth_params sparams = vs_synth_default_params();
+//     sparams.on_chunk = my_chunk_cb;                // audio of each sentence as it is ready
+//     vs_audio * audio = NULL;
+//     vs_synthesize(ctx, "Hello there.", VS_INPUT_TEXT, sparams, &audio);
+//     ... vs_audio_samples(audio), vs_audio_length(audio), vs_audio_sample_rate(audio) ...
+//     vs_audio_free(audio);
+//     vs_context_free(ctx);                          // contexts before their model
+//     vs_model_free(model);
+//
+// Thread safety: a loaded model is read-only and may be shared by any number of
+// contexts; one context must be used by one thread at a time. vs_last_error() is
+// per thread.
+
+#ifndef VOICESTUDIO_H
+#define VOICESTUDIO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(VS_BUILD)
+#    define VS_API __declspec(dllexport)
+#else
+#    define VS_API __attribute__((visibility("default")))
+#endif
+
+// Status codes: VS_OK, or a negative code whose reason vs_last_error() gives.
+enum vs_status {
+    VS_OK                = 0,
+    VS_ERR_INVALID_ARG   = -1,
+    VS_ERR_IO            = -2,  // file missing or unreadable
+    VS_ERR_FORMAT        = -3,  // not a GGUF, truncated, or another architecture
+    VS_ERR_DEVICE        = -4,  // unknown device or backend failed to start
+    VS_ERR_TEXT          = -5,  // nothing speakable in the input
+    VS_ERR_ABORTED       = -6,  // the abort callback asked to stop
+    VS_ERR_COMPUTE       = -7,  // a graph failed to allocate or compute
+    VS_ERR_PHONEMIZER    = -8,  // espeak-ng could not be loaded or initialised
+};
+
+enum vs_stage {
+    VS_STAGE_PHONEMIZE = 0,
+    VS_STAGE_ENCODER   = 1,
+    VS_STAGE_DURATION  = 2,
+    VS_STAGE_FLOW      = 3,
+    VS_STAGE_DECODER   = 4,
+    VS_STAGE_COUNT     = 5,
+};
+
+enum vs_device_type {
+    VS_DEVICE_CPU   = 0,
+    VS_DEVICE_GPU   = 1,
+    VS_DEVICE_IGPU  = 2,
+    VS_DEVICE_ACCEL = 3,
+};
+
+enum vs_input_kind {
+    VS_INPUT_TEXT     = 0,  // plain text, phonemized with espeak-ng
+    VS_INPUT_PHONEMES = 1,  // IPA; one sentence per line
+};
+
+enum vs_log_level {
+    VS_LOG_INFO  = 0,
+    VS_LOG_WARN  = 1,
+    VS_LOG_ERROR = 2,
+};
+
+typedef struct vs_model   vs_model;
+typedef struct vs_context vs_context;
+typedef struct vs_audio   vs_audio;
+
+typedef void (*vs_log_callback)(int level, const char * text, void * user_data);
+
+// ---------------------------------------------------------------- errors
+
+VS_API const char * vs_last_error(void);
+VS_API const char * vs_stage_name(int stage);
+VS_API const char * vs_version(void);
+VS_API void         vs_set_log_callback(vs_log_callback callback, void * user_data);
+
+// ---------------------------------------------------------------- devices
+
+struct vs_device_info {
+    char   id[64];            // stable within a run: "cpu", "cuda0", "vulkan0", ...
+    char   name[128];
+    char   description[256];
+    int    type;              // enum vs_device_type
+    size_t memory_free;       // bytes
+    size_t memory_total;      // bytes
+};
+
+VS_API int vs_device_count(void);
+VS_API int vs_device_get(int index, struct vs_device_info * info);
+
+// ---------------------------------------------------------------- model
+
+struct vs_model_params {
+    // Called while loading; return false to cancel (vs_model_load then returns VS_ERR_ABORTED).
+    bool (*progress)(float fraction, void * user_data);
+    void * progress_user_data;
+};
+
+VS_API struct vs_model_params vs_model_default_params(void);
+VS_API int  vs_model_load(const char * path, struct vs_model_params params, vs_model ** model);
+VS_API void vs_model_free(vs_model * model);
+
+VS_API const char * vs_model_arch(const vs_model * model);   // "piper"
+VS_API const char * vs_model_name(const vs_model * model);
+VS_API int          vs_model_sample_rate(const vs_model * model);
+// A string metadata value of the GGUF file, or NULL (e.g. "piper.espeak_voice").
+VS_API const char * vs_model_meta(const vs_model * model, const char * key);
+
+// ---------------------------------------------------------------- context
+
+struct vs_context_params {
+    const char * device;           // "auto" (default), "cpu", or a vs_device_info.id
+    int          n_threads;        // CPU threads; <= 0 means the number of cores
+    const char * espeak_library;   // path of libespeak-ng; NULL: phoneme input only
+    const char * espeak_data;      // its espeak-ng-data directory
+};
+
+VS_API struct vs_context_params vs_context_default_params(void);
+VS_API int  vs_context_init(vs_model * model, struct vs_context_params params, vs_context ** ctx);
+VS_API void vs_context_free(vs_context * ctx);
+
+VS_API const char * vs_context_device(const vs_context * ctx);  // id of the device it runs on
+VS_API int          vs_context_threads(const vs_context * ctx);
+// Stages that had ops placed on the CPU although a GPU was chosen: bit i = stage i.
+VS_API uint32_t     vs_context_fallback_stages(const vs_context * ctx);
+
+// ---------------------------------------------------------------- synthesis
+
+struct vs_timings {
+    double   stage_ms[VS_STAGE_COUNT];  // summed over chunks
+    double   total_ms;                  // wall clock of the whole call
+    double   first_audio_ms;            // call start to the first chunk delivered
+    int32_t  n_chunks;
+    int32_t  n_phoneme_ids;
+    int32_t  n_frames;
+    int64_t  n_samples;
+    int32_t  n_skipped_symbols;         // input symbols the voice has no phoneme for
+};
+
+struct vs_synth_params {
+    float    noise_scale;     // < 0: the voice's default
+    float    length_scale;    // < 0: the voice's default; larger is slower
+    float    noise_w;         // < 0: the voice's default
+    uint64_t seed;
+
+    // Called after each stage of each chunk, with its milliseconds.
+    void (*on_stage)(int stage, int chunk, double ms, void * user_data);
+    void * on_stage_user_data;
+    // Called with the audio of each chunk (a sentence) once it is synthesized.
+    void (*on_chunk)(int chunk, const float * samples, size_t n_samples, void * user_data);
+    void * on_chunk_user_data;
+    // Polled between stages and inside long computations; return true to stop.
+    bool (*abort)(void * user_data);
+    void * abort_user_data;
+};
+
+VS_API struct vs_synth_params vs_synth_default_params(void);
+
+// Synthesizes `input` (text or phonemes) into `*audio`, which the caller frees.
+VS_API int vs_synthesize(vs_context * ctx, const char * input, int kind, struct vs_synth_params params,
+                         vs_audio ** audio);
+// The phonemes espeak-ng produces for `text`, one sentence a line. Free with vs_string_free().
+VS_API int  vs_phonemize(vs_context * ctx, const char * text, char ** phonemes);
+VS_API void vs_string_free(char * s);
+
+VS_API struct vs_timings vs_context_timings(const vs_context * ctx);  // of the last synthesis
+
+// Named intermediate of the last chunk synthesized, for comparison with a reference
+// runtime: "m_p", "logs_p" ([T, C] row-major), "logw" ([T]), "z" ([F, C]).
+// `shape` receives rows and columns. The pointer is valid until the next call.
+VS_API int vs_context_output(const vs_context * ctx, const char * name, const float ** data, int64_t shape[2]);
+
+VS_API const float * vs_audio_samples(const vs_audio * audio);
+VS_API size_t        vs_audio_length(const vs_audio * audio);
+VS_API int           vs_audio_sample_rate(const vs_audio * audio);
+VS_API void          vs_audio_free(vs_audio * audio);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif  // VOICESTUDIO_H

@@ -1,0 +1,347 @@
+// app._engine: a thin binding over the C API. Compute runs without the GIL;
+// callbacks take it back. Audio is returned as a NumPy array that owns the
+// engine's buffer (no copy).
+#include "voicestudio.h"
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+struct engine_error : std::exception {
+    int         code;
+    std::string message;
+    engine_error(int code, std::string message) : code(code), message(std::move(message)) {}
+    const char * what() const noexcept override { return message.c_str(); }
+};
+
+void check(int status) {
+    if (status != VS_OK) {
+        throw engine_error(status, vs_last_error());
+    }
+}
+
+using audio_array = nb::ndarray<nb::numpy, float, nb::ndim<1>>;
+
+class Model {
+  public:
+    Model(const std::string & path, std::optional<nb::callable> progress) {
+        vs_model_params params = vs_model_default_params();
+        struct state {
+            nb::callable                      fn;
+            std::unique_ptr<nb::python_error> error;
+        } st;
+        if (progress) {
+            st.fn                     = *progress;
+            params.progress_user_data = &st;
+            params.progress           = [](float fraction, void * data) -> bool {
+                auto *            s = static_cast<state *>(data);
+                nb::gil_scoped_acquire gil;
+                try {
+                    nb::object r = s->fn(fraction);
+                    return r.is_none() || nb::cast<bool>(r);
+                } catch (nb::python_error & e) {
+                    s->error = std::make_unique<nb::python_error>(e);
+                    return false;
+                }
+            };
+        }
+        int status;
+        {
+            nb::gil_scoped_release release;
+            status = vs_model_load(path.c_str(), params, &model_);
+        }
+        if (st.error) {
+            throw nb::python_error(*st.error);
+        }
+        check(status);
+    }
+    ~Model() { close(); }
+
+    void close() {
+        if (model_) {
+            vs_model_free(model_);
+            model_ = nullptr;
+        }
+    }
+
+    vs_model * get() const {
+        if (!model_) {
+            throw engine_error(VS_ERR_INVALID_ARG, "the model is closed");
+        }
+        return model_;
+    }
+
+    vs_model * model_ = nullptr;
+};
+
+struct call_state {
+    nb::object                        on_stage, on_chunk, abort;
+    std::unique_ptr<nb::python_error> error;  // first exception a callback raised
+
+    void capture(nb::python_error & e) {
+        if (!error) {
+            error = std::make_unique<nb::python_error>(e);
+        }
+    }
+};
+
+class Context {
+  public:
+    Context(Model & model, const std::string & device, int threads, std::optional<std::string> espeak_library,
+            std::optional<std::string> espeak_data) :
+        model_ref_(nb::find(&model)) {
+        vs_context_params p = vs_context_default_params();
+        p.device            = device.c_str();
+        p.n_threads         = threads;
+        p.espeak_library    = espeak_library ? espeak_library->c_str() : nullptr;
+        p.espeak_data       = espeak_data ? espeak_data->c_str() : nullptr;
+        vs_model * m        = model.get();
+        int        status;
+        {
+            nb::gil_scoped_release release;
+            status = vs_context_init(m, p, &ctx_);
+        }
+        check(status);
+    }
+    ~Context() { close(); }
+
+    void close() {
+        if (ctx_) {
+            vs_context_free(ctx_);
+            ctx_ = nullptr;
+        }
+    }
+
+    vs_context * get() const {
+        if (!ctx_) {
+            throw engine_error(VS_ERR_INVALID_ARG, "the context is closed");
+        }
+        return ctx_;
+    }
+
+    audio_array synthesize(const std::string & input, bool phonemes, float noise_scale, float length_scale,
+                           float noise_w, uint64_t seed, nb::object on_stage, nb::object on_chunk, nb::object abort) {
+        vs_context *   c = get();
+        call_state     st{ on_stage, on_chunk, abort, nullptr };
+        vs_synth_params p = vs_synth_default_params();
+        p.noise_scale     = noise_scale;
+        p.length_scale    = length_scale;
+        p.noise_w         = noise_w;
+        p.seed            = seed;
+        if (!on_stage.is_none()) {
+            p.on_stage_user_data = &st;
+            p.on_stage           = [](int stage, int chunk, double ms, void * data) {
+                auto *                 s = static_cast<call_state *>(data);
+                nb::gil_scoped_acquire gil;
+                try {
+                    s->on_stage(vs_stage_name(stage), chunk, ms);
+                } catch (nb::python_error & e) {
+                    s->capture(e);
+                }
+            };
+        }
+        if (!on_chunk.is_none()) {
+            p.on_chunk_user_data = &st;
+            p.on_chunk           = [](int chunk, const float * samples, size_t n, void * data) {
+                auto *                 s = static_cast<call_state *>(data);
+                nb::gil_scoped_acquire gil;
+                try {
+                    float * copy = new float[n];
+                    std::copy(samples, samples + n, copy);
+                    nb::capsule owner(copy, [](void * ptr) noexcept { delete[] (float *) ptr; });
+                    s->on_chunk(chunk, audio_array(copy, { n }, owner));
+                } catch (nb::python_error & e) {
+                    s->capture(e);
+                }
+            };
+        }
+        // Polled by the engine; a raising callback also stops the run.
+        p.abort_user_data = &st;
+        p.abort           = [](void * data) -> bool {
+            auto *                 s = static_cast<call_state *>(data);
+            nb::gil_scoped_acquire gil;
+            if (s->error) {
+                return true;
+            }
+            if (s->abort.is_none()) {
+                return false;
+            }
+            try {
+                return nb::cast<bool>(s->abort());
+            } catch (nb::python_error & e) {
+                s->capture(e);
+                return true;
+            }
+        };
+
+        vs_audio * audio = nullptr;
+        int        status;
+        {
+            nb::gil_scoped_release release;
+            status = vs_synthesize(c, input.c_str(), phonemes ? VS_INPUT_PHONEMES : VS_INPUT_TEXT, p, &audio);
+        }
+        if (st.error) {
+            vs_audio_free(audio);
+            throw nb::python_error(*st.error);
+        }
+        check(status);
+        nb::capsule owner(audio, [](void * a) noexcept { vs_audio_free((vs_audio *) a); });
+        return audio_array((void *) vs_audio_samples(audio), { vs_audio_length(audio) }, owner);
+    }
+
+    std::string phonemize(const std::string & text) {
+        vs_context * c   = get();
+        char *       out = nullptr;
+        int          status;
+        {
+            nb::gil_scoped_release release;
+            status = vs_phonemize(c, text.c_str(), &out);
+        }
+        check(status);
+        std::string s(out);
+        vs_string_free(out);
+        return s;
+    }
+
+    nb::dict timings() const {
+        vs_timings t = vs_context_timings(get());
+        nb::dict   stages;
+        for (int i = 0; i < VS_STAGE_COUNT; ++i) {
+            stages[vs_stage_name(i)] = t.stage_ms[i];
+        }
+        nb::dict d;
+        d["stages_ms"]         = stages;
+        d["total_ms"]          = t.total_ms;
+        d["first_audio_ms"]    = t.first_audio_ms;
+        d["chunks"]            = t.n_chunks;
+        d["phoneme_ids"]       = t.n_phoneme_ids;
+        d["frames"]            = t.n_frames;
+        d["samples"]           = t.n_samples;
+        d["skipped_symbols"]   = t.n_skipped_symbols;
+        return d;
+    }
+
+    nb::ndarray<nb::numpy, float, nb::ndim<2>> output(const std::string & name) const {
+        const float * data = nullptr;
+        int64_t       shape[2];
+        check(vs_context_output(get(), name.c_str(), &data, shape));
+        size_t  n    = (size_t) (shape[0] * shape[1]);
+        float * copy = new float[n];
+        std::copy(data, data + n, copy);
+        nb::capsule owner(copy, [](void * p) noexcept { delete[] (float *) p; });
+        return nb::ndarray<nb::numpy, float, nb::ndim<2>>(copy, { (size_t) shape[0], (size_t) shape[1] }, owner);
+    }
+
+    nb::list fallback_stages() const {
+        uint32_t mask = vs_context_fallback_stages(get());
+        nb::list out;
+        for (int i = 0; i < VS_STAGE_COUNT; ++i) {
+            if (mask & (1u << i)) {
+                out.append(vs_stage_name(i));
+            }
+        }
+        return out;
+    }
+
+    vs_context * ctx_ = nullptr;
+    nb::object   model_ref_;  // keeps the model alive while this context exists
+};
+
+nb::list devices() {
+    nb::list out;
+    int      n = vs_device_count();
+    for (int i = 0; i < n; ++i) {
+        vs_device_info info;
+        check(vs_device_get(i, &info));
+        static const char * types[] = { "cpu", "gpu", "igpu", "accel" };
+        nb::dict            d;
+        d["id"]           = info.id;
+        d["name"]         = info.name;
+        d["description"]  = info.description;
+        d["type"]         = types[info.type];
+        d["memory_free"]  = info.memory_free;
+        d["memory_total"] = info.memory_total;
+        out.append(d);
+    }
+    return out;
+}
+
+nb::object g_log_handler;
+
+}  // namespace
+
+NB_MODULE(_engine, m) {
+    m.doc() = "Voice Studio native engine";
+
+    nb::register_exception_translator([](const std::exception_ptr & p, void *) {
+        try {
+            std::rethrow_exception(p);
+        } catch (const engine_error & e) {
+            nb::object cls = nb::module_::import_("app.core.errors").attr("exception_for")(e.code);
+            PyErr_SetString(cls.ptr(), e.what());
+        }
+    });
+
+    m.def("version", &vs_version);
+    m.def("devices", &devices, "Every device ggml reports (id, name, description, type, memory).");
+    m.def("stage_names", [] {
+        nb::list out;
+        for (int i = 0; i < VS_STAGE_COUNT; ++i) {
+            out.append(vs_stage_name(i));
+        }
+        return out;
+    });
+    m.def("set_log_handler", [](nb::object handler) {
+        g_log_handler = handler;
+        if (handler.is_none()) {
+            vs_set_log_callback(nullptr, nullptr);
+            return;
+        }
+        vs_set_log_callback(
+            [](int level, const char * text, void *) {
+                nb::gil_scoped_acquire gil;
+                try {
+                    g_log_handler(level, text);
+                } catch (nb::python_error & e) {
+                    e.discard_as_unraisable("voicestudio log handler");
+                }
+            },
+            nullptr);
+    });
+
+    nb::class_<Model>(m, "Model")
+        .def(nb::init<const std::string &, std::optional<nb::callable>>(), "path"_a, "progress"_a = nb::none())
+        .def("close", &Model::close)
+        .def_prop_ro("arch", [](const Model & s) { return std::string(vs_model_arch(s.get())); })
+        .def_prop_ro("name", [](const Model & s) { return std::string(vs_model_name(s.get())); })
+        .def_prop_ro("sample_rate", [](const Model & s) { return vs_model_sample_rate(s.get()); })
+        .def("meta", [](const Model & s, const std::string & key) -> std::optional<std::string> {
+            const char * v = vs_model_meta(s.get(), key.c_str());
+            return v ? std::optional<std::string>(v) : std::nullopt;
+        });
+
+    nb::class_<Context>(m, "Context")
+        .def(nb::init<Model &, const std::string &, int, std::optional<std::string>, std::optional<std::string>>(),
+             "model"_a, "device"_a = "auto", "threads"_a = 0, "espeak_library"_a = nb::none(),
+             "espeak_data"_a = nb::none())
+        .def("close", &Context::close)
+        .def("synthesize", &Context::synthesize, "input"_a, "phonemes"_a = false, "noise_scale"_a = -1.0f,
+             "length_scale"_a = -1.0f, "noise_w"_a = -1.0f, "seed"_a = 0, "on_stage"_a = nb::none(),
+             "on_chunk"_a = nb::none(), "abort"_a = nb::none())
+        .def("phonemize", &Context::phonemize)
+        .def("timings", &Context::timings)
+        .def("output", &Context::output)
+        .def_prop_ro("device", [](const Context & s) { return std::string(vs_context_device(s.get())); })
+        .def_prop_ro("threads", [](const Context & s) { return vs_context_threads(s.get()); })
+        .def_prop_ro("fallback_stages", &Context::fallback_stages);
+}

@@ -1,0 +1,642 @@
+// Piper voices: VITS (text encoder with relative-position attention, stochastic
+// duration predictor, residual-coupling flow, HiFi-GAN decoder).
+//
+// Each stage is its own graph. Durations are rounded on the host between the
+// duration and flow stages (the frame count decides the later graphs' shapes);
+// everything else is ggml ops on the context's device.
+#include "../vs-context.h"
+#include "../vs-graph.h"
+
+#include <cmath>
+#include <random>
+
+namespace vs {
+
+namespace {
+
+struct piper_hparams {
+    int                  sample_rate;
+    int                  hidden, inter, n_heads, n_layers, window, ffn_kernel;
+    std::vector<int32_t> ups_rates, ups_kernels, res_kernels, res_dilations;
+    int                  res_convs;
+    std::vector<int32_t> flow_ids;
+    int                  wn_layers, wn_kernel, wn_dilation_rate;
+    std::vector<int32_t> dp_flow_ids;
+    int                  dp_layers, dp_kernel, dp_bins;
+    float                dp_tail_bound;
+    float                noise_scale, length_scale, noise_w;
+    std::string          espeak_voice;
+    std::map<char32_t, int32_t> phoneme_ids;
+};
+
+piper_hparams read_hparams(const vs_model & m) {
+    piper_hparams h;
+    const std::string p = "piper.";
+    h.sample_rate       = (int) m.u32(p + "sample_rate");
+    h.hidden            = (int) m.u32(p + "hidden_channels");
+    h.inter             = (int) m.u32(p + "inter_channels");
+    h.n_heads           = (int) m.u32(p + "n_heads");
+    h.n_layers          = (int) m.u32(p + "n_layers");
+    h.window            = (int) m.u32(p + "window_size");
+    h.ffn_kernel        = (int) m.u32(p + "ffn_kernel");
+    h.ups_rates         = m.i32_array(p + "dec_upsample_rates");
+    h.ups_kernels       = m.i32_array(p + "dec_upsample_kernels");
+    h.res_kernels       = m.i32_array(p + "dec_resblock_kernels");
+    h.res_dilations     = m.i32_array(p + "dec_resblock_dilations");
+    h.res_convs         = (int) m.u32(p + "dec_resblock_convs");
+    h.flow_ids          = m.i32_array(p + "flow_ids");
+    h.wn_layers         = (int) m.u32(p + "flow_wn_layers");
+    h.wn_kernel         = (int) m.u32(p + "flow_wn_kernel");
+    h.wn_dilation_rate  = (int) m.u32(p + "flow_wn_dilation_rate");
+    h.dp_flow_ids       = m.i32_array(p + "dp_flow_ids");
+    h.dp_layers         = (int) m.u32(p + "dp_layers");
+    h.dp_kernel         = (int) m.u32(p + "dp_kernel");
+    h.dp_bins           = (int) m.u32(p + "dp_num_bins");
+    h.dp_tail_bound     = m.f32(p + "dp_tail_bound");
+    h.noise_scale       = m.f32(p + "noise_scale");
+    h.length_scale      = m.f32(p + "length_scale");
+    h.noise_w           = m.f32(p + "noise_w");
+    auto it             = m.strings.find(p + "espeak_voice");
+    h.espeak_voice      = it == m.strings.end() ? "en-us" : it->second;
+
+    auto phonemes = m.str_array(p + "phonemes");
+    auto ids      = m.i32_array(p + "phoneme_ids");
+    if (phonemes.size() != ids.size()) {
+        throw error(VS_ERR_FORMAT, "phoneme map of '" + m.path + "' is inconsistent");
+    }
+    for (size_t i = 0; i < phonemes.size(); ++i) {
+        auto cps = utf8_decode(phonemes[i]);
+        if (cps.size() == 1) {
+            h.phoneme_ids[cps[0]] = ids[i];
+        }
+    }
+    for (char32_t special : { U'^', U'$', U'_' }) {
+        if (!h.phoneme_ids.count(special)) {
+            throw error(VS_ERR_FORMAT, "phoneme map of '" + m.path + "' lacks BOS/EOS/pad");
+        }
+    }
+    if (h.hidden % h.n_heads != 0 || h.ups_rates.size() != h.ups_kernels.size() ||
+        h.res_dilations.size() != h.res_kernels.size() * (size_t) h.res_convs) {
+        throw error(VS_ERR_FORMAT, "hyperparameters of '" + m.path + "' are inconsistent");
+    }
+    return h;
+}
+
+// Host-side constants of the spline: cumulative sum, difference, end-point masks.
+struct spline_consts {
+    ggml_tensor * cumsum;  // [bins, bins+1]: out[j] = sum_{k<j} in[k]
+    ggml_tensor * diff;    // [bins+1, bins]: out[k] = in[k+1] - in[k]
+    ggml_tensor * ends;    // [bins+1]: 1 at both ends
+    ggml_tensor * last;    // [bins+1]: 1 at the last knot
+};
+
+class piper_voice final : public voice {
+  public:
+    explicit piper_voice(vs_model & model) : hp_(read_hparams(model)) {}
+
+    std::vector<std::vector<int32_t>> ids_from_text(vs_context & ctx, const std::string & text, int & skipped) override {
+        if (!ctx.phonemizer) {
+            throw error(VS_ERR_PHONEMIZER, "this context has no espeak-ng; pass phonemes instead of text");
+        }
+        std::vector<std::vector<int32_t>> out;
+        for (const auto & s : ctx.phonemizer->phonemize(text, hp_.espeak_voice)) {
+            auto ids = to_ids(s.ipa, skipped);
+            if (!ids.empty()) {
+                out.push_back(std::move(ids));
+            }
+        }
+        return out;
+    }
+
+    std::vector<std::vector<int32_t>> ids_from_phonemes(const std::string & ipa, int & skipped) override {
+        std::vector<std::vector<int32_t>> out;
+        size_t                            start = 0;
+        while (start <= ipa.size()) {
+            size_t nl   = ipa.find('\n', start);
+            auto   line = ipa.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
+            auto   ids  = to_ids(line, skipped);
+            if (!ids.empty()) {
+                out.push_back(std::move(ids));
+            }
+            if (nl == std::string::npos) {
+                break;
+            }
+            start = nl + 1;
+        }
+        return out;
+    }
+
+    std::string phonemize(vs_context & ctx, const std::string & text) override {
+        if (!ctx.phonemizer) {
+            throw error(VS_ERR_PHONEMIZER, "this context has no espeak-ng");
+        }
+        std::string out;
+        for (const auto & s : ctx.phonemizer->phonemize(text, hp_.espeak_voice)) {
+            out += (out.empty() ? "" : "\n") + s.ipa;
+        }
+        return out;
+    }
+
+    std::vector<float> synthesize(vs_context & ctx, const std::vector<int32_t> & ids, const vs_synth_params & p,
+                                  int chunk) override;
+
+  private:
+    piper_hparams hp_;
+
+    // BOS, pad, then each phoneme followed by pad, then EOS (piper-phonemize's layout).
+    std::vector<int32_t> to_ids(const std::string & ipa, int & skipped) const {
+        std::vector<int32_t> ids;
+        const int32_t        pad = hp_.phoneme_ids.at(U'_');
+        for (char32_t c : utf8_decode(ipa)) {
+            if (c == U'\r' || c == U'\n') {
+                continue;
+            }
+            auto it = hp_.phoneme_ids.find(c);
+            if (it == hp_.phoneme_ids.end()) {
+                ++skipped;
+                continue;
+            }
+            ids.push_back(it->second);
+            ids.push_back(pad);
+        }
+        bool speakable = false;
+        for (size_t i = 0; i < ids.size(); i += 2) {
+            speakable |= ids[i] != hp_.phoneme_ids.at(U' ');
+        }
+        if (!speakable) {
+            return {};
+        }
+        ids.insert(ids.begin(), { hp_.phoneme_ids.at(U'^'), pad });
+        ids.push_back(hp_.phoneme_ids.at(U'$'));
+        return ids;
+    }
+
+    ggml_tensor * attention(vs_context & c, ggml_context * g, ggml_tensor * x, int il) const;
+    ggml_tensor * dds_conv(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * cond,
+                           const std::string & prefix) const;
+    ggml_tensor * spline_inverse(ggml_context * g, ggml_tensor * x, ggml_tensor * h, const spline_consts & k) const;
+    ggml_tensor * wavenet(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & prefix) const;
+
+    void run_encoder(vs_context & c, const std::vector<int32_t> & ids, std::vector<float> & hidden,
+                     std::vector<float> & m_p, std::vector<float> & logs_p);
+    std::vector<float> run_duration(vs_context & c, const std::vector<float> & hidden, int64_t T,
+                                    const std::vector<float> & noise);
+    std::vector<float> run_flow(vs_context & c, const std::vector<float> & m_p, const std::vector<float> & logs_p,
+                                const std::vector<int32_t> & frame_to_token, const std::vector<float> & noise,
+                                float noise_scale, int64_t T);
+    std::vector<float> run_decoder(vs_context & c, const std::vector<float> & z, int64_t F);
+};
+
+// Rows of `rel` ([2T-1, T, H]: query i, relative offset m - (T-1)) placed at absolute
+// key positions ([T, T, H]) with the pad-and-reshape skew of the reference.
+ggml_tensor * relative_to_absolute(ggml_context * g, ggml_tensor * rel) {
+    const int64_t T = rel->ne[1], H = rel->ne[2];
+    ggml_tensor * x = ggml_pad_ext(g, rel, 0, 1, 0, 0, 0, 0, 0, 0);  // [2T, T, H]
+    x               = ggml_reshape_2d(g, x, 2 * T * T, H);
+    x               = ggml_pad_ext(g, x, 0, (int) (T - 1), 0, 0, 0, 0, 0, 0);
+    x               = ggml_reshape_3d(g, x, 2 * T - 1, T + 1, H);
+    x = ggml_view_3d(g, x, T, T, H, x->nb[1], x->nb[2], (T - 1) * ggml_element_size(x));
+    return ggml_cont(g, x);
+}
+
+// Inverse of the above for attention weights: [T, T, H] -> [2T-1, T, H].
+ggml_tensor * absolute_to_relative(ggml_context * g, ggml_tensor * abs) {
+    const int64_t T = abs->ne[1], H = abs->ne[2];
+    ggml_tensor * x = ggml_pad_ext(g, abs, 0, (int) (T - 1), 0, 0, 0, 0, 0, 0);  // [2T-1, T, H]
+    x               = ggml_reshape_2d(g, x, (2 * T - 1) * T, H);
+    x               = ggml_pad_ext(g, x, (int) T, 0, 0, 0, 0, 0, 0, 0);  // [2T*T, H]
+    x               = ggml_reshape_3d(g, x, 2 * T, T, H);
+    x               = ggml_view_3d(g, x, 2 * T - 1, T, H, x->nb[1], x->nb[2], ggml_element_size(x));
+    return ggml_cont(g, x);
+}
+
+// Relative embeddings [d, 2w+1] widened (zeros) or cut to the 2T-1 offsets of a sequence.
+ggml_tensor * relative_embeddings(ggml_context * g, ggml_tensor * emb, int window, int64_t T) {
+    const int64_t d   = emb->ne[0];
+    ggml_tensor * e   = ggml_reshape_2d(g, emb, d, emb->ne[1]);
+    const int64_t pad = (T - 1) - window;
+    if (pad > 0) {
+        return ggml_pad_ext(g, e, 0, 0, (int) pad, (int) pad, 0, 0, 0, 0);
+    }
+    return ggml_cont(g, ggml_view_2d(g, e, d, 2 * T - 1, e->nb[1], (size_t) (-pad) * e->nb[1]));
+}
+
+ggml_tensor * piper_voice::attention(vs_context & c, ggml_context * g, ggml_tensor * x, int il) const {
+    const std::string pre = "enc_p.encoder.attn_layers." + std::to_string(il) + ".";
+    const int64_t     T = x->ne[1], H = hp_.n_heads, d = hp_.hidden / hp_.n_heads;
+
+    ggml_tensor * q = conv1d(g, x, c.w(pre + "conv_q.weight"), c.w(pre + "conv_q.bias"), 1, 0);
+    ggml_tensor * k = conv1d(g, x, c.w(pre + "conv_k.weight"), c.w(pre + "conv_k.bias"), 1, 0);
+    ggml_tensor * v = conv1d(g, x, c.w(pre + "conv_v.weight"), c.w(pre + "conv_v.bias"), 1, 0);
+    q               = ggml_scale(g, q, 1.0f / std::sqrt((float) d));
+
+    q = ggml_cont(g, ggml_permute(g, ggml_reshape_3d(g, q, d, H, T), 0, 2, 1, 3));  // [d, T, H]
+    k = ggml_cont(g, ggml_permute(g, ggml_reshape_3d(g, k, d, H, T), 0, 2, 1, 3));  // [d, T, H]
+    v = ggml_cont(g, ggml_permute(g, ggml_reshape_3d(g, v, d, H, T), 1, 2, 0, 3));  // [T, d, H]
+
+    ggml_tensor * scores = ggml_mul_mat(g, k, q);  // [Tk, Tq, H]
+    ggml_tensor * rel_k  = relative_embeddings(g, c.w(pre + "emb_rel_k"), hp_.window, T);
+    scores = ggml_add(g, scores, relative_to_absolute(g, ggml_mul_mat(g, rel_k, q)));
+    ggml_tensor * attn = ggml_soft_max(g, scores);
+    ggml_set_name(attn, ("attn_weights." + std::to_string(il)).c_str());
+
+    ggml_tensor * out   = ggml_mul_mat(g, v, attn);  // [d, Tq, H]
+    ggml_tensor * rel_v = relative_embeddings(g, c.w(pre + "emb_rel_v"), hp_.window, T);
+    rel_v               = ggml_cont(g, ggml_transpose(g, rel_v));  // [2T-1, d]
+    out = ggml_add(g, out, ggml_mul_mat(g, rel_v, absolute_to_relative(g, attn)));
+    out = ggml_reshape_2d(g, ggml_cont(g, ggml_permute(g, out, 0, 2, 1, 3)), hp_.hidden, T);  // [C, T]
+    return conv1d(g, out, c.w(pre + "conv_o.weight"), c.w(pre + "conv_o.bias"), 1, 0);
+}
+
+void piper_voice::run_encoder(vs_context & c, const std::vector<int32_t> & ids, std::vector<float> & hidden,
+                              std::vector<float> & m_p, std::vector<float> & logs_p) {
+    const int64_t T  = (int64_t) ids.size();
+    auto          gb = c.new_graph();
+    ggml_context * g = gb.ctx.get();
+
+    ggml_tensor * tokens = ggml_new_tensor_1d(g, GGML_TYPE_I32, T);
+    ggml_set_name(tokens, "tokens");
+    ggml_set_input(tokens);
+
+    ggml_tensor * x = ggml_get_rows(g, c.w("enc_p.emb.weight"), tokens);  // [C, T]
+    x               = ggml_scale(g, x, std::sqrt((float) hp_.hidden));
+    const int pad   = hp_.ffn_kernel / 2;
+    for (int il = 0; il < hp_.n_layers; ++il) {
+        const std::string l = std::to_string(il);
+        x = layer_norm(g, ggml_add(g, x, attention(c, g, x, il)), c.w("enc_p.encoder.norm_layers_1." + l + ".gamma"),
+                       c.w("enc_p.encoder.norm_layers_1." + l + ".beta"), 1e-5f);
+        const std::string f = "enc_p.encoder.ffn_layers." + l + ".";
+        ggml_tensor * y = conv1d(g, x, c.w(f + "conv_1.weight"), c.w(f + "conv_1.bias"), 1, pad);
+        y               = conv1d(g, ggml_relu(g, y), c.w(f + "conv_2.weight"), c.w(f + "conv_2.bias"), 1, pad);
+        x = layer_norm(g, ggml_add(g, x, y), c.w("enc_p.encoder.norm_layers_2." + l + ".gamma"),
+                       c.w("enc_p.encoder.norm_layers_2." + l + ".beta"), 1e-5f);
+    }
+    ggml_set_name(x, "enc_hidden");
+    ggml_set_output(x);
+    ggml_tensor * stats = conv1d(g, x, c.w("enc_p.proj.weight"), c.w("enc_p.proj.bias"), 1, 0);  // [2*inter, T]
+    ggml_tensor * m     = channels(g, stats, 0, hp_.inter);
+    ggml_tensor * logs  = channels(g, stats, hp_.inter, hp_.inter);
+    ggml_set_name(m, "m_p");
+    ggml_set_name(logs, "logs_p");
+    ggml_set_output(m);
+    ggml_set_output(logs);
+    ggml_build_forward_expand(gb.gf, x);
+    ggml_build_forward_expand(gb.gf, m);
+    ggml_build_forward_expand(gb.gf, logs);
+
+    c.alloc(VS_STAGE_ENCODER, gb.gf);
+    ggml_backend_tensor_set(tokens, ids.data(), 0, ggml_nbytes(tokens));
+    c.compute(gb.gf);
+    hidden.resize(ggml_nelements(x));
+    m_p.resize(ggml_nelements(m));
+    logs_p.resize(ggml_nelements(logs));
+    ggml_backend_tensor_get(x, hidden.data(), 0, ggml_nbytes(x));
+    ggml_backend_tensor_get(m, m_p.data(), 0, ggml_nbytes(m));
+    ggml_backend_tensor_get(logs, logs_p.data(), 0, ggml_nbytes(logs));
+}
+
+ggml_tensor * piper_voice::dds_conv(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * cond,
+                                    const std::string & prefix) const {
+    if (cond) {
+        x = ggml_add(g, x, cond);
+    }
+    int dilation = 1;
+    for (int i = 0; i < hp_.dp_layers; ++i, dilation *= hp_.dp_kernel) {
+        const std::string l   = std::to_string(i);
+        const int         pad = (hp_.dp_kernel * dilation - dilation) / 2;
+        ggml_tensor *     y   = conv1d_depthwise(g, x, c.w(prefix + "convs_sep." + l + ".weight"),
+                                                 c.w(prefix + "convs_sep." + l + ".bias"), dilation, pad);
+        y = ggml_gelu_erf(g, layer_norm(g, y, c.w(prefix + "norms_1." + l + ".gamma"), c.w(prefix + "norms_1." + l + ".beta"), 1e-5f));
+        y = conv1d(g, y, c.w(prefix + "convs_1x1." + l + ".weight"), c.w(prefix + "convs_1x1." + l + ".bias"), 1, 0);
+        y = ggml_gelu_erf(g, layer_norm(g, y, c.w(prefix + "norms_2." + l + ".gamma"), c.w(prefix + "norms_2." + l + ".beta"), 1e-5f));
+        x = ggml_add(g, x, y);
+    }
+    return x;
+}
+
+// Inverse of the piecewise rational-quadratic spline with linear tails
+// (Durkan et al. 2019), elementwise over time. x: [1, T]; h: [3*bins-1, T].
+ggml_tensor * piper_voice::spline_inverse(ggml_context * g, ggml_tensor * x, ggml_tensor * h,
+                                          const spline_consts & k) const {
+    const int   bins = hp_.dp_bins;
+    const float B = hp_.dp_tail_bound, min_w = 1e-3f, min_h = 1e-3f, min_d = 1e-3f;
+    const float inv_sqrt = 1.0f / std::sqrt((float) hp_.hidden);
+
+    auto knots = [&](ggml_tensor * logits, float min_bin) {  // softmax bins -> knot positions [bins+1, T]
+        ggml_tensor * p = ggml_soft_max(g, ggml_scale(g, logits, inv_sqrt));
+        p               = ggml_scale_bias(g, p, 1.0f - min_bin * bins, min_bin);
+        return ggml_scale_bias(g, ggml_mul_mat(g, k.cumsum, p), 2.0f * B, -B);
+    };
+    ggml_tensor * cumw    = knots(channels(g, h, 0, bins), min_w);
+    ggml_tensor * cumh    = knots(channels(g, h, bins, bins), min_h);
+    ggml_tensor * widths  = ggml_mul_mat(g, k.diff, cumw);  // [bins, T]
+    ggml_tensor * heights = ggml_mul_mat(g, k.diff, cumh);
+    // Interior derivatives from the network; both ends fixed at 1 (linear tails).
+    ggml_tensor * deriv = ggml_scale_bias(g, ggml_softplus(g, channels(g, h, 2 * bins, bins - 1)), 1.0f, min_d);
+    deriv               = ggml_add(g, ggml_pad_ext(g, deriv, 1, 1, 0, 0, 0, 0, 0, 0), k.ends);  // [bins+1, T]
+    ggml_tensor * delta = ggml_div(g, heights, widths);
+
+    // Bin of each input: one-hot [bins, T] from "x >= knot" steps (searchsorted).
+    ggml_tensor * xc = ggml_clamp(g, x, -B + 1e-4f, B - 1e-4f);
+    // searchsorted nudges the last knot up by 1e-6 so that x == B lands in the last bin.
+    ggml_tensor * ge = ggml_step(g, ggml_neg(g, ggml_add(g, ggml_sub(g, cumh, xc), ggml_scale(g, k.last, 1e-6f))));
+    ggml_tensor * onehot = ggml_neg(g, ggml_mul_mat(g, k.diff, ge));
+    auto pick = [&](ggml_tensor * v) { return ggml_sum_rows(g, ggml_mul(g, onehot, v)); };  // [1, T]
+
+    ggml_tensor * in_cumw   = pick(channels(g, cumw, 0, bins));
+    ggml_tensor * in_cumh   = pick(channels(g, cumh, 0, bins));
+    ggml_tensor * in_w      = pick(widths);
+    ggml_tensor * in_h      = pick(heights);
+    ggml_tensor * in_delta  = pick(delta);
+    ggml_tensor * in_d0     = pick(channels(g, deriv, 0, bins));
+    ggml_tensor * in_d1     = pick(channels(g, deriv, 1, bins));
+
+    ggml_tensor * xm = ggml_sub(g, xc, in_cumh);
+    ggml_tensor * s  = ggml_sub(g, ggml_add(g, in_d0, in_d1), ggml_scale(g, in_delta, 2.0f));
+    ggml_tensor * a  = ggml_add(g, ggml_mul(g, xm, s), ggml_mul(g, in_h, ggml_sub(g, in_delta, in_d0)));
+    ggml_tensor * b  = ggml_sub(g, ggml_mul(g, in_h, in_d0), ggml_mul(g, xm, s));
+    ggml_tensor * cc = ggml_neg(g, ggml_mul(g, in_delta, xm));
+    ggml_tensor * disc = ggml_relu(g, ggml_sub(g, ggml_sqr(g, b), ggml_scale(g, ggml_mul(g, a, cc), 4.0f)));
+    ggml_tensor * root = ggml_div(g, ggml_scale(g, cc, 2.0f), ggml_sub(g, ggml_neg(g, b), ggml_sqrt(g, disc)));
+    ggml_tensor * y    = ggml_add(g, ggml_mul(g, root, in_w), in_cumw);
+
+    // Identity outside [-B, B].
+    ggml_tensor * inside = ggml_mul(g, ggml_step(g, ggml_scale_bias(g, x, 1.0f, B)),
+                                    ggml_step(g, ggml_scale_bias(g, x, -1.0f, B)));
+    return ggml_add(g, x, ggml_mul(g, inside, ggml_sub(g, y, x)));
+}
+
+std::vector<float> piper_voice::run_duration(vs_context & c, const std::vector<float> & hidden, int64_t T,
+                                             const std::vector<float> & noise) {
+    auto           gb = c.new_graph();
+    ggml_context * g  = gb.ctx.get();
+    const int      bins = hp_.dp_bins;
+
+    ggml_tensor * x_in = ggml_new_tensor_2d(g, GGML_TYPE_F32, hp_.hidden, T);
+    ggml_set_name(x_in, "enc_hidden");
+    ggml_set_input(x_in);
+    ggml_tensor * z_in = ggml_new_tensor_2d(g, GGML_TYPE_F32, T, 2);  // noise, one row per channel
+    ggml_set_name(z_in, "dp_noise");
+    ggml_set_input(z_in);
+    spline_consts k{};
+    k.cumsum = ggml_new_tensor_2d(g, GGML_TYPE_F32, bins, bins + 1);
+    k.diff   = ggml_new_tensor_2d(g, GGML_TYPE_F32, bins + 1, bins);
+    k.ends   = ggml_new_tensor_1d(g, GGML_TYPE_F32, bins + 1);
+    k.last   = ggml_new_tensor_1d(g, GGML_TYPE_F32, bins + 1);
+    for (ggml_tensor * t : { k.cumsum, k.diff, k.ends, k.last }) {
+        ggml_set_input(t);
+    }
+
+    ggml_tensor * cond = conv1d(g, x_in, c.w("dp.pre.weight"), c.w("dp.pre.bias"), 1, 0);
+    cond               = dds_conv(c, g, cond, nullptr, "dp.convs.");
+    cond               = conv1d(g, cond, c.w("dp.proj.weight"), c.w("dp.proj.bias"), 1, 0);
+
+    // z0, z1: [1, T] each.
+    ggml_tensor * z0 = ggml_cont(g, ggml_view_2d(g, z_in, 1, T, ggml_element_size(z_in), 0));
+    ggml_tensor * z1 = ggml_cont(g, ggml_view_2d(g, z_in, 1, T, ggml_element_size(z_in), z_in->nb[1]));
+    // Reverse order: each ConvFlow, then the Flip that precedes it in the forward list.
+    for (auto it = hp_.dp_flow_ids.rbegin(); it != hp_.dp_flow_ids.rend(); ++it) {
+        const std::string f = "dp.flows." + std::to_string(*it) + ".";
+        ggml_tensor *     h = conv1d(g, z0, c.w(f + "pre.weight"), c.w(f + "pre.bias"), 1, 0);
+        h                   = dds_conv(c, g, h, cond, f + "convs.");
+        h                   = conv1d(g, h, c.w(f + "proj.weight"), c.w(f + "proj.bias"), 1, 0);  // [3*bins-1, T]
+        z1                  = spline_inverse(g, z1, h, k);
+        std::swap(z0, z1);
+    }
+    // ElementwiseAffine in reverse: (z - m) * exp(-logs), first channel only.
+    ggml_tensor * m0   = ggml_view_1d(g, c.w("dp.flows.0.m"), 1, 0);
+    ggml_tensor * s0   = ggml_view_1d(g, c.w("dp.flows.0.exp_neg_logs"), 1, 0);
+    ggml_tensor * logw = ggml_mul(g, ggml_sub(g, z0, m0), s0);
+    ggml_set_name(logw, "logw");
+    ggml_set_output(logw);
+    ggml_build_forward_expand(gb.gf, logw);
+
+    c.alloc(VS_STAGE_DURATION, gb.gf);
+    ggml_backend_tensor_set(x_in, hidden.data(), 0, ggml_nbytes(x_in));
+    ggml_backend_tensor_set(z_in, noise.data(), 0, ggml_nbytes(z_in));
+    std::vector<float> cumsum((bins + 1) * bins, 0.0f), diff((bins + 1) * bins, 0.0f), ends(bins + 1, 0.0f),
+        last(bins + 1, 0.0f);
+    for (int j = 0; j <= bins; ++j) {
+        for (int i = 0; i < bins; ++i) {
+            cumsum[j * bins + i] = i < j ? 1.0f : 0.0f;  // row j of [bins, bins+1]
+        }
+    }
+    for (int i = 0; i < bins; ++i) {
+        diff[i * (bins + 1) + i]     = -1.0f;  // row i of [bins+1, bins]
+        diff[i * (bins + 1) + i + 1] = 1.0f;
+    }
+    ends[0] = ends[bins] = 1.0f;
+    last[bins]           = 1.0f;
+    ggml_backend_tensor_set(k.cumsum, cumsum.data(), 0, ggml_nbytes(k.cumsum));
+    ggml_backend_tensor_set(k.diff, diff.data(), 0, ggml_nbytes(k.diff));
+    ggml_backend_tensor_set(k.ends, ends.data(), 0, ggml_nbytes(k.ends));
+    ggml_backend_tensor_set(k.last, last.data(), 0, ggml_nbytes(k.last));
+    c.compute(gb.gf);
+    std::vector<float> out(T);
+    ggml_backend_tensor_get(logw, out.data(), 0, ggml_nbytes(logw));
+    return out;
+}
+
+ggml_tensor * piper_voice::wavenet(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & prefix) const {
+    ggml_tensor * out      = nullptr;
+    int           dilation = 1;
+    for (int i = 0; i < hp_.wn_layers; ++i, dilation *= hp_.wn_dilation_rate) {
+        const std::string l   = std::to_string(i);
+        const int         pad = (hp_.wn_kernel * dilation - dilation) / 2;
+        ggml_tensor * x_in = conv1d(g, x, c.w(prefix + "in_layers." + l + ".weight"), c.w(prefix + "in_layers." + l + ".bias"),
+                                    dilation, pad);  // [2H, T]
+        ggml_tensor * acts = ggml_mul(g, ggml_tanh(g, channels(g, x_in, 0, hp_.hidden)),
+                                      ggml_sigmoid(g, channels(g, x_in, hp_.hidden, hp_.hidden)));
+        ggml_tensor * rs = conv1d(g, acts, c.w(prefix + "res_skip_layers." + l + ".weight"),
+                                  c.w(prefix + "res_skip_layers." + l + ".bias"), 1, 0);
+        if (i < hp_.wn_layers - 1) {
+            x                  = ggml_add(g, x, channels(g, rs, 0, hp_.hidden));
+            ggml_tensor * skip = channels(g, rs, hp_.hidden, hp_.hidden);
+            out                = out ? ggml_add(g, out, skip) : skip;
+        } else {
+            out = out ? ggml_add(g, out, rs) : rs;
+        }
+    }
+    return out;
+}
+
+std::vector<float> piper_voice::run_flow(vs_context & c, const std::vector<float> & m_p, const std::vector<float> & logs_p,
+                                         const std::vector<int32_t> & frame_to_token, const std::vector<float> & noise,
+                                         float noise_scale, int64_t T) {
+    const int64_t  F  = (int64_t) frame_to_token.size(), C = hp_.inter, half = C / 2;
+    auto           gb = c.new_graph();
+    ggml_context * g  = gb.ctx.get();
+
+    ggml_tensor * m_in    = ggml_new_tensor_2d(g, GGML_TYPE_F32, C, T);
+    ggml_tensor * logs_in = ggml_new_tensor_2d(g, GGML_TYPE_F32, C, T);
+    ggml_tensor * frames  = ggml_new_tensor_1d(g, GGML_TYPE_I32, F);
+    ggml_tensor * eps     = ggml_new_tensor_2d(g, GGML_TYPE_F32, C, F);
+    ggml_tensor * rev     = ggml_new_tensor_1d(g, GGML_TYPE_I32, C);
+    for (ggml_tensor * t : { m_in, logs_in, frames, eps, rev }) {
+        ggml_set_input(t);
+    }
+    // Length regulation: each token's statistics repeated over its frames.
+    ggml_tensor * m    = ggml_get_rows(g, m_in, frames);     // [C, F]
+    ggml_tensor * logs = ggml_get_rows(g, logs_in, frames);  // [C, F]
+    ggml_tensor * z    = ggml_add(g, m, ggml_mul(g, eps, ggml_scale(g, ggml_exp(g, logs), noise_scale)));
+    ggml_set_name(z, "z_p");
+
+    for (auto it = hp_.flow_ids.rbegin(); it != hp_.flow_ids.rend(); ++it) {
+        const std::string f = "flow.flows." + std::to_string(*it) + ".";
+        z                   = flip_channels(g, z, rev);
+        ggml_tensor * x0    = channels(g, z, 0, half);
+        ggml_tensor * x1    = channels(g, z, half, half);
+        ggml_tensor * h     = conv1d(g, x0, c.w(f + "pre.weight"), c.w(f + "pre.bias"), 1, 0);
+        h                   = wavenet(c, g, h, f + "enc.");
+        ggml_tensor * mean  = conv1d(g, h, c.w(f + "post.weight"), c.w(f + "post.bias"), 1, 0);
+        z                   = ggml_concat(g, x0, ggml_sub(g, x1, mean), 0);
+    }
+    ggml_set_name(z, "z");
+    ggml_set_output(z);
+    ggml_build_forward_expand(gb.gf, z);
+
+    c.alloc(VS_STAGE_FLOW, gb.gf);
+    ggml_backend_tensor_set(m_in, m_p.data(), 0, ggml_nbytes(m_in));
+    ggml_backend_tensor_set(logs_in, logs_p.data(), 0, ggml_nbytes(logs_in));
+    ggml_backend_tensor_set(frames, frame_to_token.data(), 0, ggml_nbytes(frames));
+    ggml_backend_tensor_set(eps, noise.data(), 0, ggml_nbytes(eps));
+    std::vector<int32_t> rev_idx(C);
+    for (int64_t i = 0; i < C; ++i) {
+        rev_idx[i] = (int32_t) (C - 1 - i);
+    }
+    ggml_backend_tensor_set(rev, rev_idx.data(), 0, ggml_nbytes(rev));
+    c.compute(gb.gf);
+    std::vector<float> out(ggml_nelements(z));
+    ggml_backend_tensor_get(z, out.data(), 0, ggml_nbytes(z));
+    return out;
+}
+
+std::vector<float> piper_voice::run_decoder(vs_context & c, const std::vector<float> & z, int64_t F) {
+    auto           gb = c.new_graph();
+    ggml_context * g  = gb.ctx.get();
+
+    ggml_tensor * z_in = ggml_new_tensor_2d(g, GGML_TYPE_F32, hp_.inter, F);
+    ggml_set_name(z_in, "z");
+    ggml_set_input(z_in);
+    ggml_tensor * x = conv1d(g, z_in, c.w("dec.conv_pre.weight"), c.w("dec.conv_pre.bias"), 1,
+                             (int) c.w("dec.conv_pre.weight")->ne[0] / 2);
+    const int n_kernels = (int) hp_.res_kernels.size();
+    for (size_t i = 0; i < hp_.ups_rates.size(); ++i) {
+        const std::string u = "dec.ups." + std::to_string(i) + ".";
+        const int         s = hp_.ups_rates[i];
+        x = conv_transpose1d(g, ggml_leaky_relu(g, x, 0.1f, false), c.w(u + "weight"), c.w(u + "bias"), s,
+                             (hp_.ups_kernels[i] - s) / 2);
+        ggml_tensor * xs = nullptr;
+        for (int j = 0; j < n_kernels; ++j) {
+            const std::string r  = "dec.resblocks." + std::to_string(i * n_kernels + j) + ".convs.";
+            ggml_tensor *     rb = x;
+            for (int cv = 0; cv < hp_.res_convs; ++cv) {
+                const int d   = hp_.res_dilations[j * hp_.res_convs + cv];
+                const int pad = (hp_.res_kernels[j] * d - d) / 2;
+                const std::string w = r + std::to_string(cv) + ".";
+                rb = ggml_add(g, rb, conv1d(g, ggml_leaky_relu(g, rb, 0.1f, false), c.w(w + "weight"), c.w(w + "bias"), d, pad));
+            }
+            xs = xs ? ggml_add(g, xs, rb) : rb;
+        }
+        x = ggml_scale(g, xs, 1.0f / (float) n_kernels);
+    }
+    x = conv1d(g, ggml_leaky_relu(g, x, 0.01f, false), c.w("dec.conv_post.weight"), nullptr, 1,
+               (int) c.w("dec.conv_post.weight")->ne[0] / 2);
+    x = ggml_tanh(g, x);  // [1, N]
+    ggml_set_name(x, "audio");
+    ggml_set_output(x);
+    ggml_build_forward_expand(gb.gf, x);
+
+    c.alloc(VS_STAGE_DECODER, gb.gf);
+    ggml_backend_tensor_set(z_in, z.data(), 0, ggml_nbytes(z_in));
+    c.compute(gb.gf);
+    std::vector<float> audio(ggml_nelements(x));
+    ggml_backend_tensor_get(x, audio.data(), 0, ggml_nbytes(x));
+    return audio;
+}
+
+std::vector<float> gaussian(std::mt19937_64 & rng, size_t n) {
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float>              out(n);
+    for (float & v : out) {
+        v = dist(rng);
+    }
+    return out;
+}
+
+std::vector<float> piper_voice::synthesize(vs_context & c, const std::vector<int32_t> & ids, const vs_synth_params & p,
+                                           int chunk) {
+    const float noise_scale  = p.noise_scale < 0 ? hp_.noise_scale : p.noise_scale;
+    const float length_scale = p.length_scale <= 0 ? hp_.length_scale : p.length_scale;
+    const float noise_w      = p.noise_w < 0 ? hp_.noise_w : p.noise_w;
+    const int64_t T          = (int64_t) ids.size();
+    // One stream per chunk so that a chunk's audio does not depend on the ones before it.
+    std::mt19937_64 rng(p.seed * 0x9E3779B97F4A7C15ull + (uint64_t) chunk);
+
+    auto stage = [&](int id, auto && fn) {
+        c.check_abort();
+        auto t0 = std::chrono::steady_clock::now();
+        fn();
+        double ms = ms_since(t0);
+        c.timings.stage_ms[id] += ms;
+        if (p.on_stage) {
+            p.on_stage(id, chunk, ms, p.on_stage_user_data);
+        }
+    };
+
+    std::vector<float> hidden, m_p, logs_p, logw, z, audio;
+    std::vector<int32_t> frame_to_token;
+    stage(VS_STAGE_ENCODER, [&] { run_encoder(c, ids, hidden, m_p, logs_p); });
+    stage(VS_STAGE_DURATION, [&] {
+        std::vector<float> noise = gaussian(rng, 2 * T);
+        for (float & v : noise) {
+            v *= noise_w;
+        }
+        logw = run_duration(c, hidden, T, noise);
+        for (int64_t t = 0; t < T; ++t) {
+            const int frames = (int) std::ceil(std::exp(logw[t]) * length_scale);
+            for (int k = 0; k < frames; ++k) {
+                frame_to_token.push_back((int32_t) t);
+            }
+        }
+        if (frame_to_token.empty()) {
+            frame_to_token.push_back(0);  // the reference clamps the length to one frame
+        }
+    });
+    const int64_t F = (int64_t) frame_to_token.size();
+    stage(VS_STAGE_FLOW, [&] {
+        z = run_flow(c, m_p, logs_p, frame_to_token, gaussian(rng, (size_t) (hp_.inter * F)), noise_scale, T);
+    });
+    stage(VS_STAGE_DECODER, [&] { audio = run_decoder(c, z, F); });
+
+    c.timings.n_phoneme_ids += (int32_t) T;
+    c.timings.n_frames += (int32_t) F;
+    c.set_output("m_p", std::move(m_p), T, hp_.inter);
+    c.set_output("logs_p", std::move(logs_p), T, hp_.inter);
+    c.set_output("logw", std::move(logw), T, 1);
+    c.set_output("z", std::move(z), F, hp_.inter);
+    return audio;
+}
+
+}  // namespace
+
+void piper_validate(const vs_model & model) {
+    piper_hparams hp = read_hparams(model);
+    std::vector<std::string> required = { "enc_p.emb.weight", "enc_p.proj.weight", "dp.pre.weight", "dp.flows.0.m",
+                                          "dp.flows.0.exp_neg_logs", "dec.conv_pre.weight", "dec.conv_post.weight" };
+    for (int i = 0; i < hp.n_layers; ++i) {
+        required.push_back("enc_p.encoder.attn_layers." + std::to_string(i) + ".emb_rel_k");
+    }
+    for (int id : hp.flow_ids) {
+        required.push_back("flow.flows." + std::to_string(id) + ".post.weight");
+    }
+    for (const auto & name : required) {
+        model.tensor(name);
+    }
+}
+
+std::unique_ptr<voice> make_piper_voice(vs_model & model) {
+    return std::make_unique<piper_voice>(model);
+}
+
+}  // namespace vs

@@ -1,0 +1,276 @@
+// The C boundary: exceptions become status codes and a per-thread error text.
+#include "vs-context.h"
+
+#include <cstring>
+
+namespace vs {
+
+static thread_local std::string g_last_error;
+static vs_log_callback          g_log_cb   = nullptr;
+static void *                   g_log_data = nullptr;
+
+void log(int level, const std::string & text) {
+    if (g_log_cb) {
+        g_log_cb(level, text.c_str(), g_log_data);
+    } else if (level >= VS_LOG_WARN) {
+        fprintf(stderr, "voicestudio: %s\n", text.c_str());
+    }
+}
+
+std::unique_ptr<vs_model>   load_model(const std::string & path, const vs_model_params & params);
+std::unique_ptr<vs_context> make_context(vs_model & model, const vs_context_params & params);
+
+template <typename F> static int guarded(F && fn) {
+    try {
+        g_last_error.clear();
+        fn();
+        return VS_OK;
+    } catch (const error & e) {
+        g_last_error = e.what();
+        return e.status;
+    } catch (const std::bad_alloc &) {
+        g_last_error = "out of memory";
+        return VS_ERR_COMPUTE;
+    } catch (const std::exception & e) {
+        g_last_error = e.what();
+        return VS_ERR_COMPUTE;
+    }
+}
+
+}  // namespace vs
+
+struct vs_audio {
+    std::vector<float> samples;
+    int                sample_rate = 0;
+};
+
+extern "C" {
+
+const char * vs_last_error(void) {
+    return vs::g_last_error.c_str();
+}
+
+const char * vs_stage_name(int stage) {
+    static const char * names[VS_STAGE_COUNT] = { "phonemize", "encoder", "duration", "flow", "decoder" };
+    return stage >= 0 && stage < VS_STAGE_COUNT ? names[stage] : "unknown";
+}
+
+const char * vs_version(void) {
+    return "0.1.0";
+}
+
+void vs_set_log_callback(vs_log_callback callback, void * user_data) {
+    vs::g_log_cb   = callback;
+    vs::g_log_data = user_data;
+}
+
+int vs_device_count(void) {
+    int n = 0;
+    vs::guarded([&] { n = (int) vs::devices().size(); });
+    return n;
+}
+
+int vs_device_get(int index, struct vs_device_info * info) {
+    return vs::guarded([&] {
+        const auto & list = vs::devices();
+        if (!info || index < 0 || index >= (int) list.size()) {
+            throw vs::error(VS_ERR_INVALID_ARG, "device index out of range");
+        }
+        auto e = list[index];
+        vs::refresh_memory(e);
+        *info = e.info;
+    });
+}
+
+struct vs_model_params vs_model_default_params(void) {
+    vs_model_params p{};
+    p.progress           = nullptr;  // no progress report, never cancelled
+    p.progress_user_data = nullptr;
+    return p;
+}
+
+int vs_model_load(const char * path, struct vs_model_params params, vs_model ** model) {
+    return vs::guarded([&] {
+        if (!path || !model) {
+            throw vs::error(VS_ERR_INVALID_ARG, "vs_model_load: path and model are required");
+        }
+        *model    = nullptr;
+        auto m    = vs::load_model(path, params);
+        vs::piper_validate(*m);
+        *model = m.release();
+    });
+}
+
+void vs_model_free(vs_model * model) {
+    delete model;
+}
+
+const char * vs_model_arch(const vs_model * model) {
+    return model ? model->arch.c_str() : "";
+}
+
+const char * vs_model_name(const vs_model * model) {
+    return model ? model->name.c_str() : "";
+}
+
+int vs_model_sample_rate(const vs_model * model) {
+    return model ? model->sample_rate : 0;
+}
+
+const char * vs_model_meta(const vs_model * model, const char * key) {
+    if (!model || !key) {
+        return nullptr;
+    }
+    auto it = model->strings.find(key);
+    return it == model->strings.end() ? nullptr : it->second.c_str();
+}
+
+struct vs_context_params vs_context_default_params(void) {
+    vs_context_params p{};
+    p.device         = "auto";  // the discrete GPU with the most free memory, else the CPU
+    p.n_threads      = 0;       // all cores
+    p.espeak_library = nullptr; // no text input until given
+    p.espeak_data    = nullptr;
+    return p;
+}
+
+int vs_context_init(vs_model * model, struct vs_context_params params, vs_context ** ctx) {
+    return vs::guarded([&] {
+        if (!model || !ctx) {
+            throw vs::error(VS_ERR_INVALID_ARG, "vs_context_init: model and ctx are required");
+        }
+        *ctx = nullptr;
+        *ctx = vs::make_context(*model, params).release();
+    });
+}
+
+void vs_context_free(vs_context * ctx) {
+    delete ctx;
+}
+
+const char * vs_context_device(const vs_context * ctx) {
+    return ctx ? ctx->device.c_str() : "";
+}
+
+int vs_context_threads(const vs_context * ctx) {
+    return ctx ? ctx->n_threads : 0;
+}
+
+uint32_t vs_context_fallback_stages(const vs_context * ctx) {
+    return ctx ? ctx->fallback_stages : 0;
+}
+
+struct vs_synth_params vs_synth_default_params(void) {
+    vs_synth_params p{};
+    p.noise_scale  = -1.0f;  // the voice's default
+    p.length_scale = -1.0f;  // the voice's default
+    p.noise_w      = -1.0f;  // the voice's default
+    p.seed         = 0;
+    return p;
+}
+
+int vs_synthesize(vs_context * ctx, const char * input, int kind, struct vs_synth_params params, vs_audio ** audio) {
+    if (ctx) {
+        ctx->timings = {};
+        ctx->outputs.clear();
+    }
+    return vs::guarded([&] {
+        if (!ctx || !input || !audio) {
+            throw vs::error(VS_ERR_INVALID_ARG, "vs_synthesize: ctx, input and audio are required");
+        }
+        *audio = nullptr;
+        struct active_guard {
+            vs_context * c;
+            ~active_guard() { c->active = nullptr; }
+        } guard{ ctx };
+        ctx->active = &params;
+        const auto t0 = std::chrono::steady_clock::now();
+
+        int skipped = 0;
+        std::vector<std::vector<int32_t>> chunks;
+        {
+            auto tp = std::chrono::steady_clock::now();
+            chunks  = kind == VS_INPUT_PHONEMES ? ctx->voice->ids_from_phonemes(input, skipped)
+                                               : ctx->voice->ids_from_text(*ctx, input, skipped);
+            double ms = vs::ms_since(tp);
+            ctx->timings.stage_ms[VS_STAGE_PHONEMIZE] = ms;
+            if (params.on_stage) {
+                params.on_stage(VS_STAGE_PHONEMIZE, 0, ms, params.on_stage_user_data);
+            }
+        }
+        ctx->timings.n_skipped_symbols = skipped;
+        if (skipped > 0) {
+            vs::log(VS_LOG_WARN, std::to_string(skipped) + " symbol(s) the voice cannot pronounce were skipped");
+        }
+        if (chunks.empty()) {
+            throw vs::error(VS_ERR_TEXT, "nothing to speak in the input");
+        }
+        auto out         = std::make_unique<vs_audio>();
+        out->sample_rate = ctx->model->sample_rate;
+        for (size_t i = 0; i < chunks.size(); ++i) {
+            ctx->check_abort();
+            std::vector<float> pcm = ctx->voice->synthesize(*ctx, chunks[i], params, (int) i);
+            if (params.on_chunk) {
+                params.on_chunk((int) i, pcm.data(), pcm.size(), params.on_chunk_user_data);
+            }
+            if (i == 0) {
+                ctx->timings.first_audio_ms = vs::ms_since(t0);
+            }
+            out->samples.insert(out->samples.end(), pcm.begin(), pcm.end());
+            ctx->timings.n_chunks++;
+        }
+        ctx->timings.n_samples = (int64_t) out->samples.size();
+        ctx->timings.total_ms  = vs::ms_since(t0);
+        *audio                 = out.release();
+    });
+}
+
+int vs_phonemize(vs_context * ctx, const char * text, char ** phonemes) {
+    return vs::guarded([&] {
+        if (!ctx || !text || !phonemes) {
+            throw vs::error(VS_ERR_INVALID_ARG, "vs_phonemize: ctx, text and phonemes are required");
+        }
+        std::string ipa = ctx->voice->phonemize(*ctx, text);
+        *phonemes       = strdup(ipa.c_str());
+    });
+}
+
+void vs_string_free(char * s) {
+    free(s);
+}
+
+struct vs_timings vs_context_timings(const vs_context * ctx) {
+    return ctx ? ctx->timings : vs_timings{};
+}
+
+int vs_context_output(const vs_context * ctx, const char * name, const float ** data, int64_t shape[2]) {
+    return vs::guarded([&] {
+        if (!ctx || !name || !data || !shape) {
+            throw vs::error(VS_ERR_INVALID_ARG, "vs_context_output: all arguments are required");
+        }
+        auto it = ctx->outputs.find(name);
+        if (it == ctx->outputs.end()) {
+            throw vs::error(VS_ERR_INVALID_ARG, std::string("no output named '") + name + "'");
+        }
+        *data    = it->second.first.data();
+        shape[0] = it->second.second[0];
+        shape[1] = it->second.second[1];
+    });
+}
+
+const float * vs_audio_samples(const vs_audio * audio) {
+    return audio ? audio->samples.data() : nullptr;
+}
+
+size_t vs_audio_length(const vs_audio * audio) {
+    return audio ? audio->samples.size() : 0;
+}
+
+int vs_audio_sample_rate(const vs_audio * audio) {
+    return audio ? audio->sample_rate : 0;
+}
+
+void vs_audio_free(vs_audio * audio) {
+    delete audio;
+}
+}

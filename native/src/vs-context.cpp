@@ -1,0 +1,126 @@
+// Context: device, scheduler and the stage runner shared by the architectures.
+#include "vs-context.h"
+
+#include <thread>
+
+ggml_tensor * vs_context::w(const std::string & name) const {
+    auto it = weights->tensors.find(name);
+    if (it == weights->tensors.end()) {
+        throw vs::error(VS_ERR_FORMAT, "model '" + model->path + "' lacks tensor '" + name + "'");
+    }
+    return it->second;
+}
+
+vs::graph_build vs_context::new_graph(size_t max_nodes) const {
+    ggml_init_params ip{ ggml_tensor_overhead() * max_nodes + ggml_graph_overhead_custom(max_nodes, false), nullptr,
+                         true };
+    vs::graph_build gb;
+    gb.ctx.reset(ggml_init(ip));
+    if (!gb.ctx) {
+        throw vs::error(VS_ERR_COMPUTE, "out of memory for a graph");
+    }
+    gb.gf = ggml_new_graph_custom(gb.ctx.get(), max_nodes, false);
+    return gb;
+}
+
+void vs_context::alloc(int stage, ggml_cgraph * gf) {
+    ggml_backend_sched_reset(sched.get());
+    if (!ggml_backend_sched_alloc_graph(sched.get(), gf)) {
+        throw vs::error(VS_ERR_COMPUTE, std::string("cannot allocate the ") + vs_stage_name(stage) + " graph on " + device);
+    }
+    if (cpu_backend) {
+        for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
+            ggml_tensor * node = ggml_graph_node(gf, i);
+            if (ggml_backend_sched_get_tensor_backend(sched.get(), node) == cpu_backend.get()) {
+                if (!(fallback_stages & (1u << stage))) {
+                    vs::log(VS_LOG_WARN, std::string("stage ") + vs_stage_name(stage) + ": " + ggml_op_desc(node) +
+                                             " runs on the CPU (" + device + " cannot)");
+                }
+                fallback_stages |= 1u << stage;
+            }
+        }
+    }
+}
+
+void vs_context::compute(ggml_cgraph * gf) {
+    ggml_status st = ggml_backend_sched_graph_compute(sched.get(), gf);
+    if (st == GGML_STATUS_ABORTED || aborted()) {
+        throw vs::error(VS_ERR_ABORTED, "synthesis cancelled");
+    }
+    if (st != GGML_STATUS_SUCCESS) {
+        throw vs::error(VS_ERR_COMPUTE, "graph computation failed on " + device);
+    }
+}
+
+bool vs_context::aborted() const {
+    return active && active->abort && active->abort(active->abort_user_data);
+}
+
+void vs_context::check_abort() const {
+    if (aborted()) {
+        throw vs::error(VS_ERR_ABORTED, "synthesis cancelled");
+    }
+}
+
+void vs_context::set_output(const std::string & name, std::vector<float> data, int64_t rows, int64_t cols) {
+    outputs[name] = { std::move(data), { rows, cols } };
+}
+
+namespace vs {
+
+static bool abort_trampoline(void * data) {
+    return static_cast<vs_context *>(data)->aborted();
+}
+
+static void set_backend_threads(ggml_backend_t backend, int n_threads) {
+    ggml_backend_dev_t dev = ggml_backend_get_device(backend);
+    ggml_backend_reg_t reg = dev ? ggml_backend_dev_backend_reg(dev) : nullptr;
+    if (!reg) {
+        return;
+    }
+    auto set_threads = (ggml_backend_set_n_threads_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_n_threads");
+    if (set_threads) {
+        set_threads(backend, n_threads);
+    }
+}
+
+std::unique_ptr<vs_context> make_context(vs_model & model, const vs_context_params & params) {
+    auto ctx       = std::make_unique<vs_context>();
+    ctx->model     = &model;
+    ctx->dev       = resolve_device(params.device ? params.device : "auto");
+    ctx->device    = device_id(ctx->dev);
+    ctx->n_threads = params.n_threads > 0 ? params.n_threads : (int) std::max(1u, std::thread::hardware_concurrency());
+
+    ctx->backend.reset(ggml_backend_dev_init(ctx->dev, nullptr));
+    if (!ctx->backend) {
+        throw error(VS_ERR_DEVICE, "cannot start the backend of " + ctx->device);
+    }
+    std::vector<ggml_backend_t> backends = { ctx->backend.get() };
+    if (ggml_backend_dev_type(ctx->dev) != GGML_BACKEND_DEVICE_TYPE_CPU) {
+        ctx->cpu_backend.reset(ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, nullptr));
+        if (!ctx->cpu_backend) {
+            throw error(VS_ERR_DEVICE, "cannot start the CPU backend");
+        }
+        backends.push_back(ctx->cpu_backend.get());
+    }
+    for (ggml_backend_t b : backends) {
+        if (ggml_backend_dev_type(ggml_backend_get_device(b)) == GGML_BACKEND_DEVICE_TYPE_CPU) {
+            set_backend_threads(b, ctx->n_threads);
+            ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(ggml_backend_get_device(b));
+            auto set_abort = (void (*)(ggml_backend_t, ggml_abort_callback, void *)) ggml_backend_reg_get_proc_address(
+                reg, "ggml_backend_set_abort_callback");
+            if (set_abort) {
+                set_abort(b, abort_trampoline, ctx.get());
+            }
+        }
+    }
+    ctx->weights = weights_for(model, ctx->dev);
+    ctx->sched.reset(ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), 16384, false, false));
+    if (params.espeak_library && *params.espeak_library) {
+        ctx->phonemizer = std::make_unique<phonemizer>(params.espeak_library, params.espeak_data ? params.espeak_data : "");
+    }
+    ctx->voice = make_piper_voice(model);
+    return ctx;
+}
+
+}  // namespace vs

@@ -1,0 +1,68 @@
+// Per-run state: device, scheduler, weights on that device, timings, outputs.
+#pragma once
+
+#include "vs-impl.h"
+
+#include <functional>
+
+namespace vs {
+
+class voice;  // an architecture's synthesis (models/*.cpp)
+
+// One graph under construction: a metadata-only ggml context and its cgraph.
+struct graph_build {
+    ggml_ctx_ptr  ctx;
+    ggml_cgraph * gf = nullptr;
+};
+
+}  // namespace vs
+
+struct vs_context {
+    vs_model *                      model = nullptr;
+    ggml_backend_dev_t              dev   = nullptr;
+    std::string                     device;
+    int                             n_threads = 1;
+    vs::backend_ptr                 backend;      // the chosen device
+    vs::backend_ptr                 cpu_backend;  // fallback for ops the device lacks
+    vs::sched_ptr                   sched;
+    std::shared_ptr<vs::weight_set> weights;
+    std::unique_ptr<vs::phonemizer> phonemizer;
+    std::unique_ptr<vs::voice>      voice;
+    uint32_t                        fallback_stages = 0;
+
+    vs_timings                                            timings{};
+    std::map<std::string, std::pair<std::vector<float>, std::array<int64_t, 2>>> outputs;
+
+    // Abort polling for the synthesis in progress (also handed to the CPU backend).
+    const vs_synth_params * active = nullptr;
+
+    ggml_tensor * w(const std::string & name) const;  // weight on this context's device
+
+    vs::graph_build new_graph(size_t max_nodes = 8192) const;
+    // Allocates `gf` on the scheduler; records stages with ops the device could not take.
+    void            alloc(int stage, ggml_cgraph * gf);
+    void            compute(ggml_cgraph * gf);
+    bool            aborted() const;
+    void            check_abort() const;
+
+    void set_output(const std::string & name, std::vector<float> data, int64_t rows, int64_t cols);
+};
+
+namespace vs {
+
+class voice {
+  public:
+    virtual ~voice() = default;
+    // Phoneme ids of each sentence of `input`.
+    virtual std::vector<std::vector<int32_t>> ids_from_text(vs_context & ctx, const std::string & text, int & skipped) = 0;
+    virtual std::vector<std::vector<int32_t>> ids_from_phonemes(const std::string & ipa, int & skipped)                = 0;
+    virtual std::string phonemize(vs_context & ctx, const std::string & text)                                           = 0;
+    // Audio of one chunk; calls on_stage for each stage.
+    virtual std::vector<float> synthesize(vs_context & ctx, const std::vector<int32_t> & ids, const vs_synth_params & p,
+                                          int chunk) = 0;
+};
+
+std::unique_ptr<voice> make_piper_voice(vs_model & model);
+void                   piper_validate(const vs_model & model);
+
+}  // namespace vs

@@ -1,0 +1,129 @@
+// Internal types shared by the engine's translation units.
+#pragma once
+
+#include "voicestudio.h"
+
+#include <ggml-backend.h>
+#include <ggml.h>
+#include <gguf.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace vs {
+
+// Thrown inside the engine; the C boundary turns it into a status code.
+struct error : std::runtime_error {
+    int status;
+    error(int status, const std::string & what) : std::runtime_error(what), status(status) {}
+};
+
+void log(int level, const std::string & text);
+
+inline double ms_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+struct ggml_ctx_deleter {
+    void operator()(ggml_context * c) const { ggml_free(c); }
+};
+struct gguf_ctx_deleter {
+    void operator()(gguf_context * c) const { gguf_free(c); }
+};
+struct buffer_deleter {
+    void operator()(ggml_backend_buffer_t b) const { ggml_backend_buffer_free(b); }
+};
+struct backend_deleter {
+    void operator()(ggml_backend_t b) const { ggml_backend_free(b); }
+};
+struct sched_deleter {
+    void operator()(ggml_backend_sched_t s) const { ggml_backend_sched_free(s); }
+};
+using ggml_ctx_ptr = std::unique_ptr<ggml_context, ggml_ctx_deleter>;
+using gguf_ctx_ptr = std::unique_ptr<gguf_context, gguf_ctx_deleter>;
+using buffer_ptr   = std::unique_ptr<ggml_backend_buffer, buffer_deleter>;
+using backend_ptr  = std::unique_ptr<ggml_backend, backend_deleter>;
+using sched_ptr    = std::unique_ptr<ggml_backend_sched, sched_deleter>;
+
+// ---------------------------------------------------------------- devices (vs-devices.cpp)
+
+struct device_entry {
+    ggml_backend_dev_t dev;
+    vs_device_info     info;
+};
+const std::vector<device_entry> & devices();
+// Resolves "auto", "cpu" or an id; throws VS_ERR_DEVICE for an unknown one.
+ggml_backend_dev_t                resolve_device(const std::string & request);
+std::string                       device_id(ggml_backend_dev_t dev);
+void                              refresh_memory(device_entry & e);
+
+// ---------------------------------------------------------------- weights (vs-model-loader.cpp)
+
+// One copy of the weights in one buffer type.
+struct weight_set {
+    ggml_ctx_ptr                         ctx;
+    buffer_ptr                           buffer;
+    std::map<std::string, ggml_tensor *> tensors;
+};
+
+struct model_file;  // the mapped GGUF file
+
+}  // namespace vs
+
+struct vs_model {
+    std::string                      path;
+    std::string                      arch;
+    std::string                      name;
+    int                              sample_rate = 0;
+    vs::gguf_ctx_ptr                 meta;
+    std::shared_ptr<vs::model_file>  file;
+    vs::weight_set                   host;  // tensors in the mapped file
+    std::map<std::string, std::string> strings;
+
+    // Copies of the weights on other devices, made on first use by a context.
+    std::mutex                                                     device_mutex;
+    std::map<ggml_backend_dev_t, std::shared_ptr<vs::weight_set>>  on_device;
+
+    // Hyperparameters of the architecture (filled by the model's loader).
+    std::shared_ptr<void> hparams;
+
+    ggml_tensor * tensor(const std::string & name) const;  // throws if absent
+    uint32_t              u32(const std::string & key) const;
+    float                 f32(const std::string & key) const;
+    std::vector<int32_t>  i32_array(const std::string & key) const;
+    std::vector<std::string> str_array(const std::string & key) const;
+};
+
+namespace vs {
+
+// Weights for `dev`: the host copy for CPU devices, else an uploaded copy.
+std::shared_ptr<weight_set> weights_for(vs_model & model, ggml_backend_dev_t dev);
+
+// ---------------------------------------------------------------- phonemizer (vs-phonemizer.cpp)
+
+struct phonemized_sentence {
+    std::string ipa;  // clauses joined with their punctuation, as piper-phonemize does
+};
+
+class phonemizer {
+  public:
+    phonemizer(const std::string & library, const std::string & data_dir);
+    // Sentences of `text` in voice `voice` (an espeak-ng voice name).
+    std::vector<phonemized_sentence> phonemize(const std::string & text, const std::string & voice) const;
+
+    struct api;  // the loaded library (shared by every phonemizer using it)
+
+  private:
+    std::shared_ptr<api> api_;
+};
+
+// UTF-8 <-> code points
+std::vector<char32_t> utf8_decode(const std::string & s);
+std::string           utf8_encode(char32_t c);
+
+}  // namespace vs
