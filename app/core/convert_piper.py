@@ -100,17 +100,23 @@ def _hyperparameters(named: dict[str, np.ndarray], conv: dict[str, dict]) -> dic
     res_kernels = [named[f"dec.resblocks.{j}.convs.0.weight"].shape[2] for j in range(n_kernels)]
     n_res_convs = sum(1 for n in named if n.startswith("dec.resblocks.0.convs.") and n.endswith(".weight"))
     res_dilations = [
-        conv[f"dec.resblocks.{j}.convs.{c}.weight"]["dilations"][0] for j in range(n_kernels) for c in range(n_res_convs)
+        conv[f"dec.resblocks.{j}.convs.{c}.weight"]["dilations"][0]
+        for j in range(n_kernels)
+        for c in range(n_res_convs)
     ]
     for k, s in zip(ups_kernels, ups_rates, strict=True):
         if k != 2 * s:
             raise ConversionError(f"upsampling kernel {k} with stride {s}: the engine needs kernel == 2*stride")
 
     flow_ids = sorted({int(n.split(".")[2]) for n in named if n.startswith("flow.flows.") and n.endswith("pre.weight")})
-    wn_layers = sum(1 for n in named if n.startswith(f"flow.flows.{flow_ids[0]}.enc.in_layers.") and n.endswith(".weight"))
+    wn_layers = sum(
+        1 for n in named if n.startswith(f"flow.flows.{flow_ids[0]}.enc.in_layers.") and n.endswith(".weight")
+    )
     wn_kernel = named[f"flow.flows.{flow_ids[0]}.enc.in_layers.0.weight"].shape[2]
     wn_dilation = conv[f"flow.flows.{flow_ids[0]}.enc.in_layers.1.weight"]["dilations"][0] if wn_layers > 1 else 1
-    dp_flow_ids = sorted({int(n.split(".")[2]) for n in named if n.startswith("dp.flows.") and n.endswith("proj.weight")})
+    dp_flow_ids = sorted(
+        {int(n.split(".")[2]) for n in named if n.startswith("dp.flows.") and n.endswith("proj.weight")}
+    )
     dp_layers = sum(1 for n in named if n.startswith("dp.convs.convs_sep.") and n.endswith(".weight"))
     dp_kernel = named["dp.convs.convs_sep.0.weight"].shape[2]
     dp_bins = (named[f"dp.flows.{dp_flow_ids[0]}.proj.weight"].shape[0] + 1) // 3

@@ -36,22 +36,22 @@ extern "C" {
 #endif
 
 #if defined(_WIN32) && defined(VS_BUILD)
-#    define VS_API __declspec(dllexport)
+#define VS_API __declspec(dllexport)
 #else
-#    define VS_API __attribute__((visibility("default")))
+#define VS_API __attribute__((visibility("default")))
 #endif
 
 // Status codes: VS_OK, or a negative code whose reason vs_last_error() gives.
 enum vs_status {
-    VS_OK                = 0,
-    VS_ERR_INVALID_ARG   = -1,
-    VS_ERR_IO            = -2,  // file missing or unreadable
-    VS_ERR_FORMAT        = -3,  // not a GGUF, truncated, or another architecture
-    VS_ERR_DEVICE        = -4,  // unknown device or backend failed to start
-    VS_ERR_TEXT          = -5,  // nothing speakable in the input
-    VS_ERR_ABORTED       = -6,  // the abort callback asked to stop
-    VS_ERR_COMPUTE       = -7,  // a graph failed to allocate or compute
-    VS_ERR_PHONEMIZER    = -8,  // espeak-ng could not be loaded or initialised
+    VS_OK              = 0,
+    VS_ERR_INVALID_ARG = -1,
+    VS_ERR_IO          = -2,  // file missing or unreadable
+    VS_ERR_FORMAT      = -3,  // not a GGUF, truncated, or another architecture
+    VS_ERR_DEVICE      = -4,  // unknown device or backend failed to start
+    VS_ERR_TEXT        = -5,  // nothing speakable in the input
+    VS_ERR_ABORTED     = -6,  // the abort callback asked to stop
+    VS_ERR_COMPUTE     = -7,  // a graph failed to allocate or compute
+    VS_ERR_PHONEMIZER  = -8,  // espeak-ng could not be loaded or initialised
 };
 
 enum vs_stage {
@@ -97,12 +97,12 @@ VS_API void         vs_set_log_callback(vs_log_callback callback, void * user_da
 // ---------------------------------------------------------------- devices
 
 struct vs_device_info {
-    char   id[64];            // stable within a run: "cpu", "cuda0", "vulkan0", ...
+    char   id[64];  // stable within a run: "cpu", "cuda0", "vulkan0", ...
     char   name[128];
     char   description[256];
-    int    type;              // enum vs_device_type
-    size_t memory_free;       // bytes
-    size_t memory_total;      // bytes
+    int    type;          // enum vs_device_type
+    size_t memory_free;   // bytes
+    size_t memory_total;  // bytes
 };
 
 VS_API int vs_device_count(void);
@@ -117,10 +117,10 @@ struct vs_model_params {
 };
 
 VS_API struct vs_model_params vs_model_default_params(void);
-VS_API int  vs_model_load(const char * path, struct vs_model_params params, vs_model ** model);
-VS_API void vs_model_free(vs_model * model);
+VS_API int                    vs_model_load(const char * path, struct vs_model_params params, vs_model ** model);
+VS_API void                   vs_model_free(vs_model * model);
 
-VS_API const char * vs_model_arch(const vs_model * model);   // "piper"
+VS_API const char * vs_model_arch(const vs_model * model);  // "piper"
 VS_API const char * vs_model_name(const vs_model * model);
 VS_API int          vs_model_sample_rate(const vs_model * model);
 // A string metadata value of the GGUF file, or NULL (e.g. "piper.espeak_voice").
@@ -129,38 +129,38 @@ VS_API const char * vs_model_meta(const vs_model * model, const char * key);
 // ---------------------------------------------------------------- context
 
 struct vs_context_params {
-    const char * device;           // "auto" (default), "cpu", or a vs_device_info.id
-    int          n_threads;        // CPU threads; <= 0 means the number of cores
-    const char * espeak_library;   // path of libespeak-ng; NULL: phoneme input only
-    const char * espeak_data;      // its espeak-ng-data directory
+    const char * device;          // "auto" (default), "cpu", or a vs_device_info.id
+    int          n_threads;       // CPU threads; <= 0 means the number of cores
+    const char * espeak_library;  // path of libespeak-ng; NULL: phoneme input only
+    const char * espeak_data;     // its espeak-ng-data directory
 };
 
 VS_API struct vs_context_params vs_context_default_params(void);
-VS_API int  vs_context_init(vs_model * model, struct vs_context_params params, vs_context ** ctx);
-VS_API void vs_context_free(vs_context * ctx);
+VS_API int                      vs_context_init(vs_model * model, struct vs_context_params params, vs_context ** ctx);
+VS_API void                     vs_context_free(vs_context * ctx);
 
 VS_API const char * vs_context_device(const vs_context * ctx);  // id of the device it runs on
 VS_API int          vs_context_threads(const vs_context * ctx);
 // Stages that had ops placed on the CPU although a GPU was chosen: bit i = stage i.
-VS_API uint32_t     vs_context_fallback_stages(const vs_context * ctx);
+VS_API uint32_t vs_context_fallback_stages(const vs_context * ctx);
 
 // ---------------------------------------------------------------- synthesis
 
 struct vs_timings {
-    double   stage_ms[VS_STAGE_COUNT];  // summed over chunks
-    double   total_ms;                  // wall clock of the whole call
-    double   first_audio_ms;            // call start to the first chunk delivered
-    int32_t  n_chunks;
-    int32_t  n_phoneme_ids;
-    int32_t  n_frames;
-    int64_t  n_samples;
-    int32_t  n_skipped_symbols;         // input symbols the voice has no phoneme for
+    double  stage_ms[VS_STAGE_COUNT];  // summed over chunks
+    double  total_ms;                  // wall clock of the whole call
+    double  first_audio_ms;            // call start to the first chunk delivered
+    int32_t n_chunks;
+    int32_t n_phoneme_ids;
+    int32_t n_frames;
+    int64_t n_samples;
+    int32_t n_skipped_symbols;  // input symbols the voice has no phoneme for
 };
 
 struct vs_synth_params {
-    float    noise_scale;     // < 0: the voice's default
-    float    length_scale;    // < 0: the voice's default; larger is slower
-    float    noise_w;         // < 0: the voice's default
+    float    noise_scale;   // < 0: the voice's default
+    float    length_scale;  // < 0: the voice's default; larger is slower
+    float    noise_w;       // < 0: the voice's default
     uint64_t seed;
 
     // Called after each stage of each chunk, with its milliseconds.

@@ -1,8 +1,6 @@
 // app._engine: a thin binding over the C API. Compute runs without the GIL;
 // callbacks take it back. Audio is returned as a NumPy array that owns the
 // engine's buffer (no copy).
-#include "voicestudio.h"
-
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -11,6 +9,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+
+#include "voicestudio.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -44,7 +44,7 @@ class Model {
             st.fn                     = *progress;
             params.progress_user_data = &st;
             params.progress           = [](float fraction, void * data) -> bool {
-                auto *            s = static_cast<state *>(data);
+                auto *                 s = static_cast<state *>(data);
                 nb::gil_scoped_acquire gil;
                 try {
                     nb::object r = s->fn(fraction);
@@ -131,8 +131,8 @@ class Context {
 
     audio_array synthesize(const std::string & input, bool phonemes, float noise_scale, float length_scale,
                            float noise_w, uint64_t seed, nb::object on_stage, nb::object on_chunk, nb::object abort) {
-        vs_context *   c = get();
-        call_state     st{ on_stage, on_chunk, abort, nullptr };
+        vs_context *    c = get();
+        call_state      st{ on_stage, on_chunk, abort, nullptr };
         vs_synth_params p = vs_synth_default_params();
         p.noise_scale     = noise_scale;
         p.length_scale    = length_scale;
@@ -220,14 +220,14 @@ class Context {
             stages[vs_stage_name(i)] = t.stage_ms[i];
         }
         nb::dict d;
-        d["stages_ms"]         = stages;
-        d["total_ms"]          = t.total_ms;
-        d["first_audio_ms"]    = t.first_audio_ms;
-        d["chunks"]            = t.n_chunks;
-        d["phoneme_ids"]       = t.n_phoneme_ids;
-        d["frames"]            = t.n_frames;
-        d["samples"]           = t.n_samples;
-        d["skipped_symbols"]   = t.n_skipped_symbols;
+        d["stages_ms"]       = stages;
+        d["total_ms"]        = t.total_ms;
+        d["first_audio_ms"]  = t.first_audio_ms;
+        d["chunks"]          = t.n_chunks;
+        d["phoneme_ids"]     = t.n_phoneme_ids;
+        d["frames"]          = t.n_frames;
+        d["samples"]         = t.n_samples;
+        d["skipped_symbols"] = t.n_skipped_symbols;
         return d;
     }
 

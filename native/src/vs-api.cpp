@@ -1,7 +1,7 @@
 // The C boundary: exceptions become status codes and a per-thread error text.
-#include "vs-context.h"
-
 #include <cstring>
+
+#include "vs-context.h"
 
 namespace vs {
 
@@ -20,7 +20,8 @@ void log(int level, const std::string & text) {
 std::unique_ptr<vs_model>   load_model(const std::string & path, const vs_model_params & params);
 std::unique_ptr<vs_context> make_context(vs_model & model, const vs_context_params & params);
 
-template <typename F> static int guarded(F && fn) {
+template <typename F>
+static int guarded(F && fn) {
     try {
         g_last_error.clear();
         fn();
@@ -94,8 +95,8 @@ int vs_model_load(const char * path, struct vs_model_params params, vs_model ** 
         if (!path || !model) {
             throw vs::error(VS_ERR_INVALID_ARG, "vs_model_load: path and model are required");
         }
-        *model    = nullptr;
-        auto m    = vs::load_model(path, params);
+        *model = nullptr;
+        auto m = vs::load_model(path, params);
         vs::piper_validate(*m);
         *model = m.release();
     });
@@ -127,9 +128,9 @@ const char * vs_model_meta(const vs_model * model, const char * key) {
 
 struct vs_context_params vs_context_default_params(void) {
     vs_context_params p{};
-    p.device         = "auto";  // the discrete GPU with the most free memory, else the CPU
-    p.n_threads      = 0;       // all cores
-    p.espeak_library = nullptr; // no text input until given
+    p.device         = "auto";   // the discrete GPU with the most free memory, else the CPU
+    p.n_threads      = 0;        // all cores
+    p.espeak_library = nullptr;  // no text input until given
     p.espeak_data    = nullptr;
     return p;
 }
@@ -183,15 +184,15 @@ int vs_synthesize(vs_context * ctx, const char * input, int kind, struct vs_synt
             vs_context * c;
             ~active_guard() { c->active = nullptr; }
         } guard{ ctx };
-        ctx->active = &params;
+        ctx->active   = &params;
         const auto t0 = std::chrono::steady_clock::now();
 
-        int skipped = 0;
+        int                               skipped = 0;
         std::vector<std::vector<int32_t>> chunks;
         {
-            auto tp = std::chrono::steady_clock::now();
-            chunks  = kind == VS_INPUT_PHONEMES ? ctx->voice->ids_from_phonemes(input, skipped)
-                                               : ctx->voice->ids_from_text(*ctx, input, skipped);
+            auto tp   = std::chrono::steady_clock::now();
+            chunks    = kind == VS_INPUT_PHONEMES ? ctx->voice->ids_from_phonemes(input, skipped)
+                                                  : ctx->voice->ids_from_text(*ctx, input, skipped);
             double ms = vs::ms_since(tp);
             ctx->timings.stage_ms[VS_STAGE_PHONEMIZE] = ms;
             if (params.on_stage) {

@@ -14,7 +14,7 @@ ggml_tensor * vs_context::w(const std::string & name) const {
 vs::graph_build vs_context::new_graph(size_t max_nodes) const {
     ggml_init_params ip{ ggml_tensor_overhead() * max_nodes + ggml_graph_overhead_custom(max_nodes, false), nullptr,
                          true };
-    vs::graph_build gb;
+    vs::graph_build  gb;
     gb.ctx.reset(ggml_init(ip));
     if (!gb.ctx) {
         throw vs::error(VS_ERR_COMPUTE, "out of memory for a graph");
@@ -26,7 +26,8 @@ vs::graph_build vs_context::new_graph(size_t max_nodes) const {
 void vs_context::alloc(int stage, ggml_cgraph * gf) {
     ggml_backend_sched_reset(sched.get());
     if (!ggml_backend_sched_alloc_graph(sched.get(), gf)) {
-        throw vs::error(VS_ERR_COMPUTE, std::string("cannot allocate the ") + vs_stage_name(stage) + " graph on " + device);
+        throw vs::error(VS_ERR_COMPUTE,
+                        std::string("cannot allocate the ") + vs_stage_name(stage) + " graph on " + device);
     }
     if (cpu_backend) {
         for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
@@ -78,7 +79,8 @@ static void set_backend_threads(ggml_backend_t backend, int n_threads) {
     if (!reg) {
         return;
     }
-    auto set_threads = (ggml_backend_set_n_threads_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_n_threads");
+    auto set_threads =
+        (ggml_backend_set_n_threads_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_n_threads");
     if (set_threads) {
         set_threads(backend, n_threads);
     }
@@ -117,7 +119,8 @@ std::unique_ptr<vs_context> make_context(vs_model & model, const vs_context_para
     ctx->weights = weights_for(model, ctx->dev);
     ctx->sched.reset(ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), 16384, false, false));
     if (params.espeak_library && *params.espeak_library) {
-        ctx->phonemizer = std::make_unique<phonemizer>(params.espeak_library, params.espeak_data ? params.espeak_data : "");
+        ctx->phonemizer =
+            std::make_unique<phonemizer>(params.espeak_library, params.espeak_data ? params.espeak_data : "");
     }
     ctx->voice = make_piper_voice(model);
     return ctx;

@@ -1,9 +1,9 @@
 // Per-run state: device, scheduler, weights on that device, timings, outputs.
 #pragma once
 
-#include "vs-impl.h"
-
 #include <functional>
+
+#include "vs-impl.h"
 
 namespace vs {
 
@@ -30,7 +30,7 @@ struct vs_context {
     std::unique_ptr<vs::voice>      voice;
     uint32_t                        fallback_stages = 0;
 
-    vs_timings                                            timings{};
+    vs_timings                                                                   timings{};
     std::map<std::string, std::pair<std::vector<float>, std::array<int64_t, 2>>> outputs;
 
     // Abort polling for the synthesis in progress (also handed to the CPU backend).
@@ -40,10 +40,10 @@ struct vs_context {
 
     vs::graph_build new_graph(size_t max_nodes = 8192) const;
     // Allocates `gf` on the scheduler; records stages with ops the device could not take.
-    void            alloc(int stage, ggml_cgraph * gf);
-    void            compute(ggml_cgraph * gf);
-    bool            aborted() const;
-    void            check_abort() const;
+    void alloc(int stage, ggml_cgraph * gf);
+    void compute(ggml_cgraph * gf);
+    bool aborted() const;
+    void check_abort() const;
 
     void set_output(const std::string & name, std::vector<float> data, int64_t rows, int64_t cols);
 };
@@ -54,9 +54,10 @@ class voice {
   public:
     virtual ~voice() = default;
     // Phoneme ids of each sentence of `input`.
-    virtual std::vector<std::vector<int32_t>> ids_from_text(vs_context & ctx, const std::string & text, int & skipped) = 0;
-    virtual std::vector<std::vector<int32_t>> ids_from_phonemes(const std::string & ipa, int & skipped)                = 0;
-    virtual std::string phonemize(vs_context & ctx, const std::string & text)                                           = 0;
+    virtual std::vector<std::vector<int32_t>> ids_from_text(vs_context & ctx, const std::string & text,
+                                                            int & skipped)                              = 0;
+    virtual std::vector<std::vector<int32_t>> ids_from_phonemes(const std::string & ipa, int & skipped) = 0;
+    virtual std::string                       phonemize(vs_context & ctx, const std::string & text)     = 0;
     // Audio of one chunk; calls on_stage for each stage.
     virtual std::vector<float> synthesize(vs_context & ctx, const std::vector<int32_t> & ids, const vs_synth_params & p,
                                           int chunk) = 0;

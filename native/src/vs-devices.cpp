@@ -1,8 +1,8 @@
 // Device registry: every device ggml reports, and the choice of one for a context.
-#include "vs-impl.h"
-
 #include <cstring>
 #include <mutex>
+
+#include "vs-impl.h"
 
 namespace vs {
 
@@ -100,4 +100,3 @@ ggml_backend_dev_t resolve_device(const std::string & request) {
 }
 
 }  // namespace vs
-

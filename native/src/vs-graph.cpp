@@ -8,9 +8,11 @@ ggml_tensor * conv1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_
     if (K == 1 && padding == 0) {
         y = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w, IC, OC), x);  // [OC, T]
     } else {
-        ggml_tensor * xt   = ggml_cont(ctx, ggml_transpose(ctx, x));                                  // [T, IC]
-        ggml_tensor * cols = ggml_im2col(ctx, w, xt, 1, 0, padding, 0, dilation, 0, false, GGML_TYPE_F32);  // [IC*K, T']
-        y = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w, K * IC, OC), ggml_reshape_2d(ctx, cols, cols->ne[0], cols->ne[1]));
+        ggml_tensor * xt = ggml_cont(ctx, ggml_transpose(ctx, x));  // [T, IC]
+        ggml_tensor * cols =
+            ggml_im2col(ctx, w, xt, 1, 0, padding, 0, dilation, 0, false, GGML_TYPE_F32);  // [IC*K, T']
+        y = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w, K * IC, OC),
+                         ggml_reshape_2d(ctx, cols, cols->ne[0], cols->ne[1]));
     }
     return b ? ggml_add(ctx, y, b) : y;
 }
@@ -18,14 +20,14 @@ ggml_tensor * conv1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_
 ggml_tensor * conv1d_depthwise(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int dilation,
                                int padding) {
     const int64_t C = w->ne[0], K = w->ne[1], T = x->ne[1];
-    ggml_tensor * xp = ggml_pad_ext(ctx, x, 0, 0, padding, padding, 0, 0, 0, 0);  // [C, T + 2p]
+    ggml_tensor * xp      = ggml_pad_ext(ctx, x, 0, 0, padding, padding, 0, 0, 0, 0);  // [C, T + 2p]
     const int64_t out_len = T + 2 * padding - dilation * (K - 1);
-    ggml_tensor * y = nullptr;
+    ggml_tensor * y       = nullptr;
     for (int64_t k = 0; k < K; ++k) {
-        ggml_tensor * tap = ggml_view_2d(ctx, xp, C, out_len, xp->nb[1], k * dilation * xp->nb[1]);
-        ggml_tensor * wk  = ggml_view_1d(ctx, w, C, k * w->nb[1]);
+        ggml_tensor * tap  = ggml_view_2d(ctx, xp, C, out_len, xp->nb[1], k * dilation * xp->nb[1]);
+        ggml_tensor * wk   = ggml_view_1d(ctx, w, C, k * w->nb[1]);
         ggml_tensor * term = ggml_mul(ctx, tap, wk);
-        y = y ? ggml_add(ctx, y, term) : term;
+        y                  = y ? ggml_add(ctx, y, term) : term;
     }
     return b ? ggml_add(ctx, y, b) : y;
 }
@@ -38,15 +40,15 @@ ggml_tensor * conv_transpose1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor 
     ggml_tensor * cols = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w, IC, OC * K), x);  // [OC*K, T]
     // Input step t writes taps k < s at t*s + k and taps k >= s at (t+1)*s + (k - s):
     // two non-overlapping halves, each a contiguous run of s frames per step.
-    const size_t  es    = ggml_element_size(cols);
-    ggml_tensor * first = ggml_view_3d(ctx, cols, OC, stride, T, OC * es, cols->nb[1], 0);
-    ggml_tensor * second = ggml_view_3d(ctx, cols, OC, stride, T, OC * es, cols->nb[1], OC * stride * es);
-    first  = ggml_reshape_2d(ctx, ggml_cont(ctx, first), OC, stride * T);
-    second = ggml_reshape_2d(ctx, ggml_cont(ctx, second), OC, stride * T);
-    ggml_tensor * full = ggml_add(ctx, ggml_pad_ext(ctx, first, 0, 0, 0, stride, 0, 0, 0, 0),
-                                  ggml_pad_ext(ctx, second, 0, 0, stride, 0, 0, 0, 0, 0));  // [OC, (T+1)*s]
+    const size_t  es      = ggml_element_size(cols);
+    ggml_tensor * first   = ggml_view_3d(ctx, cols, OC, stride, T, OC * es, cols->nb[1], 0);
+    ggml_tensor * second  = ggml_view_3d(ctx, cols, OC, stride, T, OC * es, cols->nb[1], OC * stride * es);
+    first                 = ggml_reshape_2d(ctx, ggml_cont(ctx, first), OC, stride * T);
+    second                = ggml_reshape_2d(ctx, ggml_cont(ctx, second), OC, stride * T);
+    ggml_tensor * full    = ggml_add(ctx, ggml_pad_ext(ctx, first, 0, 0, 0, stride, 0, 0, 0, 0),
+                                     ggml_pad_ext(ctx, second, 0, 0, stride, 0, 0, 0, 0, 0));  // [OC, (T+1)*s]
     const int64_t out_len = (T + 1) * stride - 2 * padding;
-    ggml_tensor * y = ggml_view_2d(ctx, full, OC, out_len, full->nb[1], padding * full->nb[1]);
+    ggml_tensor * y       = ggml_view_2d(ctx, full, OC, out_len, full->nb[1], padding * full->nb[1]);
     return b ? ggml_add(ctx, y, b) : ggml_cont(ctx, y);
 }
 

@@ -1,8 +1,6 @@
 // Internal types shared by the engine's translation units.
 #pragma once
 
-#include "voicestudio.h"
-
 #include <ggml-backend.h>
 #include <ggml.h>
 #include <gguf.h>
@@ -14,6 +12,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "voicestudio.h"
 
 namespace vs {
 
@@ -58,9 +58,9 @@ struct device_entry {
 };
 const std::vector<device_entry> & devices();
 // Resolves "auto", "cpu" or an id; throws VS_ERR_DEVICE for an unknown one.
-ggml_backend_dev_t                resolve_device(const std::string & request);
-std::string                       device_id(ggml_backend_dev_t dev);
-void                              refresh_memory(device_entry & e);
+ggml_backend_dev_t resolve_device(const std::string & request);
+std::string        device_id(ggml_backend_dev_t dev);
+void               refresh_memory(device_entry & e);
 
 // ---------------------------------------------------------------- weights (vs-model-loader.cpp)
 
@@ -76,26 +76,26 @@ struct model_file;  // the mapped GGUF file
 }  // namespace vs
 
 struct vs_model {
-    std::string                      path;
-    std::string                      arch;
-    std::string                      name;
-    int                              sample_rate = 0;
-    vs::gguf_ctx_ptr                 meta;
-    std::shared_ptr<vs::model_file>  file;
-    vs::weight_set                   host;  // tensors in the mapped file
+    std::string                        path;
+    std::string                        arch;
+    std::string                        name;
+    int                                sample_rate = 0;
+    vs::gguf_ctx_ptr                   meta;
+    std::shared_ptr<vs::model_file>    file;
+    vs::weight_set                     host;  // tensors in the mapped file
     std::map<std::string, std::string> strings;
 
     // Copies of the weights on other devices, made on first use by a context.
-    std::mutex                                                     device_mutex;
-    std::map<ggml_backend_dev_t, std::shared_ptr<vs::weight_set>>  on_device;
+    std::mutex                                                    device_mutex;
+    std::map<ggml_backend_dev_t, std::shared_ptr<vs::weight_set>> on_device;
 
     // Hyperparameters of the architecture (filled by the model's loader).
     std::shared_ptr<void> hparams;
 
-    ggml_tensor * tensor(const std::string & name) const;  // throws if absent
-    uint32_t              u32(const std::string & key) const;
-    float                 f32(const std::string & key) const;
-    std::vector<int32_t>  i32_array(const std::string & key) const;
+    ggml_tensor *            tensor(const std::string & name) const;  // throws if absent
+    uint32_t                 u32(const std::string & key) const;
+    float                    f32(const std::string & key) const;
+    std::vector<int32_t>     i32_array(const std::string & key) const;
     std::vector<std::string> str_array(const std::string & key) const;
 };
 

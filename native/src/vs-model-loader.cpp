@@ -1,12 +1,12 @@
 // GGUF loading: metadata, tensors mapped from the file, copies for other devices.
-#include "vs-impl.h"
-
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
+
+#include "vs-impl.h"
 
 namespace vs {
 
@@ -73,8 +73,8 @@ std::unique_ptr<vs_model> load_model(const std::string & path, const vs_model_pa
     model->arch = gguf_string(g, "general.architecture");
     model->name = gguf_string(g, "general.name");
     if (model->arch != "piper") {
-        throw error(VS_ERR_FORMAT, "'" + path + "' holds a model of architecture '" + model->arch +
-                                       "'; this engine runs: piper");
+        throw error(VS_ERR_FORMAT,
+                    "'" + path + "' holds a model of architecture '" + model->arch + "'; this engine runs: piper");
     }
     for (int64_t i = 0; i < gguf_get_n_kv(g); ++i) {
         if (gguf_get_kv_type(g, i) == GGUF_TYPE_STRING) {

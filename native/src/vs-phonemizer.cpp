@@ -4,12 +4,12 @@
 // Conventions follow piper-phonemize: espeak-ng phonemizes clause by clause; each
 // clause's punctuation is kept after its phonemes, clauses of a sentence are joined
 // by a space, and a sentence ends at '.', '?' or '!'.
-#include "vs-impl.h"
-
 #include <dlfcn.h>
 
 #include <cctype>
 #include <cstring>
+
+#include "vs-impl.h"
 
 namespace vs {
 
@@ -38,7 +38,7 @@ struct phonemizer::api {
     }
 };
 
-static std::mutex                                           g_apis_mutex;
+static std::mutex                                            g_apis_mutex;
 static std::map<std::string, std::weak_ptr<phonemizer::api>> g_apis;
 
 phonemizer::phonemizer(const std::string & library, const std::string & data_dir) {
@@ -75,15 +75,15 @@ static bool is_clause_punct(char32_t c) {
 }
 
 static bool is_closing(char32_t c) {
-    return c == U' ' || c == U'\t' || c == U'\n' || c == U'\r' || c == U'"' || c == U'\'' || c == U')' ||
-           c == U']' || c == U'\u201d' || c == U'\u2019' || c == U'\u00bb';
+    return c == U' ' || c == U'\t' || c == U'\n' || c == U'\r' || c == U'"' || c == U'\'' || c == U')' || c == U']' ||
+           c == U'\u201d' || c == U'\u2019' || c == U'\u00bb';
 }
 
 // Words whose trailing period espeak-ng reads as part of the word, not a sentence end.
 static bool is_abbreviation(const std::vector<char32_t> & cps, size_t dot) {
-    static const char * known[] = { "mr", "mrs", "ms", "dr", "st", "jr", "sr", "prof", "vs", "etc", "mt",
-                                    "ft", "no", "inc", "ltd", "co", "gen", "lt", "col", "capt", "sgt", "approx" };
-    size_t start = dot;
+    static const char * known[] = { "mr", "mrs", "ms",  "dr",  "st", "jr",  "sr", "prof", "vs",   "etc", "mt",
+                                    "ft", "no",  "inc", "ltd", "co", "gen", "lt", "col",  "capt", "sgt", "approx" };
+    size_t              start   = dot;
     while (start > 0 && cps[start - 1] < 0x80 && std::isalpha((int) cps[start - 1])) {
         --start;
     }
@@ -145,22 +145,22 @@ std::vector<phonemized_sentence> phonemizer::phonemize(const std::string & text,
     }
     std::vector<phonemized_sentence> sentences;
     std::string                      current;
-    const char *                     cursor = text.c_str();
-    const char *                     end    = cursor + text.size();
-    const char * lookahead = cursor;  // start of the code point espeak-ng read ahead last time
+    const char *                     cursor    = text.c_str();
+    const char *                     end       = cursor + text.size();
+    const char *                     lookahead = cursor;  // start of the code point espeak-ng read ahead last time
     while (cursor && cursor < end) {
-        const char * before  = lookahead;
-        const void * ptr     = cursor;
-        const char * clause  = api_->text_to_phonemes(&ptr, espeak_CHARS_UTF8, espeak_PHONEMES_IPA);
-        cursor               = (const char *) ptr;
+        const char * before = lookahead;
+        const void * ptr    = cursor;
+        const char * clause = api_->text_to_phonemes(&ptr, espeak_CHARS_UTF8, espeak_PHONEMES_IPA);
+        cursor              = (const char *) ptr;
         if (cursor) {
             lookahead = cursor - 1;
             while (lookahead > text.c_str() && (((unsigned char) *lookahead) & 0xC0) == 0x80) {
                 --lookahead;
             }
         }
-        char32_t     punct   = clause_terminator(before, cursor ? cursor : end, !cursor);
-        std::string  ipa     = strip_language_flags(clause ? clause : "");
+        char32_t    punct = clause_terminator(before, cursor ? cursor : end, !cursor);
+        std::string ipa   = strip_language_flags(clause ? clause : "");
         if (!ipa.empty()) {
             if (!current.empty()) {
                 current += ' ';

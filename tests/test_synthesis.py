@@ -1,0 +1,114 @@
+"""Behaviour of the engine a user relies on: seeds, G2P, chunks, cancellation, bad input."""
+
+import numpy as np
+import pytest
+
+from app.core.errors import CancelledError, InvalidArgumentError, NothingToSpeakError
+
+
+def test_same_seed_same_audio_different_seed_differs(engine):
+    a = engine.synthesize(text="Seeds make takes repeatable.", seed=7)
+    b = engine.synthesize(text="Seeds make takes repeatable.", seed=7)
+    c = engine.synthesize(text="Seeds make takes repeatable.", seed=8)
+    assert np.array_equal(a.audio, b.audio)
+    assert len(a.audio) != len(c.audio) or not np.allclose(a.audio, c.audio, atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("I have 42 apples.", "fˈɔːɹɾi tˈuː"),
+        ("Dr. Smith is here.", "dˈɑːktɚ smˈɪθ"),
+        ("Wait, what?", "wˈeɪt, wˌʌt?"),
+        ('She said "hello" to me.', "həlˈoʊ"),
+    ],
+)
+def test_g2p(engine, text, expected):
+    assert expected in " ".join(engine.phonemize(text))
+
+
+def test_g2p_keeps_punctuation_and_splits_sentences(engine):
+    sentences = engine.phonemize("First one. Second, with a clause! Third?")
+    assert len(sentences) == 3
+    assert sentences[0].endswith(".")
+    assert "," in sentences[1] and sentences[1].endswith("!")
+    assert sentences[2].endswith("?")
+    assert all("ˈ" in s for s in sentences)  # stress marks kept
+
+
+def test_abbreviation_does_not_split_sentence(engine):
+    assert len(engine.phonemize("Mr. Brown met Mrs. Green.")) == 1
+
+
+def test_chunks_stream_in_order(engine):
+    chunks = []
+    take = engine.synthesize(text="One. Two. Three.", on_chunk=lambda i, audio: chunks.append((i, audio)))
+    assert [i for i, _ in chunks] == [0, 1, 2]
+    assert np.array_equal(np.concatenate([a for _, a in chunks]), take.audio)
+    assert take.timings["chunks"] == 3
+    assert take.timings["first_audio_ms"] < take.timings["total_ms"]
+
+
+def test_stage_timings_reported_live(engine):
+    seen = []
+    take = engine.synthesize(text="Timings.", on_stage=lambda stage, chunk, ms: seen.append(stage))
+    assert seen == ["phonemize", "encoder", "duration", "flow", "decoder"]
+    assert all(ms >= 0 for ms in take.timings["stages_ms"].values())
+
+
+def test_cancel_between_chunks(engine):
+    done = []
+    with pytest.raises(CancelledError):
+        engine.synthesize(
+            text="One. Two. Three. Four.",
+            on_chunk=lambda i, audio: done.append(i),
+            cancelled=lambda: len(done) >= 2,
+        )
+    assert done == [0, 1]
+
+
+def test_callback_exception_reaches_caller(engine):
+    def boom(i, audio):
+        raise RuntimeError("from the callback")
+
+    with pytest.raises(RuntimeError, match="from the callback"):
+        engine.synthesize(text="One. Two.", on_chunk=boom)
+
+
+@pytest.mark.parametrize("text", ["", "   ", "...!?", "\n\n"])
+def test_nothing_to_speak(engine, text):
+    with pytest.raises(NothingToSpeakError):
+        engine.synthesize(text=text)
+
+
+def test_unknown_phonemes_are_skipped_with_warning(engine):
+    take = engine.synthesize(phonemes="həlˈoʊ ☃☃ wˈɜːld", noise_scale=0.0, noise_w=0.0)
+    assert len(take.audio) > 0
+    assert take.timings["skipped_symbols"] == 2
+    assert any("skipped" in w for w in take.warnings)
+
+
+def test_emoji_and_odd_symbols_in_text(engine):
+    take = engine.synthesize(text="Good morning 🌞 — ¿qué? ★ ok.")
+    assert len(take.audio) > take.sample_rate // 4
+
+
+def test_huge_text_is_chunked(engine):
+    sentence = "This sentence is one of many in a very long chapter. "
+    text = sentence * (50_000 // len(sentence) + 1)
+    assert len(text) >= 50_000
+    assert len(engine.phonemize(text)) == text.count(".")
+    chunks = []
+    with pytest.raises(CancelledError):
+        engine.synthesize(text=text, on_chunk=lambda i, a: chunks.append(i), cancelled=lambda: len(chunks) >= 3)
+    assert chunks == [0, 1, 2]
+
+
+def test_input_over_limit_is_refused(engine):
+    with pytest.raises(InvalidArgumentError):
+        engine.synthesize(text="a" * 1_000_001)
+
+
+def test_text_and_phonemes_are_exclusive(engine):
+    with pytest.raises(InvalidArgumentError):
+        engine.synthesize(text="a", phonemes="a")
