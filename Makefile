@@ -11,6 +11,8 @@ GPU      ?=
 CPP_SOURCES = $(wildcard native/include/*.h native/src/*.h native/src/*.cpp native/src/models/*.cpp \
 	native/tests/*.c native/tests/*.cpp native/python/*.cpp)
 
+GGML_CMAKE_ARGS := -DGGML_LLAMAFILE=ON $(if $(filter cuda,$(GPU)),-DGGML_CUDA=ON) $(if $(filter vulkan,$(GPU)),-DGGML_VULKAN=ON)
+
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 
 .PHONY: run test setup system-deps engine models lint format native-test py-test clean
@@ -38,8 +40,11 @@ $(STAMP): pyproject.toml tools/requirements.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) tools/requirements.py test > $(VENV)/requirements.txt
-	CMAKE_ARGS="$(if $(filter cuda,$(GPU)),-DGGML_CUDA=ON)$(if $(filter vulkan,$(GPU)),-DGGML_VULKAN=ON)" \
-	  $(PY) -m pip install -q -r $(VENV)/requirements.txt
+	# ggml is compiled here from ggml-python's sdist, with its tiled matmul kernels and the chosen
+	# GPU backend; --no-cache-dir keeps a wheel built with other options from being reused.
+	CMAKE_ARGS="$(GGML_CMAKE_ARGS)" $(PY) -m pip install -q --no-cache-dir --no-deps \
+	  "$$(grep '^ggml-python==' $(VENV)/requirements.txt | head -n 1)"
+	$(PY) -m pip install -q -r $(VENV)/requirements.txt
 	touch $@
 
 engine: $(STAMP)

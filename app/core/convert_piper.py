@@ -6,7 +6,7 @@ after the bias that the same ``Conv`` node consumes. Hyperparameters are read of
 the graph (kernel sizes, dilations, strides, heads) rather than assumed.
 
 Layouts written (ggml ``ne`` order, fastest first):
-  conv weight          [K, IC, OC]  (PyTorch [OC, IC, K] as is)
+  conv weight          [IC, OC, K]  (PyTorch [OC, IC, K] permuted: one matrix per tap)
   conv-transpose       [IC, OC, K]  (PyTorch [IC, OC, K] permuted so that one
                                      mul_mat yields every tap of every channel)
 """
@@ -152,6 +152,10 @@ def _engine_layout(name: str, value: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(value.transpose(2, 1, 0))
     if ".convs_sep." in name and name.endswith(".weight"):  # depthwise [C, 1, K] -> ggml [C, K]
         return np.ascontiguousarray(value[:, 0, :].T)
+    if value.ndim == 3 and name.endswith(
+        ".weight"
+    ):  # conv [OC, IC, K] -> ggml [IC, OC, K]: one [IC, OC] matrix per tap
+        return np.ascontiguousarray(value.transpose(2, 0, 1))
     return np.ascontiguousarray(value)
 
 

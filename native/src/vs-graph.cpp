@@ -3,16 +3,17 @@
 namespace vs {
 
 ggml_tensor * conv1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int dilation, int padding) {
-    const int64_t K = w->ne[0], IC = w->ne[1], OC = w->ne[2];
-    ggml_tensor * y;
-    if (K == 1 && padding == 0) {
-        y = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w, IC, OC), x);  // [OC, T]
-    } else {
-        ggml_tensor * xt = ggml_cont(ctx, ggml_transpose(ctx, x));  // [T, IC]
-        ggml_tensor * cols =
-            ggml_im2col(ctx, w, xt, 1, 0, padding, 0, dilation, 0, false, GGML_TYPE_F32);  // [IC*K, T']
-        y = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w, K * IC, OC),
-                         ggml_reshape_2d(ctx, cols, cols->ne[0], cols->ne[1]));
+    const int64_t IC = w->ne[0], OC = w->ne[1], K = w->ne[2];
+    ggml_tensor * xp      = padding > 0 ? ggml_pad_ext(ctx, x, 0, 0, padding, padding, 0, 0, 0, 0) : x;
+    const int64_t out_len = xp->ne[1] - dilation * (K - 1);
+    // One mul_mat per tap over a shifted view of the input: no im2col, no transposes,
+    // and the weight stays src0 so that it may be quantized.
+    ggml_tensor * y = nullptr;
+    for (int64_t k = 0; k < K; ++k) {
+        ggml_tensor * wk  = ggml_view_2d(ctx, w, IC, OC, w->nb[1], k * w->nb[2]);
+        ggml_tensor * tap = ggml_view_2d(ctx, xp, IC, out_len, xp->nb[1], k * dilation * xp->nb[1]);
+        ggml_tensor * yk  = ggml_mul_mat(ctx, wk, tap);  // [OC, T']
+        y                 = y ? ggml_add(ctx, y, yk) : yk;
     }
     return b ? ggml_add(ctx, y, b) : y;
 }

@@ -7,7 +7,8 @@
 
 namespace vs {
 
-// Conv1d with PyTorch semantics. w: [K, IC, OC]; b: [OC] or null; x: [IC, T] -> [OC, T'].
+// Conv1d with PyTorch semantics. w: [IC, OC, K] (the converter stores PyTorch's
+// [OC, IC, K] tap-major); b: [OC] or null; x: [IC, T] -> [OC, T'].
 ggml_tensor * conv1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int dilation, int padding);
 
 // Depthwise conv1d. w: [C, K] (stored transposed by the converter); x: [C, T].

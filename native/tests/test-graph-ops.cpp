@@ -67,7 +67,7 @@ void test_conv1d(int IC, int OC, int K, int T, int dilation, int pad) {
                 for (int k = 0; k < K; ++k) {
                     int src = t + k * dilation - pad;
                     if (src >= 0 && src < T) {
-                        acc += w[(o * IC + i) * K + k] * x[src * IC + i];  // x is [C, T], C fastest
+                        acc += w[(k * OC + o) * IC + i] * x[src * IC + i];  // w is [IC, OC, K], x [C, T], first fastest
                     }
                 }
             }
@@ -75,7 +75,7 @@ void test_conv1d(int IC, int OC, int K, int T, int dilation, int pad) {
         }
     }
     auto got = run([&](ggml_context * ctx) {
-        return vs::conv1d(ctx, input(ctx, x, { IC, T }), input(ctx, w, { K, IC, OC }), input(ctx, b, { OC }), dilation,
+        return vs::conv1d(ctx, input(ctx, x, { IC, T }), input(ctx, w, { IC, OC, K }), input(ctx, b, { OC }), dilation,
                           pad);
     });
     char name[64];

@@ -523,7 +523,7 @@ std::vector<float> piper_voice::run_decoder(vs_context & c, const std::vector<fl
     ggml_set_name(z_in, "z");
     ggml_set_input(z_in);
     ggml_tensor * x         = conv1d(g, z_in, c.w("dec.conv_pre.weight"), c.w("dec.conv_pre.bias"), 1,
-                                     (int) c.w("dec.conv_pre.weight")->ne[0] / 2);
+                                     (int) c.w("dec.conv_pre.weight")->ne[2] / 2);
     const int     n_kernels = (int) hp_.res_kernels.size();
     for (size_t i = 0; i < hp_.ups_rates.size(); ++i) {
         const std::string u = "dec.ups." + std::to_string(i) + ".";
@@ -546,7 +546,7 @@ std::vector<float> piper_voice::run_decoder(vs_context & c, const std::vector<fl
         x = ggml_scale(g, xs, 1.0f / (float) n_kernels);
     }
     x = conv1d(g, ggml_leaky_relu(g, x, 0.01f, false), c.w("dec.conv_post.weight"), nullptr, 1,
-               (int) c.w("dec.conv_post.weight")->ne[0] / 2);
+               (int) c.w("dec.conv_post.weight")->ne[2] / 2);
     x = ggml_tanh(g, x);  // [1, N]
     ggml_set_name(x, "audio");
     ggml_set_output(x);
