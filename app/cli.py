@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import sys
@@ -166,7 +167,7 @@ def cmd_bench(args) -> int:
 def _bench_reference(args, ipa: list[str], ours: list[dict]) -> dict:
     from app.core.reference import PiperReference
 
-    threads = args.threads if args.threads > 0 else len(__import__("os").sched_getaffinity(0))
+    threads = args.threads if args.threads > 0 else len(os.sched_getaffinity(0))
     ref = PiperReference(args.voice, threads=threads)
     items = []
     for item, mine in zip(ipa, ours, strict=True):

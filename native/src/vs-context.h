@@ -1,7 +1,7 @@
 // Per-run state: device, scheduler, weights on that device, timings, outputs.
 #pragma once
 
-#include <functional>
+#include <array>
 
 #include "vs-impl.h"
 

@@ -89,9 +89,6 @@ struct vs_model {
     std::mutex                                                    device_mutex;
     std::map<ggml_backend_dev_t, std::shared_ptr<vs::weight_set>> on_device;
 
-    // Hyperparameters of the architecture (filled by the model's loader).
-    std::shared_ptr<void> hparams;
-
     ggml_tensor *            tensor(const std::string & name) const;  // throws if absent
     uint32_t                 u32(const std::string & key) const;
     float                    f32(const std::string & key) const;

@@ -32,10 +32,6 @@ struct phonemizer::api {
     fn_text_phonemes text_to_phonemes{};
     std::mutex       mutex;  // espeak-ng keeps global state
     std::string      voice;
-
-    ~api() {
-        // espeak-ng keeps global state that outlives any one context; the library stays loaded.
-    }
 };
 
 static std::mutex                                            g_apis_mutex;
