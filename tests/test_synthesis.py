@@ -93,15 +93,33 @@ def test_emoji_and_odd_symbols_in_text(engine):
     assert len(take.audio) > take.sample_rate // 4
 
 
-def test_huge_text_is_chunked(engine):
+def _chapter(min_chars: int) -> str:
     sentence = "This sentence is one of many in a very long chapter. "
-    text = sentence * (50_000 // len(sentence) + 1)
-    assert len(text) >= 50_000
+    return sentence * (min_chars // len(sentence) + 1)
+
+
+def test_huge_text_can_be_cancelled_between_chunks(engine):
+    text = _chapter(50_000)
     assert len(engine.phonemize(text)) == text.count(".")
     chunks = []
     with pytest.raises(CancelledError):
         engine.synthesize(text=text, on_chunk=lambda i, a: chunks.append(i), cancelled=lambda: len(chunks) >= 3)
     assert chunks == [0, 1, 2]
+
+
+@pytest.mark.slow
+def test_huge_text_is_synthesized_to_the_end(engine):
+    # 50,000 characters, every sentence a chunk; spoken four times faster to keep the run short.
+    text = _chapter(50_000)
+    assert len(text) >= 50_000
+    sizes = []
+    take = engine.synthesize(text=text, length_scale=0.25, on_chunk=lambda i, a: sizes.append((i, len(a))))
+    n = text.count(".")
+    assert [i for i, _ in sizes] == list(range(n))
+    assert take.timings["chunks"] == n
+    assert len(take.audio) == sum(size for _, size in sizes)
+    assert min(size for _, size in sizes) > take.sample_rate // 4  # every sentence made a sound
+    assert np.isfinite(take.audio).all() and np.abs(take.audio).max() <= 1.0
 
 
 def test_input_over_limit_is_refused(engine):

@@ -6,9 +6,14 @@ after the bias that the same ``Conv`` node consumes. Hyperparameters are read of
 the graph (kernel sizes, dilations, strides, heads) rather than assumed.
 
 Layouts written (ggml ``ne`` order, fastest first):
-  conv weight          [IC, OC, K]  (PyTorch [OC, IC, K] permuted: one matrix per tap)
+  conv weight          [IC, K, OC]  (PyTorch [OC, IC, K] with the taps inside each
+                                     output row: a row holds one im2col column's
+                                     weights, so a convolution is one mul_mat)
   conv-transpose       [IC, OC, K]  (PyTorch [IC, OC, K] permuted so that one
                                      mul_mat yields every tap of every channel)
+
+Weight types: ``f32`` (default), ``f16`` or ``q8_0`` for the matrices that feed
+mul_mat; norms, biases, embeddings and the duration predictor's spline stay F32.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import numpy as np
 from app.core.atomic import atomic_path
 
 ARCH = "piper"
-WEIGHT_TYPES = ("f32", "f16")
+WEIGHT_TYPES = ("f32", "f16", "q8_0")
 
 # Spline tails of the stochastic duration predictor's ConvFlow (VITS constant,
 # folded into the export as literals rather than a named value).
@@ -152,11 +157,30 @@ def _engine_layout(name: str, value: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(value.transpose(2, 1, 0))
     if ".convs_sep." in name and name.endswith(".weight"):  # depthwise [C, 1, K] -> ggml [C, K]
         return np.ascontiguousarray(value[:, 0, :].T)
-    if value.ndim == 3 and name.endswith(
-        ".weight"
-    ):  # conv [OC, IC, K] -> ggml [IC, OC, K]: one [IC, OC] matrix per tap
-        return np.ascontiguousarray(value.transpose(2, 0, 1))
+    if value.ndim == 3 and name.endswith(".weight"):  # conv [OC, IC, K] -> ggml [IC, K, OC]
+        return np.ascontiguousarray(value.transpose(0, 2, 1))
     return np.ascontiguousarray(value)
+
+
+def _feeds_mul_mat(name: str, data: np.ndarray) -> bool:
+    # Only matrices feed mul_mat as src0; norms, biases, the embedding table (read
+    # with get_rows), the relative-position tables (padded first) and the depthwise
+    # convolutions (elementwise) stay F32.
+    if data.ndim < 2 or data.size < 64:  # vectors and the affine flow's [2, 1] parameters
+        return False
+    return name != "enc_p.emb.weight" and ".convs_sep." not in name and "emb_rel_" not in name
+
+
+def _add_weight(writer, name: str, data: np.ndarray, weights: str) -> None:
+    import gguf
+
+    if weights == "f32" or not _feeds_mul_mat(name, data):
+        writer.add_tensor(name, data)
+    elif weights == "q8_0" and data.shape[-1] % gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.Q8_0][0] == 0:
+        q8 = gguf.GGMLQuantizationType.Q8_0
+        writer.add_tensor(name, gguf.quants.quantize(data, q8), raw_dtype=q8)
+    else:  # f16, and q8_0 rows that are not a whole number of blocks
+        writer.add_tensor(name, data.astype(np.float16))
 
 
 def _phoneme_map(config: dict) -> tuple[list[str], list[int]]:
@@ -222,10 +246,7 @@ def convert(
         total = len(named)
         for i, (name, value) in enumerate(sorted(named.items())):
             data = _engine_layout(name, value.astype(np.float32))
-            # Only matrices feed mul_mat; norms, biases and embeddings stay F32.
-            if weights == "f16" and data.ndim >= 2 and data.size >= 4096 and name != "enc_p.emb.weight":
-                data = data.astype(np.float16)
-            writer.add_tensor(name, data)
+            _add_weight(writer, name, data, weights)
             report(0.1 + 0.8 * (i + 1) / total, name)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()

@@ -2,20 +2,77 @@
 
 namespace vs {
 
-ggml_tensor * conv1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int dilation, int padding) {
-    const int64_t IC = w->ne[0], OC = w->ne[1], K = w->ne[2];
-    ggml_tensor * xp      = padding > 0 ? ggml_pad_ext(ctx, x, 0, 0, padding, padding, 0, 0, 0, 0) : x;
-    const int64_t out_len = xp->ne[1] - dilation * (K - 1);
-    // One mul_mat per tap over a shifted view of the input: no im2col, no transposes,
-    // and the weight stays src0 so that it may be quantized.
-    ggml_tensor * y = nullptr;
-    for (int64_t k = 0; k < K; ++k) {
-        ggml_tensor * wk  = ggml_view_2d(ctx, w, IC, OC, w->nb[1], k * w->nb[2]);
-        ggml_tensor * tap = ggml_view_2d(ctx, xp, IC, out_len, xp->nb[1], k * dilation * xp->nb[1]);
-        ggml_tensor * yk  = ggml_mul_mat(ctx, wk, tap);  // [OC, T']
-        y                 = y ? ggml_add(ctx, y, yk) : yk;
+namespace {
+
+// A view whose rows overlap: row i starts `row_stride` bytes after row i - 1 but is
+// `row_len` elements long. Over a [C, T] activation with row_len = C * K and
+// row_stride = C it is the im2col matrix of a dilation-1 convolution, for free.
+// ggml_view_* sizes a view as if its rows were disjoint, so the view is made one
+// row tall and then given its real height; its extent is checked here instead.
+ggml_tensor * overlapping_rows(ggml_context * ctx, ggml_tensor * x, int64_t row_len, int64_t n_rows, size_t row_stride,
+                               int64_t n_mats, size_t mat_stride, size_t offset) {
+    ggml_tensor * v = ggml_view_3d(ctx, x, row_len, 1, n_mats, row_stride, mat_stride, offset);
+    v->ne[1]        = n_rows;
+    v->nb[3]        = v->nb[2] * v->ne[2];
+    GGML_ASSERT(offset + ggml_nbytes(v) <= ggml_nbytes(x));
+    return v;
+}
+
+}  // namespace
+
+int64_t conv1d_frames_needed(int64_t T_out, int64_t K, int dilation) {
+    if (dilation == 1) {
+        return T_out + K - 1;
     }
-    return b ? ggml_add(ctx, y, b) : y;
+    const int64_t phases_len = (T_out + dilation - 1) / dilation;  // outputs per phase
+    return (phases_len + K - 1) * dilation;
+}
+
+ggml_tensor * conv1d_window(ggml_context * ctx, ggml_tensor * xp, int64_t start, int64_t T_out, ggml_tensor * w,
+                            ggml_tensor * b, int dilation) {
+    const int64_t IC = w->ne[0], K = w->ne[1], OC = w->ne[2];
+    GGML_ASSERT(xp->ne[0] == IC && ggml_is_contiguous(xp));
+    GGML_ASSERT(start + conv1d_frames_needed(T_out, K, dilation) <= xp->ne[1]);
+    const size_t fb = xp->nb[1];  // bytes per frame
+    if (w->type == GGML_TYPE_F32) {
+        // F32 weights: ggml's tiled F32 GEMM needs a contiguous src1, so one mul_mat
+        // per tap over a shifted view, summed.
+        ggml_tensor * y = nullptr;
+        for (int64_t k = 0; k < K; ++k) {
+            ggml_tensor * wk  = ggml_view_2d(ctx, w, IC, OC, w->nb[2], k * w->nb[1]);
+            ggml_tensor * tap = ggml_view_2d(ctx, xp, IC, T_out, fb, (start + k * dilation) * fb);
+            ggml_tensor * yk  = ggml_mul_mat(ctx, wk, tap);  // [OC, T_out]
+            y                 = y ? ggml_add(ctx, y, yk) : yk;
+        }
+        return b ? ggml_add(ctx, y, b) : y;
+    }
+    // Other weight types convert src1 row by row anyway, so overlapping rows cost
+    // nothing extra: one mul_mat with the taps folded into the contraction.
+    ggml_tensor * w2 = ggml_reshape_2d(ctx, w, IC * K, OC);
+    if (dilation == 1) {
+        ggml_tensor * cols = overlapping_rows(ctx, xp, IC * K, T_out, fb, 1, fb * xp->ne[1], start * fb);
+        ggml_tensor * y    = ggml_mul_mat(ctx, w2, cols);  // [OC, T_out]
+        return b ? ggml_add(ctx, y, b) : y;
+    }
+    // Dilated: split time into `dilation` phases (frames t with t % d == r). Within a
+    // phase the taps are adjacent frames, so each phase is a dilation-1 convolution.
+    const int64_t d = dilation, S = conv1d_frames_needed(T_out, K, dilation) / d, So = S - K + 1;
+    ggml_tensor * phases = ggml_view_3d(ctx, xp, IC, d, S, fb, fb * d, start * fb);  // [IC, d, S]
+    phases               = ggml_cont(ctx, ggml_permute(ctx, phases, 0, 2, 1, 3));    // [IC, S, d]
+    ggml_tensor * cols   = overlapping_rows(ctx, phases, IC * K, So, phases->nb[1], d, phases->nb[2], 0);
+    ggml_tensor * y      = ggml_permute(ctx, ggml_mul_mat(ctx, w2, cols), 0, 2, 1, 3);  // [OC, d, So] view
+    // Back to time order: the bias add (or a copy) writes frames t = s * d + r in sequence.
+    y = b ? ggml_add(ctx, y, b) : ggml_cont(ctx, y);
+    y = ggml_reshape_2d(ctx, y, OC, d * So);
+    return d * So == T_out ? y : ggml_view_2d(ctx, y, OC, T_out, y->nb[1], 0);
+}
+
+ggml_tensor * conv1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int dilation, int padding) {
+    const int64_t K = w->ne[1], T_out = x->ne[1] + 2 * padding - dilation * (K - 1);
+    const int64_t need  = conv1d_frames_needed(T_out, K, dilation);
+    const int64_t after = need - x->ne[1] - padding;  // >= padding; the extra frames feed dropped outputs
+    ggml_tensor * xp    = (padding > 0 || after > 0) ? ggml_pad_ext(ctx, x, 0, 0, padding, after, 0, 0, 0, 0) : x;
+    return conv1d_window(ctx, xp, 0, T_out, w, b, dilation);
 }
 
 ggml_tensor * conv1d_depthwise(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int dilation,
@@ -34,23 +91,34 @@ ggml_tensor * conv1d_depthwise(ggml_context * ctx, ggml_tensor * x, ggml_tensor 
 }
 
 ggml_tensor * conv_transpose1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int stride,
-                               int padding) {
-    const int64_t IC = w->ne[0], OC = w->ne[1], K = w->ne[2], T = x->ne[1];
-    GGML_ASSERT(K == 2 * stride);
+                               int padding, int64_t zeros_before, int64_t zeros_after) {
+    return conv_transpose1d_zero_tail(ctx, ggml_pad_ext(ctx, x, 0, 0, 0, 1, 0, 0, 0, 0), w, b, stride, padding,
+                                      zeros_before, zeros_after);
+}
+
+ggml_tensor * conv_transpose1d_zero_tail(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b,
+                                         int stride, int padding, int64_t zeros_before, int64_t zeros_after) {
+    const int64_t IC = w->ne[0], OC = w->ne[1], K = w->ne[2], T = x->ne[1] - 1, s = stride;
+    GGML_ASSERT(K == 2 * s && padding <= s);
     // Every tap of every output channel at once: cols[oc + OC*k, t] = sum_ic w[ic, oc, k] x[ic, t].
-    ggml_tensor * cols = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w, IC, OC * K), x);  // [OC*K, T]
-    // Input step t writes taps k < s at t*s + k and taps k >= s at (t+1)*s + (k - s):
-    // two non-overlapping halves, each a contiguous run of s frames per step.
-    const size_t  es      = ggml_element_size(cols);
-    ggml_tensor * first   = ggml_view_3d(ctx, cols, OC, stride, T, OC * es, cols->nb[1], 0);
-    ggml_tensor * second  = ggml_view_3d(ctx, cols, OC, stride, T, OC * es, cols->nb[1], OC * stride * es);
-    first                 = ggml_reshape_2d(ctx, ggml_cont(ctx, first), OC, stride * T);
-    second                = ggml_reshape_2d(ctx, ggml_cont(ctx, second), OC, stride * T);
-    ggml_tensor * full    = ggml_add(ctx, ggml_pad_ext(ctx, first, 0, 0, 0, stride, 0, 0, 0, 0),
-                                     ggml_pad_ext(ctx, second, 0, 0, stride, 0, 0, 0, 0, 0));  // [OC, (T+1)*s]
-    const int64_t out_len = (T + 1) * stride - 2 * padding;
-    ggml_tensor * y       = ggml_view_2d(ctx, full, OC, out_len, full->nb[1], padding * full->nb[1]);
-    return b ? ggml_add(ctx, y, b) : ggml_cont(ctx, y);
+    // The zero step lets the first half (which carries the bias) reach the last frame.
+    ggml_tensor * cols = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w, IC, OC * K), x);  // [OC*K, T+1]
+    // Input step t writes taps k < s to frames t*s + k and taps k >= s to (t+1)*s + (k - s):
+    // two halves, each a run of s frames per step. Output frame u is full frame u + padding.
+    const size_t  es     = ggml_element_size(cols);
+    const size_t  fb     = OC * es;  // bytes per frame
+    const int64_t T_out  = T * s + K - s - 2 * padding;
+    ggml_tensor * first  = ggml_view_3d(ctx, cols, OC, s, T + 1, fb, cols->nb[1], 0);
+    ggml_tensor * second = ggml_view_3d(ctx, cols, OC, s, T, fb, cols->nb[1], s * fb);
+    // First half and bias: frame u is its element u + padding.
+    first           = ggml_reshape_2d(ctx, b ? ggml_add(ctx, first, b) : ggml_cont(ctx, first), OC, s * (T + 1));
+    first           = ggml_view_2d(ctx, first, OC, T_out, fb, padding * fb);
+    ggml_tensor * y = ggml_pad_ext(ctx, first, 0, 0, zeros_before, zeros_after, 0, 0, 0, 0);
+    // Second half: frame u is its element u - (s - padding); the rest falls past the end.
+    second = ggml_reshape_2d(ctx, ggml_cont(ctx, second), OC, s * T);
+    second = ggml_view_2d(ctx, second, OC, T_out - (s - padding), fb, 0);
+    return ggml_acc_inplace(ctx, y, second, y->nb[1], ggml_nbytes(y), ggml_nbytes(y),
+                            (zeros_before + s - padding) * fb);
 }
 
 ggml_tensor * layer_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * gamma, ggml_tensor * beta, float eps) {

@@ -7,17 +7,32 @@
 
 namespace vs {
 
-// Conv1d with PyTorch semantics. w: [IC, OC, K] (the converter stores PyTorch's
-// [OC, IC, K] tap-major); b: [OC] or null; x: [IC, T] -> [OC, T'].
+// Conv1d with PyTorch semantics. w: [IC, K, OC] (PyTorch's [OC, IC, K] with the
+// taps moved inside each output row, so a row is one im2col column's weights);
+// b: [OC] or null; x: [IC, T] -> [OC, T'].
 ggml_tensor * conv1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int dilation, int padding);
+
+// The same convolution read from an already padded input: output frame t sums
+// xp[start + t + k * dilation] over taps k. xp must hold conv1d_frames_needed()
+// frames from `start` (the extra frames only feed outputs that are dropped).
+// Returns a contiguous [OC, T_out].
+ggml_tensor * conv1d_window(ggml_context * ctx, ggml_tensor * xp, int64_t start, int64_t T_out, ggml_tensor * w,
+                            ggml_tensor * b, int dilation);
+
+int64_t conv1d_frames_needed(int64_t T_out, int64_t K, int dilation);
 
 // Depthwise conv1d. w: [C, K] (stored transposed by the converter); x: [C, T].
 ggml_tensor * conv1d_depthwise(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int dilation,
                                int padding);
 
-// ConvTranspose1d with kernel == 2 * stride. w: [IC, OC, K]; x: [IC, T] -> [OC, T * stride + K - stride - 2p].
+// ConvTranspose1d with kernel == 2 * stride. w: [IC, OC, K]; x: [IC, T] -> [OC, T * stride + K - stride - 2p],
+// preceded by `zeros_before` and followed by `zeros_after` frames of zeros (margins for later convolutions).
 ggml_tensor * conv_transpose1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int stride,
-                               int padding);
+                               int padding, int64_t zeros_before = 0, int64_t zeros_after = 0);
+
+// The same from x: [IC, T + 1] whose last step is already zero (a view into a zero margin).
+ggml_tensor * conv_transpose1d_zero_tail(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b,
+                                         int stride, int padding, int64_t zeros_before, int64_t zeros_after);
 
 // LayerNorm over channels (ne0).
 ggml_tensor * layer_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * gamma, ggml_tensor * beta, float eps);

@@ -46,18 +46,25 @@ std::vector<float> run(const std::function<ggml_tensor *(ggml_context *)> & buil
 
 int failures = 0;
 
-void expect_close(const char * what, const std::vector<float> & got, const std::vector<float> & want) {
+void expect_close(const char * what, const std::vector<float> & got, const std::vector<float> & want,
+                  double tolerance = 1e-4) {
     double worst = got.size() == want.size() ? 0.0 : INFINITY;
     for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
         worst = std::max(worst, (double) std::fabs(got[i] - want[i]));
     }
-    bool ok = worst < 1e-4;
+    bool ok = worst < tolerance;
     printf("%-28s %s (max |diff| %.2e, %zu values)\n", what, ok ? "ok" : "FAILED", worst, want.size());
     failures += ok ? 0 : 1;
 }
 
-void test_conv1d(int IC, int OC, int K, int T, int dilation, int pad) {
-    auto               x = random_vec(IC * T), w = random_vec(OC * IC * K), b = random_vec(OC);
+// F16 weights take the folded (one mul_mat) path; F32 the per-tap one.
+void test_conv1d(int IC, int OC, int K, int T, int dilation, int pad, ggml_type wtype = GGML_TYPE_F32) {
+    auto x = random_vec(IC * T), w = random_vec(OC * IC * K), b = random_vec(OC);
+    if (wtype == GGML_TYPE_F16) {
+        for (float & v : w) {
+            v = ggml_fp16_to_fp32(ggml_fp32_to_fp16(v));  // the reference sees the stored weights
+        }
+    }
     const int          T_out = T + 2 * pad - dilation * (K - 1);
     std::vector<float> want(OC * T_out);
     for (int t = 0; t < T_out; ++t) {
@@ -67,7 +74,7 @@ void test_conv1d(int IC, int OC, int K, int T, int dilation, int pad) {
                 for (int k = 0; k < K; ++k) {
                     int src = t + k * dilation - pad;
                     if (src >= 0 && src < T) {
-                        acc += w[(k * OC + o) * IC + i] * x[src * IC + i];  // w is [IC, OC, K], x [C, T], first fastest
+                        acc += w[(o * K + k) * IC + i] * x[src * IC + i];  // w is [IC, K, OC], x [C, T], first fastest
                     }
                 }
             }
@@ -75,12 +82,18 @@ void test_conv1d(int IC, int OC, int K, int T, int dilation, int pad) {
         }
     }
     auto got = run([&](ggml_context * ctx) {
-        return vs::conv1d(ctx, input(ctx, x, { IC, T }), input(ctx, w, { IC, OC, K }), input(ctx, b, { OC }), dilation,
-                          pad);
+        ggml_tensor * wt = input(ctx, w, { IC, K, OC });
+        if (wtype == GGML_TYPE_F16) {
+            ggml_tensor * w16 = ggml_new_tensor_3d(ctx, GGML_TYPE_F16, IC, K, OC);
+            ggml_fp32_to_fp16_row(w.data(), (ggml_fp16_t *) w16->data, ggml_nelements(w16));
+            wt = w16;
+        }
+        return vs::conv1d(ctx, input(ctx, x, { IC, T }), wt, input(ctx, b, { OC }), dilation, pad);
     });
     char name[64];
-    snprintf(name, sizeof name, "conv1d k%d d%d p%d", K, dilation, pad);
-    expect_close(name, got, want);
+    snprintf(name, sizeof name, "conv1d %s k%d d%d p%d", ggml_type_name(wtype), K, dilation, pad);
+    // F16 weights: the input is rounded to F16 as well.
+    expect_close(name, got, want, wtype == GGML_TYPE_F16 ? 2e-2 : 1e-4);
 }
 
 void test_depthwise(int C, int K, int T, int dilation) {
@@ -106,7 +119,7 @@ void test_depthwise(int C, int K, int T, int dilation) {
     expect_close("depthwise conv1d", got, want);
 }
 
-void test_conv_transpose(int IC, int OC, int stride, int T) {
+void test_conv_transpose(int IC, int OC, int stride, int T, int zeros_before = 0, int zeros_after = 0) {
     const int K = 2 * stride, pad = (K - stride) / 2;
     auto      x = random_vec(IC * T), w = random_vec(IC * OC * K), b = random_vec(OC);  // w: PyTorch [IC, OC, K]
     const int full = (T - 1) * stride + K, T_out = full - 2 * pad;
@@ -120,10 +133,10 @@ void test_conv_transpose(int IC, int OC, int stride, int T) {
             }
         }
     }
-    std::vector<float> want(OC * T_out);
+    std::vector<float> want(OC * (zeros_before + T_out + zeros_after), 0.0f);
     for (int t = 0; t < T_out; ++t) {
         for (int o = 0; o < OC; ++o) {
-            want[t * OC + o] = (float) acc[(size_t) (t + pad) * OC + o] + b[o];
+            want[(zeros_before + t) * OC + o] = (float) acc[(size_t) (t + pad) * OC + o] + b[o];
         }
     }
     // The converter stores the weight as ggml [IC, OC, K] (PyTorch [K, OC, IC]).
@@ -137,10 +150,10 @@ void test_conv_transpose(int IC, int OC, int stride, int T) {
     }
     auto got = run([&](ggml_context * ctx) {
         return vs::conv_transpose1d(ctx, input(ctx, x, { IC, T }), input(ctx, wt, { IC, OC, K }), input(ctx, b, { OC }),
-                                    stride, pad);
+                                    stride, pad, zeros_before, zeros_after);
     });
     char name[64];
-    snprintf(name, sizeof name, "conv_transpose1d s%d", stride);
+    snprintf(name, sizeof name, "conv_transpose1d s%d z%d,%d", stride, zeros_before, zeros_after);
     expect_close(name, got, want);
 }
 
@@ -151,9 +164,17 @@ int main() {
     test_conv1d(8, 6, 3, 17, 1, 1);
     test_conv1d(5, 7, 5, 23, 6, 12);
     test_conv1d(4, 3, 7, 31, 12, 36);
+    test_conv1d(32, 16, 5, 50, 2, 4);
+    test_conv1d(16, 8, 3, 64, 3, 3);
+    test_conv1d(8, 6, 3, 17, 1, 1, GGML_TYPE_F16);
+    test_conv1d(5, 7, 5, 23, 6, 12, GGML_TYPE_F16);
+    test_conv1d(32, 16, 5, 50, 2, 4, GGML_TYPE_F16);
+    test_conv1d(16, 8, 3, 64, 3, 3, GGML_TYPE_F16);
+    test_conv1d(4, 3, 7, 31, 12, 36, GGML_TYPE_F16);
     test_depthwise(6, 3, 19, 1);
     test_depthwise(6, 3, 40, 9);
     test_conv_transpose(8, 5, 8, 9);
     test_conv_transpose(6, 4, 4, 13);
+    test_conv_transpose(6, 4, 4, 13, 3, 7);
     return failures == 0 ? 0 : 1;
 }

@@ -4,6 +4,7 @@
 // Each stage is its own graph. Durations are rounded on the host between the
 // duration and flow stages (the frame count decides the later graphs' shapes);
 // everything else is ggml ops on the context's device.
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -523,30 +524,62 @@ std::vector<float> piper_voice::run_decoder(vs_context & c, const std::vector<fl
     ggml_set_name(z_in, "z");
     ggml_set_input(z_in);
     ggml_tensor * x         = conv1d(g, z_in, c.w("dec.conv_pre.weight"), c.w("dec.conv_pre.bias"), 1,
-                                     (int) c.w("dec.conv_pre.weight")->ne[2] / 2);
+                                     (int) c.w("dec.conv_pre.weight")->ne[1] / 2);
     const int     n_kernels = (int) hp_.res_kernels.size();
+    // Each stage keeps its signal between zero margins, so the residual blocks read their
+    // padded input as views and add their output back in place: no per-convolution pad.
+    auto    pad_of = [](int k, int d) { return (k * d - d) / 2; };
+    int64_t margin = 0;
+    for (int j = 0; j < n_kernels; ++j) {
+        for (int cv = 0; cv < hp_.res_convs; ++cv) {
+            margin = std::max<int64_t>(margin, pad_of(hp_.res_kernels[j], hp_.res_dilations[j * hp_.res_convs + cv]));
+        }
+    }
+    margin    = std::max<int64_t>(margin, c.w("dec.conv_post.weight")->ne[1] / 2);
+    int64_t T = F;
     for (size_t i = 0; i < hp_.ups_rates.size(); ++i) {
         const std::string u = "dec.ups." + std::to_string(i) + ".";
         const int         s = hp_.ups_rates[i];
-        x = conv_transpose1d(g, ggml_leaky_relu(g, x, 0.1f, false), c.w(u + "weight"), c.w(u + "bias"), s,
-                             (hp_.ups_kernels[i] - s) / 2);
+        T *= s;
+        int64_t after = margin;  // frames past the signal that dilated convolutions read
+        for (int j = 0; j < n_kernels; ++j) {
+            for (int cv = 0; cv < hp_.res_convs; ++cv) {
+                const int k = hp_.res_kernels[j], d = hp_.res_dilations[j * hp_.res_convs + cv];
+                after = std::max<int64_t>(after, conv1d_frames_needed(T, k, d) - pad_of(k, d) - T);
+            }
+        }
+        x = ggml_leaky_relu(g, x, 0.1f, false);
+        x = i == 0 ? conv_transpose1d(g, x, c.w(u + "weight"), c.w(u + "bias"), s, (hp_.ups_kernels[i] - s) / 2, margin,
+                                      after)
+                   : conv_transpose1d_zero_tail(g, x, c.w(u + "weight"), c.w(u + "bias"), s,
+                                                (hp_.ups_kernels[i] - s) / 2, margin, after);
+        // x: [C, margin + T + after]
+        GGML_ASSERT(x->ne[1] == margin + T + after);
+        const size_t  fb = x->nb[1];
         ggml_tensor * xs = nullptr;
         for (int j = 0; j < n_kernels; ++j) {
             const std::string r  = "dec.resblocks." + std::to_string(i * n_kernels + j) + ".convs.";
             ggml_tensor *     rb = x;
             for (int cv = 0; cv < hp_.res_convs; ++cv) {
-                const int         d   = hp_.res_dilations[j * hp_.res_convs + cv];
-                const int         pad = (hp_.res_kernels[j] * d - d) / 2;
-                const std::string w   = r + std::to_string(cv) + ".";
-                rb                    = ggml_add(
-                    g, rb, conv1d(g, ggml_leaky_relu(g, rb, 0.1f, false), c.w(w + "weight"), c.w(w + "bias"), d, pad));
+                const int         d = hp_.res_dilations[j * hp_.res_convs + cv];
+                const std::string w = r + std::to_string(cv) + ".";
+                ggml_tensor *     y =
+                    conv1d_window(g, ggml_leaky_relu(g, rb, 0.1f, false), margin - pad_of(hp_.res_kernels[j], d), T,
+                                  c.w(w + "weight"), c.w(w + "bias"), d);  // [C, T]
+                // rb += y over the signal frames; the margins stay zero.
+                rb = rb == x ? ggml_acc(g, rb, y, fb, ggml_nbytes(rb), ggml_nbytes(rb), margin * fb)
+                             : ggml_acc_inplace(g, rb, y, fb, ggml_nbytes(rb), ggml_nbytes(rb), margin * fb);
             }
             xs = xs ? ggml_add(g, xs, rb) : rb;
         }
         x = ggml_scale(g, xs, 1.0f / (float) n_kernels);
+        if (i + 1 < hp_.ups_rates.size()) {
+            // The signal frames and the first zero after them, contiguous.
+            x = ggml_view_2d(g, x, x->ne[0], T + 1, fb, margin * fb);
+        }
     }
-    x = conv1d(g, ggml_leaky_relu(g, x, 0.01f, false), c.w("dec.conv_post.weight"), nullptr, 1,
-               (int) c.w("dec.conv_post.weight")->ne[2] / 2);
+    x = conv1d_window(g, ggml_leaky_relu(g, x, 0.01f, false), margin - c.w("dec.conv_post.weight")->ne[1] / 2, T,
+                      c.w("dec.conv_post.weight"), nullptr, 1);
     x = ggml_tanh(g, x);  // [1, N]
     ggml_set_name(x, "audio");
     ggml_set_output(x);
