@@ -1,0 +1,177 @@
+"""Rendering takes to one WAV: gaps, sample rate, sample format, loudness presets.
+
+Loudness is measured with pyloudnorm (ITU-R BS.1770-4 integrated loudness); true
+peak is the peak of the signal oversampled four times (BS.1770 annex 2). A preset
+gains the audio to its target; where that would push the true peak over the
+preset's ceiling, a look-ahead peak limiter holds it down and the gain is refined
+until the measured loudness sits on the target.
+
+Presets:
+  podcast    -16 LUFS integrated, true peak <= -1 dBTP
+  broadcast  -23 LUFS integrated (EBU R 128), true peak <= -1 dBTP
+  acx        RMS -20 dBFS (ACX accepts -23..-18), true peak <= -3 dBTP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import gcd
+from pathlib import Path
+
+import numpy as np
+
+from app.core.audio_io import SUBTYPES, write_wav
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    lufs: float | None  # integrated loudness target
+    rms_db: float | None  # RMS target (ACX)
+    ceiling_dbtp: float
+
+
+PRESETS = {
+    "podcast": Preset("podcast", -16.0, None, -1.0),
+    "broadcast": Preset("broadcast", -23.0, None, -1.0),
+    "acx": Preset("acx", None, -20.0, -3.0),
+}
+
+
+class ExportError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    path: Path
+    sample_rate: int
+    duration_s: float
+    lufs: float
+    rms_db: float
+    true_peak_db: float
+    gain_db: float
+    limited: bool
+
+
+def _db(x: float) -> float:
+    return 20.0 * np.log10(max(x, 1e-12))
+
+
+def integrated_loudness(audio: np.ndarray, sample_rate: int) -> float:
+    import pyloudnorm
+
+    block = 0.4
+    if len(audio) < block * sample_rate:  # BS.1770 gating needs one 400 ms block
+        audio = np.concatenate([audio, np.zeros(int(block * sample_rate) - len(audio) + 1, dtype=audio.dtype)])
+    return float(pyloudnorm.Meter(sample_rate).integrated_loudness(np.asarray(audio, dtype=np.float64)))
+
+
+def true_peak_db(audio: np.ndarray) -> float:
+    from scipy.signal import resample_poly
+
+    if len(audio) == 0:
+        return -np.inf
+    return _db(float(np.max(np.abs(resample_poly(audio.astype(np.float64), 4, 1)))))
+
+
+def rms_db(audio: np.ndarray) -> float:
+    return _db(float(np.sqrt(np.mean(np.square(audio, dtype=np.float64)))) if len(audio) else 0.0)
+
+
+def limit(audio: np.ndarray, sample_rate: int, ceiling_db: float, lookahead_ms: float = 5.0) -> np.ndarray:
+    """Look-ahead peak limiter: a smooth gain that keeps every sample under the ceiling."""
+    from scipy.ndimage import minimum_filter1d, uniform_filter1d
+
+    ceiling = 10.0 ** (ceiling_db / 20.0)
+    need = np.minimum(1.0, ceiling / np.maximum(np.abs(audio), 1e-12))
+    if need.min() >= 1.0:
+        return audio
+    half = max(1, int(lookahead_ms * 1e-3 * sample_rate))
+    # The minimum over +-half samples, averaged over a window no wider than it, never
+    # exceeds the gain a sample needs: the limiter attacks before each peak.
+    gain = uniform_filter1d(minimum_filter1d(need, 2 * half + 1, mode="nearest"), half + 1, mode="nearest")
+    return (audio * np.minimum(gain, need)).astype(np.float32)
+
+
+def normalize(audio: np.ndarray, sample_rate: int, preset: Preset) -> tuple[np.ndarray, float, bool]:
+    """Audio gained (and limited where needed) to the preset; also the gain in dB and whether it limited."""
+    audio = np.asarray(audio, dtype=np.float32)
+    if not np.any(audio):
+        raise ExportError("the audio is silent; there is no loudness to normalize")
+
+    def measure(x):
+        return integrated_loudness(x, sample_rate) if preset.lufs is not None else rms_db(x)
+
+    target = preset.lufs if preset.lufs is not None else preset.rms_db
+    # Sample peaks are held 0.3 dB under the ceiling so that inter-sample peaks fit too.
+    sample_ceiling = preset.ceiling_dbtp - 0.3
+    gain_db, limited, out = 0.0, False, audio
+    for _ in range(6):
+        gain_db += target - measure(out)
+        out = audio * np.float32(10.0 ** (gain_db / 20.0))
+        if true_peak_db(out) > preset.ceiling_dbtp:
+            out, limited = limit(out, sample_rate, sample_ceiling), True
+        if abs(measure(out) - target) < 0.1:
+            break
+    return out.astype(np.float32), gain_db, limited
+
+
+def resample(audio: np.ndarray, rate_in: int, rate_out: int) -> np.ndarray:
+    if rate_in == rate_out:
+        return audio
+    from scipy.signal import resample_poly
+
+    g = gcd(rate_in, rate_out)
+    return resample_poly(audio.astype(np.float64), rate_out // g, rate_in // g).astype(np.float32)
+
+
+def render(clips: list[np.ndarray], sample_rate: int, *, gap_s: float = 0.3) -> np.ndarray:
+    """Clips end to end with ``gap_s`` of silence between them."""
+    if not clips:
+        raise ExportError("nothing to export: no sentence has a take yet")
+    gap = np.zeros(int(round(gap_s * sample_rate)), dtype=np.float32)
+    parts = []
+    for i, clip in enumerate(clips):
+        if i:
+            parts.append(gap)
+        parts.append(np.asarray(clip, dtype=np.float32))
+    return np.concatenate(parts)
+
+
+def export_wav(
+    path: Path | str,
+    clips: list[np.ndarray],
+    sample_rate: int,
+    *,
+    out_rate: int | None = None,
+    subtype: str = "pcm16",
+    gap_s: float = 0.3,
+    loudness: str | None = None,
+) -> ExportReport:
+    """Write the clips as one WAV (atomically) and report what was written."""
+    if subtype not in SUBTYPES:
+        raise ExportError(f"sample format must be one of {sorted(SUBTYPES)}")
+    if loudness is not None and loudness not in PRESETS:
+        raise ExportError(f"loudness preset must be one of {sorted(PRESETS)}")
+    rate = out_rate or sample_rate
+    if not 8000 <= rate <= 192000:
+        raise ExportError(f"sample rate {rate} Hz is outside 8000..192000")
+    audio = resample(render(clips, sample_rate, gap_s=gap_s), sample_rate, rate)
+    gain_db, limited = 0.0, False
+    if loudness is not None:
+        audio, gain_db, limited = normalize(audio, rate, PRESETS[loudness])
+    elif subtype != "float" and np.max(np.abs(audio)) > 1.0:
+        audio = limit(audio, rate, -0.3)
+        limited = True
+    written = write_wav(path, audio, rate, subtype=subtype)
+    return ExportReport(
+        written,
+        rate,
+        len(audio) / rate,
+        integrated_loudness(audio, rate),
+        rms_db(audio),
+        true_peak_db(audio),
+        gain_db,
+        limited,
+    )

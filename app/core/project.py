@@ -1,0 +1,308 @@
+"""A project: the script, its sentences and their takes, the voice and its settings.
+
+Qt-free; the studio window renders it. A take is one synthesis of one sentence
+(audio, the text, voice and settings it was made from, the engine's timings). A
+sentence's current take is *stale* when its text, the voice or the settings have
+changed since. Editing the script re-segments it and keeps every take whose
+sentence text still exists.
+
+A project file (``.vsproj``) is a zip: ``project.json`` plus one float32 WAV per
+take under ``takes/``, so takes round-trip bit for bit. Files are written
+atomically; ``autosave`` keeps a copy in the data directory until the project is
+closed cleanly, and ``pending_recoveries`` finds the copies a crashed session left.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import time
+import uuid
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from app.core import paths
+from app.core.atomic import atomic_path
+from app.core.script import segment
+
+SCHEMA_VERSION = 1
+SUFFIX = ".vsproj"
+DEFAULT_SETTINGS = {"speed": 1.0, "noise_scale": None, "noise_w": None, "seed": 0}
+
+
+class ProjectFileError(RuntimeError):
+    pass
+
+
+@dataclass
+class Take:
+    audio: np.ndarray  # float32 mono
+    sample_rate: int
+    text: str
+    voice: str
+    settings: dict
+    timings: dict = field(default_factory=dict)
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    created: float = field(default_factory=time.time)
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.audio) / self.sample_rate
+
+    def meta(self) -> dict:
+        return {
+            "id": self.id,
+            "sample_rate": self.sample_rate,
+            "text": self.text,
+            "voice": self.voice,
+            "settings": self.settings,
+            "timings": self.timings,
+            "created": self.created,
+        }
+
+
+@dataclass
+class Sentence:
+    text: str
+    start: int
+    end: int
+    paragraph: int
+    takes: list[Take] = field(default_factory=list)
+    active: int = -1  # index into takes
+    locked: bool = False
+
+    @property
+    def take(self) -> Take | None:
+        return self.takes[self.active] if 0 <= self.active < len(self.takes) else None
+
+    def add_take(self, take: Take) -> None:
+        self.takes.append(take)
+        self.active = len(self.takes) - 1
+
+    def is_stale(self, voice: str, settings: dict) -> bool:
+        take = self.take
+        return take is None or take.text != self.text or take.voice != voice or take.settings != settings
+
+
+class Project:
+    def __init__(self, script: str = "", voice: str = "piper:joe", settings: dict | None = None):
+        self.id = uuid.uuid4().hex
+        self.path: Path | None = None
+        self.voice = voice
+        self.settings = dict(DEFAULT_SETTINGS if settings is None else settings)
+        self.script = ""
+        self.sentences: list[Sentence] = []
+        self.dirty = False
+        self.set_script(script)
+        self.dirty = False
+
+    # -- script ---------------------------------------------------------------
+    def set_script(self, script: str) -> None:
+        """Re-segment; sentences whose text is unchanged keep their takes and lock."""
+        if script == self.script and self.sentences:
+            return
+        old: dict[str, list[Sentence]] = {}
+        for sentence in self.sentences:
+            old.setdefault(sentence.text, []).append(sentence)
+        sentences = []
+        for span in segment(script):
+            text = span.text(script)
+            sentence = Sentence(text, span.start, span.end, span.paragraph)
+            if old.get(text):
+                previous = old[text].pop(0)
+                sentence.takes, sentence.active, sentence.locked = previous.takes, previous.active, previous.locked
+            sentences.append(sentence)
+        self.script, self.sentences, self.dirty = script, sentences, True
+
+    def sentence_at(self, offset: int) -> int:
+        """Index of the sentence containing (or nearest after) a script offset; -1 if none."""
+        for i, sentence in enumerate(self.sentences):
+            if offset <= sentence.end:
+                return i
+        return len(self.sentences) - 1
+
+    def stale(self) -> list[int]:
+        return [i for i, s in enumerate(self.sentences) if s.is_stale(self.voice, self.settings)]
+
+    def to_synthesize(self, which: str) -> list[int]:
+        """Indices for "all" or "stale" jobs; locked sentences are skipped."""
+        indices = range(len(self.sentences)) if which == "all" else self.stale()
+        return [i for i in indices if not self.sentences[i].locked]
+
+    def add_take(self, index: int, take: Take) -> None:
+        self.sentences[index].add_take(take)
+        self.dirty = True
+
+    def takes_audio(self, indices: list[int] | None = None) -> list[tuple[int, Take]]:
+        chosen = range(len(self.sentences)) if indices is None else indices
+        return [(i, self.sentences[i].take) for i in chosen if self.sentences[i].take is not None]
+
+    # -- files ----------------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        buffer = io.BytesIO()
+        meta = {
+            "schema_version": SCHEMA_VERSION,
+            "id": self.id,
+            "script": self.script,
+            "voice": self.voice,
+            "settings": self.settings,
+            "sentences": [
+                {
+                    "text": s.text,
+                    "locked": s.locked,
+                    "active": s.active,
+                    "takes": [t.meta() for t in s.takes],
+                }
+                for s in self.sentences
+            ],
+        }
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
+            zf.writestr("project.json", json.dumps(meta, indent=1, ensure_ascii=False))
+            for sentence in self.sentences:
+                for take in sentence.takes:
+                    zf.writestr(f"takes/{take.id}.wav", _wav_bytes(take.audio, take.sample_rate))
+        return buffer.getvalue()
+
+    def save(self, path: Path | str | None = None) -> Path:
+        target = Path(path) if path is not None else self.path
+        if target is None:
+            raise ProjectFileError("the project has no file yet; choose where to save it")
+        data = self.to_bytes()
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(data)
+        self.path, self.dirty = target, False
+        return target
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, name: str = "project") -> Project:
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as zf:
+                meta = json.loads(zf.read("project.json").decode("utf-8"))
+                version = meta.get("schema_version")
+                if not isinstance(version, int) or version > SCHEMA_VERSION:
+                    raise ProjectFileError(f"{name}: project format {version!r} is newer than this studio")
+                project = cls(meta["script"], meta["voice"], meta["settings"])
+                project.id = meta.get("id", project.id)
+                if len(meta["sentences"]) != len(project.sentences):
+                    raise ProjectFileError(f"{name}: its sentences do not match its script")
+                for sentence, stored in zip(project.sentences, meta["sentences"], strict=True):
+                    sentence.locked, sentence.active = bool(stored["locked"]), int(stored["active"])
+                    for t in stored["takes"]:
+                        audio = _read_wav_bytes(zf.read(f"takes/{t['id']}.wav"))
+                        sentence.takes.append(
+                            Take(
+                                audio,
+                                t["sample_rate"],
+                                t["text"],
+                                t["voice"],
+                                t["settings"],
+                                t["timings"],
+                                t["id"],
+                                t["created"],
+                            )
+                        )
+        except ProjectFileError:
+            raise
+        except (zipfile.BadZipFile, KeyError, ValueError, TypeError, RuntimeError) as exc:
+            raise ProjectFileError(f"{name}: not a readable Voice Studio project ({exc})") from exc
+        project.dirty = False
+        return project
+
+    @classmethod
+    def open(cls, path: Path | str) -> Project:
+        path = Path(path)
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise ProjectFileError(f"{path}: {exc.strerror or exc}") from exc
+        project = cls.from_bytes(data, name=path.name)
+        project.path = path
+        return project
+
+    # -- autosave and recovery -----------------------------------------------
+    def autosave(self) -> Path:
+        """Write a recovery copy (atomically) beside a note of where the project lives."""
+        directory = autosave_dir()
+        with atomic_path(directory / f"{self.id}{SUFFIX}") as tmp:
+            tmp.write_bytes(self.to_bytes())
+        note = {"path": str(self.path) if self.path else None, "saved": time.time(), "pid": os.getpid()}
+        with atomic_path(directory / f"{self.id}.json") as tmp:
+            tmp.write_text(json.dumps(note), encoding="utf-8")
+        return directory / f"{self.id}{SUFFIX}"
+
+    def close(self) -> None:
+        """A clean close: the recovery copy is no longer needed."""
+        discard_recovery(self.id)
+
+
+@dataclass
+class Recovery:
+    id: str
+    copy: Path
+    original: Path | None
+    saved: float
+
+    def load(self) -> Project:
+        project = Project.open(self.copy)
+        project.path, project.dirty = self.original, True
+        return project
+
+
+def autosave_dir() -> Path:
+    directory = paths.data_dir() / "autosave"
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+def pending_recoveries() -> list[Recovery]:
+    """Recovery copies left by sessions that did not close their project (newest first)."""
+    found = []
+    for note_path in autosave_dir().glob("*.json"):
+        copy = note_path.with_suffix(SUFFIX)
+        try:
+            note = json.loads(note_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        if not copy.exists() or _alive(note.get("pid")):
+            continue
+        original = Path(note["path"]) if note.get("path") else None
+        found.append(Recovery(note_path.stem, copy, original, float(note.get("saved", 0.0))))
+    return sorted(found, key=lambda r: r.saved, reverse=True)
+
+
+def discard_recovery(project_id: str) -> None:
+    for suffix in (SUFFIX, ".json"):
+        (autosave_dir() / f"{project_id}{suffix}").unlink(missing_ok=True)
+
+
+def _alive(pid) -> bool:
+    if pid == os.getpid():
+        return True  # this session's own copy
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _wav_bytes(audio: np.ndarray, sample_rate: int) -> bytes:
+    import soundfile
+
+    buffer = io.BytesIO()
+    soundfile.write(buffer, np.asarray(audio, dtype=np.float32), sample_rate, subtype="FLOAT", format="WAV")
+    return buffer.getvalue()
+
+
+def _read_wav_bytes(data: bytes) -> np.ndarray:
+    import soundfile
+
+    audio, _ = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=False)
+    return audio

@@ -1,0 +1,164 @@
+"""The Qt-free project: segmentation, takes and staleness, files, autosave and recovery."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.core.project import Project, ProjectFileError, Take, pending_recoveries
+from app.core.script import segment
+
+SETTINGS = {"speed": 1.0, "noise_scale": None, "noise_w": None, "seed": 0}
+
+
+def texts(script):
+    return [span.text(script) for span in segment(script)]
+
+
+@pytest.mark.parametrize(
+    ("script", "expected"),
+    [
+        ("Hello world. How are you?", ["Hello world.", "How are you?"]),
+        ("Dr. Smith met Mrs. Jones at 3.30 p.m. today.", ["Dr. Smith met Mrs. Jones at 3.30 p.m. today."]),
+        ('"Really?" she asked. Yes!', ['"Really?" she asked.', "Yes!"]),
+        ("J. R. R. Tolkien wrote it… Then he slept.", ["J. R. R. Tolkien wrote it…", "Then he slept."]),
+        ("A hard-wrapped\nline. Next one", ["A hard-wrapped\nline.", "Next one"]),
+        ("Wait!!! What?!", ["Wait!!!", "What?!"]),
+        ("   \n\n  ", []),
+        ("No final punctuation", ["No final punctuation"]),
+    ],
+)
+def test_sentences(script, expected):
+    assert texts(script) == expected
+
+
+def test_paragraphs_and_spans():
+    script = "One. Two.\n\n  Three.\n \nFour"
+    spans = segment(script)
+    assert [s.paragraph for s in spans] == [0, 0, 1, 2]
+    assert all(script[s.start : s.end] == s.text(script) and s.text(script) == s.text(script).strip() for s in spans)
+
+
+def test_long_chapter():
+    chapter = ("It was a bright cold day in April, and the clocks were striking thirteen. " * 20 + "\n\n") * 300
+    spans = segment(chapter)
+    assert len(spans) == 6000 and spans[-1].paragraph == 299
+
+
+def take_for(sentence, voice="piper:joe", settings=SETTINGS, n=100, value=0.1):
+    return Take(np.full(n, value, dtype=np.float32), 22050, sentence.text, voice, dict(settings))
+
+
+def test_takes_survive_edits_and_staleness_follows_text_voice_settings():
+    project = Project("First one. Second one. Third one.", settings=SETTINGS)
+    for i, sentence in enumerate(project.sentences):
+        project.add_take(i, take_for(sentence))
+    assert project.stale() == []
+    project.sentences[2].locked = True
+
+    project.set_script("First one. Second one, changed. Third one. New fourth.")
+    assert [s.take is not None for s in project.sentences] == [True, False, True, False]
+    assert project.stale() == [1, 3]
+    assert project.sentences[2].locked
+    assert project.to_synthesize("stale") == [1, 3]
+    assert project.to_synthesize("all") == [0, 1, 3]  # the locked sentence is skipped
+
+    project.voice = "piper:other"
+    assert project.stale() == [0, 1, 2, 3]
+    project.voice = "piper:joe"
+    project.settings = dict(SETTINGS, seed=7)
+    assert project.stale() == [0, 1, 2, 3]
+
+
+def test_several_takes_and_switching():
+    project = Project("Only sentence.", settings=SETTINGS)
+    sentence = project.sentences[0]
+    project.add_take(0, take_for(sentence, value=0.1))
+    project.add_take(0, take_for(sentence, value=0.2))
+    assert sentence.active == 1 and sentence.take.audio[0] == np.float32(0.2)
+    sentence.active = 0
+    assert sentence.take.audio[0] == np.float32(0.1)
+
+
+def test_save_and_open_round_trip_takes_bit_for_bit(tmp_path):
+    project = Project("One. Two.\n\nThree.", settings=SETTINGS)
+    rng = np.random.default_rng(0)
+    for i, sentence in enumerate(project.sentences):
+        take = take_for(sentence)
+        take.audio = rng.standard_normal(2000).astype(np.float32) * 0.3
+        take.timings = {"stages_ms": {"decoder": 12.5}}
+        project.add_take(i, take)
+    project.sentences[1].locked = True
+    path = project.save(tmp_path / "story.vsproj")
+    assert not project.dirty and not list(tmp_path.glob("*.part"))
+
+    loaded = Project.open(path)
+    assert loaded.script == project.script and loaded.voice == project.voice and loaded.settings == project.settings
+    assert [s.locked for s in loaded.sentences] == [False, True, False]
+    for a, b in zip(project.sentences, loaded.sentences, strict=True):
+        assert a.take.audio.tobytes() == b.take.audio.tobytes()
+        assert a.take.meta() == b.take.meta()
+    assert loaded.stale() == []
+
+
+def test_damaged_or_newer_project_files_are_refused(tmp_path):
+    bad = tmp_path / "bad.vsproj"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(ProjectFileError, match="bad.vsproj"):
+        Project.open(bad)
+    with pytest.raises(ProjectFileError):
+        Project.open(tmp_path / "missing.vsproj")
+    path = Project("Hi.").save(tmp_path / "ok.vsproj")
+    data = path.read_bytes()
+    with pytest.raises(ProjectFileError):
+        Project.from_bytes(data[: len(data) // 2])
+
+
+def test_save_without_a_path_says_so():
+    with pytest.raises(ProjectFileError, match="choose where"):
+        Project("Hi.").save()
+
+
+def test_autosave_of_a_killed_session_is_recovered(tmp_path, monkeypatch):
+    env = dict(os.environ, VOICESTUDIO_DATA_DIR=str(tmp_path))
+    code = textwrap.dedent(
+        f"""
+        import os, signal
+        import numpy as np
+        from app.core.project import Project, Take
+        p = Project("Kept sentence. Another one.")
+        p.path = None
+        t = Take(np.arange(500, dtype=np.float32) / 1000, 22050, p.sentences[0].text, p.voice, dict(p.settings))
+        p.add_take(0, t)
+        p.save({str(tmp_path / "work.vsproj")!r})
+        p.set_script("Kept sentence. Another one. Typed after the last save.")
+        p.autosave()
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=Path(__file__).parent.parent)
+    assert proc.returncode == -signal.SIGKILL
+
+    monkeypatch.setenv("VOICESTUDIO_DATA_DIR", str(tmp_path))
+    recoveries = pending_recoveries()
+    assert len(recoveries) == 1
+    recovered = recoveries[0].load()
+    assert recovered.path == tmp_path / "work.vsproj" and recovered.dirty
+    assert recovered.script.endswith("Typed after the last save.")
+    assert recovered.sentences[0].take.audio.tobytes() == (np.arange(500, dtype=np.float32) / 1000).tobytes()
+    recovered.close()
+    assert pending_recoveries() == []
+
+
+def test_a_live_session_is_not_offered_for_recovery(tmp_path, monkeypatch):
+    monkeypatch.setenv("VOICESTUDIO_DATA_DIR", str(tmp_path))
+    project = Project("Still open.")
+    project.autosave()
+    assert pending_recoveries() == []  # this process is alive
+    project.close()
+    assert not list((tmp_path / "autosave").iterdir())
