@@ -25,16 +25,21 @@ test: setup lint native-test py-test
 setup: system-deps $(STAMP) engine models
 
 # Shared libraries the Python packages load at run time (PortAudio for sounddevice,
-# what Qt's offscreen platform links against), installed only when missing.
+# what Qt's offscreen platform links against), and for the playback tests a PulseAudio
+# daemon, its recorder and ALSA's pulse plugin (PortAudio reaches PulseAudio through
+# it); each installed only when missing.
 SYSTEM_LIBS := libportaudio.so.2:libportaudio2 libEGL.so.1:libegl1 libGL.so.1:libgl1 \
 	libxkbcommon.so.0:libxkbcommon0 libfontconfig.so.1:libfontconfig1 libdbus-1.so.3:libdbus-1-3 \
 	libglib-2.0.so.0:libglib2.0-0
+SYSTEM_CMDS := c++:g++ pulseaudio:pulseaudio parec:pulseaudio-utils
 system-deps:
 	@missing=""; for pair in $(SYSTEM_LIBS); do lib=$${pair%%:*}; pkg=$${pair##*:}; \
 	  ldconfig -p | grep -q "$$lib" || missing="$$missing $$pkg"; done; \
-	command -v c++ >/dev/null || missing="$$missing g++"; \
+	for pair in $(SYSTEM_CMDS); do cmd=$${pair%%:*}; pkg=$${pair##*:}; \
+	  command -v $$cmd >/dev/null || missing="$$missing $$pkg"; done; \
+	ls /usr/lib/*/alsa-lib/libasound_module_pcm_pulse.so >/dev/null 2>&1 || missing="$$missing libasound2-plugins"; \
 	if [ -n "$$missing" ]; then echo "installing:$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; fi
 
 $(STAMP): pyproject.toml tools/requirements.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
