@@ -306,3 +306,32 @@ def _read_wav_bytes(data: bytes) -> np.ndarray:
 
     audio, _ = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=False)
     return audio
+
+
+@dataclass
+class Segment:
+    index: int  # sentence index
+    start_s: float
+    end_s: float
+    take: Take
+
+
+def timeline(project: Project, *, gap_s: float = 0.3) -> tuple[np.ndarray, int, list[Segment]]:
+    """The current takes end to end (``gap_s`` apart) at the first take's sample rate."""
+    from app.core.export import resample
+
+    placed = project.takes_audio()
+    if not placed:
+        return np.zeros(0, dtype=np.float32), 0, []
+    rate = placed[0][1].sample_rate
+    gap = np.zeros(int(round(gap_s * rate)), dtype=np.float32)
+    parts, segments, t = [], [], 0.0
+    for n, (index, take) in enumerate(placed):
+        if n:
+            parts.append(gap)
+            t += len(gap) / rate
+        audio = resample(take.audio, take.sample_rate, rate)
+        parts.append(audio)
+        segments.append(Segment(index, t, t + len(audio) / rate, take))
+        t += len(audio) / rate
+    return np.concatenate(parts), rate, segments

@@ -1,168 +1,766 @@
-"""The studio window (first cut): script, voice and device, synthesize, timings, waveform."""
+"""The studio window: script editor, timeline, voices, inspector, timings, jobs.
+
+The window renders a Qt-free ``Project`` and wires signals; engine work runs in
+QRunnables (app.ui.workers), playback on PortAudio's thread (app.core.playback).
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+import time
+from pathlib import Path
 
 import numpy as np
-import pyqtgraph as pg
-from PySide6.QtCore import QThreadPool, QTimer
+from PySide6.QtCore import QByteArray, Qt, QThreadPool, QTimer, Signal
+from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDockWidget,
+    QDoubleSpinBox,
+    QFileDialog,
     QFormLayout,
-    QHBoxLayout,
-    QLabel,
     QMainWindow,
     QMessageBox,
-    QPlainTextEdit,
-    QPushButton,
-    QSpinBox,
-    QVBoxLayout,
-    QWidget,
+    QSplitter,
 )
 
-from app.core import models
-from app.core.engine import STAGES, Engine, devices
-from app.ui.workers import SynthesisJob
+from app.core import export as export_mod
+from app.core.engine import Engine, devices
+from app.core.logs import setup_logging
+from app.core.playback import Player
+from app.core.project import SUFFIX, Project, ProjectFileError, Take, pending_recoveries, timeline
+from app.core.settings import Settings
+from app.ui.editor import ScriptEditor
+from app.ui.panels import Inspector, JobsPanel, TimingsPanel, VoicesPanel
+from app.ui.timeline import TimelineView
+from app.ui.workers import OpenEngineJob, SynthesisJob
+
+log = logging.getLogger("voicestudio.ui")
+WELCOME = "Welcome to Voice Studio. Type a script here; every sentence becomes a take you can play and export."
 
 
 class StudioWindow(QMainWindow):
-    def __init__(self):
+    job_added = Signal(object)  # SynthesisJob, once queued
+    job_ended = Signal(int, str)  # job id, final state: done, cancelled or failed
+    error_shown = Signal(str)
+
+    def __init__(self, settings: Settings | None = None, *, ask_recovery: bool = True, persist: bool = True):
+        """``persist``: restore and save window layout and settings (off for screenshots and tests)."""
         super().__init__()
+        self.persist = persist
+        self.log_path = setup_logging()
+        self.settings = settings or Settings.load()
         self.setWindowTitle("Voice Studio")
-        self.resize(960, 600)
-        self.pool = QThreadPool.globalInstance()
+        self.resize(1280, 800)
         self.engine: Engine | None = None
-        self.engine_key: tuple | None = None
-        self.job: SynthesisJob | None = None
-        self.take = None
+        self.engine_spec: tuple | None = None
+        self._opening: OpenEngineJob | None = None
+        self._after_open: list = []
+        self._retired: list[Engine] = []
+        self.jobs: dict[int, SynthesisJob] = {}
+        self.synth_pool = QThreadPool(self)
+        self.synth_pool.setMaxThreadCount(1)  # one engine call at a time; later jobs queue
+        self.player = Player()
+        self.play_offset = 0.0
+        self.last_error: str | None = None
+        self._error_box: QMessageBox | None = None
+        self._stream_follow = False
 
-        self.editor = QPlainTextEdit("Welcome to Voice Studio. Type a script and press Synthesize.")
-        self.voice = QComboBox()
-        for voice_id in sorted(models.STOCK_VOICES):
-            self.voice.addItem(voice_id)
-        self.device = QComboBox()
-        self.device.addItem("auto", "auto")
-        for d in devices():
-            self.device.addItem(f"{d['id']} — {d['description']} ({d['type']})", d["id"])
-        self.threads = QSpinBox()
-        self.threads.setRange(0, 256)
-        self.threads.setSpecialValueText("all cores")
-        self.synth_button = QPushButton("Synthesize")
-        self.cancel_button = QPushButton("Cancel")
-        self.cancel_button.setEnabled(False)
-        self.timings = QLabel("")
-        self.timings.setWordWrap(True)
-        self.plot = pg.PlotWidget()
-        self.plot.setDownsampling(mode="peak")
-        self.plot.setClipToView(True)
-        self.plot.setLabel("bottom", "time", units="s")
-        self.curve = self.plot.plot(pen=pg.mkPen("#3b82f6"))
+        # central: editor over timeline
+        self.editor = ScriptEditor()
+        self.timeline = TimelineView()
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self.editor)
+        split.addWidget(self.timeline)
+        split.setSizes([380, 420])
+        self.setCentralWidget(split)
 
-        form = QFormLayout()
-        form.addRow("Voice", self.voice)
-        form.addRow("Device", self.device)
-        form.addRow("CPU threads", self.threads)
-        buttons = QHBoxLayout()
-        buttons.addWidget(self.synth_button)
-        buttons.addWidget(self.cancel_button)
-        side = QVBoxLayout()
-        side.addLayout(form)
-        side.addLayout(buttons)
-        side.addWidget(self.timings)
-        side.addStretch(1)
-        top = QHBoxLayout()
-        top.addWidget(self.editor, 2)
-        top.addLayout(side, 1)
-        root = QVBoxLayout()
-        root.addLayout(top, 1)
-        root.addWidget(self.plot, 1)
-        central = QWidget()
-        central.setLayout(root)
-        self.setCentralWidget(central)
+        # docks
+        self.device_list = devices()
+        self.voices = VoicesPanel()
+        self.inspector = Inspector(self.device_list)
+        self.timings = TimingsPanel()
+        self.jobs_panel = JobsPanel()
+        left = self._dock("Voices", self.voices, Qt.DockWidgetArea.LeftDockWidgetArea)
+        right = self._dock("Inspector", self.inspector, Qt.DockWidgetArea.RightDockWidgetArea)
+        self._dock("Timings", self.timings, Qt.DockWidgetArea.RightDockWidgetArea)
+        bottom = self._dock("Jobs", self.jobs_panel, Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.resizeDocks([left, right], [250, 400], Qt.Orientation.Horizontal)
+        self.resizeDocks([bottom], [150], Qt.Orientation.Vertical)
+        self._actions()
 
-        self.synth_button.clicked.connect(self.synthesize)
-        self.cancel_button.clicked.connect(self.cancel)
+        # wiring
+        self.editor.script_changed.connect(self._script_changed)
+        self.editor.current_sentence_changed.connect(self._current_sentence_changed)
+        self.timeline.sentence_clicked.connect(self._sentence_clicked)
+        self.timeline.cursor_moved.connect(self._cursor_moved)
+        self.inspector.settings_changed.connect(self._settings_changed)
+        self.inspector.device_apply.connect(self.apply_device)
+        self.inspector.take_activated.connect(self._take_activated)
+        self.inspector.lock_toggled.connect(self._lock_toggled)
+        self.inspector.ab_requested.connect(self.play_ab)
+        self.voices.voice_chosen.connect(self.inspector.voice.setCurrentText)
+        self.voices.preview_requested.connect(self.preview_voice)
+        self.jobs_panel.cancel_requested.connect(self.cancel)
+        self.player.on_finished = None
+        self._playhead_timer = QTimer(self, interval=30)
+        self._playhead_timer.timeout.connect(self._tick)
+        self._autosave = QTimer(self, interval=max(5, int(self.settings["autosave_s"])) * 1000)
+        self._autosave.timeout.connect(self.autosave)
+        self._autosave.start()
 
-    def _engine(self) -> Engine:
-        key = (self.voice.currentText(), self.device.currentData(), self.threads.value())
-        if self.engine is None or self.engine_key != key:
-            if self.engine is not None:
-                self.engine.close()
-            self.engine = Engine.open(key[0], device=key[1], threads=key[2])
-            self.engine_key = key
-        return self.engine
+        # state
+        self._restore_settings()
+        self.set_project(Project(WELCOME, self.settings["voice"], self._settings_from_store()))
+        self.project.dirty = False
+        if ask_recovery:
+            QTimer.singleShot(0, self.offer_recovery)
 
-    def synthesize(self) -> None:
-        if self.job is not None:
+    # -- construction helpers -------------------------------------------------
+    def _dock(self, title, widget, area) -> QDockWidget:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(title)
+        dock.setWidget(widget)
+        self.addDockWidget(area, dock)
+        return dock
+
+    def _action(self, menu, text, slot, shortcut=None) -> QAction:
+        action = QAction(text, self)
+        if shortcut:
+            action.setShortcut(QKeySequence(shortcut))
+        action.triggered.connect(slot)
+        menu.addAction(action)
+        return action
+
+    def _actions(self) -> None:
+        bar = self.menuBar()
+        f = bar.addMenu("&File")
+        self._action(f, "&New project", self.new_project, "Ctrl+N")
+        self._action(f, "&Open project…", self.open_dialog, "Ctrl+O")
+        self.recent_menu = f.addMenu("Open &recent")
+        self._action(f, "&Import script (.txt, .md)…", self.import_dialog)
+        self._action(f, "&Save", self.save, "Ctrl+S")
+        self._action(f, "Save &as…", self.save_as)
+        self._action(f, "&Export WAV…", self.export_dialog, "Ctrl+E")
+        f.addSeparator()
+        self._action(f, "&Quit", self.close, "Ctrl+Q")
+        s = bar.addMenu("&Synthesize")
+        self.act_current = self._action(s, "&Current sentence", lambda: self.synthesize("current"), "Ctrl+Return")
+        self.act_stale = self._action(s, "&Stale sentences", lambda: self.synthesize("stale"), "Ctrl+Shift+Return")
+        self.act_all = self._action(s, "&All sentences", lambda: self.synthesize("all"), "Ctrl+Alt+Return")
+        self._action(s, "&Regenerate current", lambda: self.synthesize("regenerate"), "Ctrl+R")
+        self._action(s, "Cancel all &jobs", lambda: self.cancel(0), "Ctrl+Shift+K")
+        p = bar.addMenu("&Playback")
+        self._action(p, "&Play / pause", self.play_pause, "Ctrl+Space")
+        self._action(p, "&Stop", self.stop, "Ctrl+.")
+        self._action(p, "Play se&lection", self.play_selection, "Ctrl+Shift+Space")
+        self._action(p, "Play from &cursor", self.play_from_cursor, "Ctrl+Alt+Space")
+        tools = self.addToolBar("Main")
+        tools.setObjectName("toolbar")
+        for action in (self.act_current, self.act_stale, self.act_all):
+            tools.addAction(action)
+        view = bar.addMenu("&View")
+        for dock in self.findChildren(QDockWidget):
+            view.addAction(dock.toggleViewAction())
+        self._fill_recent()
+
+    def _fill_recent(self) -> None:
+        self.recent_menu.clear()
+        for path in self.settings["recent_projects"]:
+            self.recent_menu.addAction(path, lambda p=path: self.open_project(p))
+        self.recent_menu.setEnabled(bool(self.settings["recent_projects"]))
+
+    # -- project --------------------------------------------------------------
+    def set_project(self, project: Project) -> None:
+        self.project = project
+        self.inspector.set_settings(project.voice, project.settings)
+        self.editor.set_project(project)
+        self._refresh_timeline()
+        self._current_sentence_changed(self.editor.current_sentence())
+        self._title()
+
+    def _title(self) -> None:
+        name = self.project.path.name if self.project.path else "untitled"
+        self.setWindowTitle(f"{name}{' •' if self.project.dirty else ''} — Voice Studio")
+
+    def _settings_from_store(self) -> dict:
+        return {"speed": self.settings["speed"], "noise_scale": None, "noise_w": None, "seed": self.settings["seed"]}
+
+    def _settings_changed(self) -> None:
+        self.project.voice = self.inspector.voice.currentText()
+        self.project.settings = self.inspector.settings()
+        self.project.dirty = True
+        self.editor.refresh()
+        self._title()
+
+    def _script_changed(self, _script: str) -> None:
+        self._refresh_timeline()
+        self._title()
+
+    def _current_sentence_changed(self, index: int) -> None:
+        sentence = self.project.sentences[index] if 0 <= index < len(self.project.sentences) else None
+        self.inspector.show_sentence(index, sentence)
+        self.timeline.select_sentence(index)
+
+    def _sentence_clicked(self, index: int) -> None:
+        self.editor.select_sentence(index)
+
+    def _cursor_moved(self, seconds: float) -> None:
+        self.timeline_cursor = seconds
+
+    def _take_activated(self, take_index: int) -> None:
+        index = self.editor.current_sentence()
+        if 0 <= index < len(self.project.sentences):
+            self.project.sentences[index].active = take_index
+            self.project.dirty = True
+            self._after_takes_changed(index)
+
+    def _lock_toggled(self, locked: bool) -> None:
+        index = self.editor.current_sentence()
+        if 0 <= index < len(self.project.sentences):
+            self.project.sentences[index].locked = locked
+            self.project.dirty = True
+            self.editor.refresh()
+
+    def _after_takes_changed(self, index: int) -> None:
+        self._refresh_timeline()
+        self.editor.refresh()
+        if index == self.editor.current_sentence():
+            self._current_sentence_changed(index)
+        self._title()
+
+    def _refresh_timeline(self) -> None:
+        audio, rate, segments = timeline(self.project, gap_s=float(self.settings["gap_s"]))
+        self.timeline.set_timeline(audio, rate, segments)
+
+    # -- engine ---------------------------------------------------------------
+    def _desired_spec(self) -> tuple:
+        return (self.project.voice, self.inspector.device.currentData(), self.inspector.threads.value())
+
+    def with_engine(self, then) -> None:
+        """Call ``then(engine)`` once an engine for the project's voice and the chosen device is open."""
+        spec = self._desired_spec()
+        if self.engine is not None and self.engine_spec == spec:
+            then(self.engine)
             return
+        self._after_open.append(then)
+        if self._opening is not None:
+            return
+        self._open_engine(spec)
+
+    def _open_engine(self, spec: tuple, fallback_reason: str | None = None) -> None:
+        voice, device, threads = spec
+        self.inspector.engine_status.setText(f"opening {voice} on {device}…")
+        job = OpenEngineJob(voice, device, threads)
+        job.signals.opened.connect(lambda engine, ms: self._engine_opened(spec, engine, ms, fallback_reason))
+        job.signals.failed.connect(lambda exc: self._engine_failed(spec, exc))
+        self._opening = job
+        QThreadPool.globalInstance().start(job)
+
+    def _engine_opened(self, spec, engine: Engine, ms: float, fallback_reason: str | None) -> None:
+        self._opening = None
+        if self.engine is not None:
+            self._retired.append(self.engine)
+            self._close_retired()
+        self.engine, self.engine_spec = engine, spec
+        note = f"{engine.voice_id} on {engine.device}"
+        note += f" ×{engine.threads} threads" if engine.device == "cpu" else ""
+        note += f" (opened in {ms:.0f} ms)"
+        if fallback_reason:
+            note += f"\nfell back to the CPU: {fallback_reason}"
+        self.inspector.engine_status.setText(note)
+        self.statusBar().showMessage(note.replace("\n", " — "), 8000)
+        pending, self._after_open = self._after_open, []
+        for then in pending:
+            then(engine)
+
+    def _engine_failed(self, spec, exc: Exception) -> None:
+        self._opening = None
+        voice, device, threads = spec
+        if device != "cpu":
+            log.warning("opening %s on %s failed: %s; trying the CPU", voice, device, exc)
+            self._open_engine((voice, "cpu", threads), fallback_reason=f"{device}: {exc}")
+            # Jobs now run on the CPU engine; the device picker keeps the user's choice visible.
+            return
+        self._after_open = []
+        self.inspector.engine_status.setText(f"cannot open {voice}: {exc}")
+        self.show_error(exc)
+
+    def apply_device(self, device: str, threads: int) -> None:
+        self.settings["device"], self.settings["threads"] = device, threads
+        self.with_engine(lambda engine: None)
+
+    def _close_retired(self) -> None:
+        if self.synth_pool.activeThreadCount() == 0:
+            for engine in self._retired:
+                engine.close()
+            self._retired = []
+
+    # -- synthesis ------------------------------------------------------------
+    def synthesize(self, which: str = "all") -> bool:
+        """Queue a job for the current sentence, the stale ones, all, or a new take of the current one.
+
+        Returns whether a job was queued (``job_added`` follows once the engine is open)."""
+        self.editor.flush()
+        project = self.project
+        if which in ("current", "regenerate"):
+            index = self.editor.current_sentence()
+            indices = [index] if index >= 0 else []
+        else:
+            indices = project.to_synthesize(which)
+        if not indices:
+            self.statusBar().showMessage("nothing to synthesize", 4000)
+            return False
+        items = [(i, project.sentences[i].text) for i in indices]
+        settings = dict(project.settings)
+        params = {
+            "length_scale": 1.0 / settings["speed"],
+            "noise_scale": settings["noise_scale"],
+            "noise_w": settings["noise_w"],
+            "seed": settings["seed"],
+        }
+        if which == "regenerate":
+            params["seed"] = settings["seed"] + len(project.sentences[indices[0]].takes)
+
+        def start(engine: Engine) -> None:
+            job = SynthesisJob(engine, items, kind=which, **params)
+            job.voice, job.settings = project.voice, settings
+            job.signals.started.connect(self._job_started)
+            job.signals.stage.connect(lambda stage, chunk, ms: self.timings.add_stage(stage, ms))
+            job.signals.chunk.connect(lambda index, audio: self.timings.first_audio())
+            job.signals.sentence_done.connect(lambda index, take, job=job: self._sentence_done(job, index, take))
+            job.signals.finished.connect(self._job_ended)
+            job.signals.cancelled.connect(self._job_ended)
+            job.signals.failed.connect(self._job_failed)
+            self.jobs[job.id] = job
+            self.jobs_panel.add(job)
+            self.synth_pool.start(job)
+            self.job_added.emit(job)
+
+        self.with_engine(start)
+        return True
+
+    def _job_started(self, job_id: int) -> None:
+        job = self.jobs[job_id]
+        self.timings.reset()
+        self.jobs_panel.update(job)
+        self.statusBar().showMessage(f"synthesizing {len(job.items)} sentence(s)…")
+
+    def _sentence_done(self, job: SynthesisJob, index: int, etake) -> None:
+        text = dict(job.items)[index]
+        sentences = self.project.sentences
+        if not (0 <= index < len(sentences) and sentences[index].text == text):
+            # The script changed meanwhile: the take belongs to the sentence with its text, if any.
+            index = next((i for i, s in enumerate(sentences) if s.text == text), -1)
+        self.jobs_panel.update(job)
+        if index < 0:
+            return
+        take = Take(
+            np.array(etake.audio, dtype=np.float32),
+            etake.sample_rate,
+            text,
+            job.voice,
+            dict(job.settings),
+            dict(etake.timings),
+        )
+        self.project.add_take(index, take)
+        self._after_takes_changed(index)
+        self._follow_stream(index)
+
+    def _job_ended(self, job_id: int) -> None:
+        job = self.jobs[job_id]
+        self.jobs_panel.update(job)
+        if job.state == "done" and self.engine is not None:
+            audio_s = sum(
+                self.project.sentences[i].take.duration_s
+                for i, _ in job.items
+                if i < len(self.project.sentences) and self.project.sentences[i].take is not None
+            )
+            self.timings.finish(self.engine.device, self.engine.threads, len(job.items), audio_s)
+            fallback = self.engine.fallback_stages
+            if fallback:
+                self.inspector.engine_status.setText(
+                    self.inspector.engine_status.text() + f"\nstages run on the CPU: {', '.join(fallback)}"
+                )
+        self.statusBar().showMessage(f"job {job_id} {job.state}", 5000)
+        if not self.busy():
+            self.player.finish()
+            self._close_retired()
+        self.job_ended.emit(job_id, job.state)
+
+    def _job_failed(self, job_id: int, exc: Exception) -> None:
+        self.show_error(exc)
+        self._job_ended(job_id)
+
+    def cancel(self, job_id: int = 0) -> None:
+        for job in list(self.jobs.values()):
+            if (job_id in (0, job.id)) and job.state in ("queued", "running"):
+                job.cancel()
+                self.jobs_panel.update(job)
+
+    def busy(self) -> bool:
+        return any(j.state in ("queued", "running") for j in self.jobs.values())
+
+    def preview_voice(self, voice: str) -> None:
+        previous = self.project.voice
+        self.inspector.voice.setCurrentText(voice)
+        text = f"This is {voice.split(':')[-1]}, one of the voices of Voice Studio."
+
+        def start(engine: Engine) -> None:
+            job = SynthesisJob(engine, [(-1, text)], kind="preview")
+            job.signals.sentence_done.connect(lambda _, take: self._play_clip(take.audio, take.sample_rate))
+            job.signals.failed.connect(lambda _, exc: self.show_error(exc))
+            self.jobs[job.id] = job
+            self.synth_pool.start(job)
+
+        self.with_engine(start)
+        if previous != voice:
+            self.inspector.voice.setCurrentText(previous)
+
+    # -- playback -------------------------------------------------------------
+    def _play_clip(self, audio: np.ndarray, rate: int, *, start_s: float = 0.0, stop_s=None, offset=0.0) -> None:
         try:
-            engine = self._engine()
+            self.player.load(audio, rate)
+            self.player.play(start_s, stop_s)
         except Exception as exc:
             self.show_error(exc)
             return
-        self.stage_ms = dict.fromkeys(STAGES, 0.0)
-        self.chunks: list[np.ndarray] = []
-        self.job = SynthesisJob(engine, self.editor.toPlainText())
-        self.job.signals.stage.connect(self.on_stage)
-        self.job.signals.chunk.connect(self.on_chunk)
-        self.job.signals.finished.connect(self.on_finished)
-        self.job.signals.failed.connect(self.on_failed)
-        self.synth_button.setEnabled(False)
-        self.cancel_button.setEnabled(True)
-        self.timings.setText("synthesizing…")
-        self.pool.start(self.job)
+        self.play_offset = offset
+        self._playhead_timer.start()
 
-    def cancel(self) -> None:
-        if self.job is not None:
-            self.job.cancel()
+    def play_pause(self) -> None:
+        state = self.player.state
+        if state == "playing":
+            self.player.pause()
+        elif state == "paused":
+            self.player.resume()
+        else:
+            self.play_from(0.0)
 
-    def on_stage(self, stage: str, chunk: int, ms: float) -> None:
-        self.stage_ms[stage] += ms
-        self.timings.setText("  ".join(f"{s} {v:.0f} ms" for s, v in self.stage_ms.items()))
+    def play_from(self, seconds: float, stop_s: float | None = None) -> None:
+        audio, rate, _ = timeline(self.project, gap_s=float(self.settings["gap_s"]))
+        if not rate:
+            self.statusBar().showMessage("nothing to play yet: synthesize a sentence first", 4000)
+            return
+        self._stream_follow = self.busy()
+        try:
+            self.player.load(audio, rate, final=not self._stream_follow)
+            self.player.play(seconds, stop_s)
+        except Exception as exc:
+            self.show_error(exc)
+            return
+        self.play_offset = 0.0
+        self._playhead_timer.start()
 
-    def on_chunk(self, index: int, audio: np.ndarray) -> None:
-        self.chunks.append(audio)
-        self._show_audio(np.concatenate(self.chunks))
+    def play_selection(self) -> None:
+        selection = self.timeline.selection()
+        if selection is not None:
+            self.play_from(*selection)
 
-    def _show_audio(self, audio: np.ndarray) -> None:
-        rate = self.engine.sample_rate if self.engine else 22050
-        self.curve.setData(np.arange(len(audio)) / rate, audio)
+    def play_from_cursor(self) -> None:
+        seconds = getattr(self, "timeline_cursor", None)
+        if seconds is None:
+            index = self.editor.current_sentence()
+            seg = next((s for s in self.timeline.segments if s.index == index), None)
+            seconds = seg.start_s if seg else 0.0
+        self.play_from(seconds)
 
-    def on_finished(self, take) -> None:
-        self.take = take
-        self._show_audio(take.audio)
-        t = take.timings
-        stages = "  ".join(f"{s} {t['stages_ms'][s]:.0f} ms" for s in STAGES)
-        self.timings.setText(
-            f"{stages}\ntotal {t['total_ms']:.0f} ms for {take.duration_s:.2f} s of audio · RTF {take.rtf:.3f}"
-            f" · first audio {t['first_audio_ms']:.0f} ms · {take.device} ×{take.threads}"
+    def play_ab(self, a: int, b: int) -> None:
+        index = self.editor.current_sentence()
+        takes = self.project.sentences[index].takes
+        ta, tb = takes[a], takes[b]
+        from app.core.export import render, resample
+
+        audio = render([ta.audio, resample(tb.audio, tb.sample_rate, ta.sample_rate)], ta.sample_rate, gap_s=0.6)
+        self._play_clip(audio, ta.sample_rate)
+        self.statusBar().showMessage(f"A: take {a + 1}, then B: take {b + 1}", 5000)
+
+    def _follow_stream(self, index: int) -> None:
+        """While playing a timeline that is still being synthesized, append sentences that land at its end."""
+        if not self._stream_follow or self.player.state == "stopped":
+            return
+        segments = self.timeline.segments
+        if segments and segments[-1].index == index and len(segments) > 1:
+            rate = self.timeline.rate
+            start = int(round(segments[-1].start_s * rate))
+            if start >= int(self.player.duration_s * rate):
+                gap = np.zeros(start - int(self.player.duration_s * rate), dtype=np.float32)
+                self.player.append(np.concatenate([gap, self.timeline.audio[start:]]))
+
+    def stop(self) -> None:
+        self.player.stop()
+        self._playhead_timer.stop()
+        self.timeline.set_playhead(None)
+
+    def _tick(self) -> None:
+        if self.player.state == "stopped":
+            self._playhead_timer.stop()
+            self.timeline.set_playhead(None)
+            return
+        self.timeline.set_playhead(self.play_offset + self.player.position_s)
+
+    # -- files ----------------------------------------------------------------
+    def _confirm_discard(self) -> bool:
+        if not self.project.dirty or QApplication.platformName() == "offscreen":
+            return True
+        answer = QMessageBox.question(
+            self,
+            "Voice Studio",
+            "The project has unsaved changes. Save them first?",
+            QMessageBox.StandardButton.Save | QMessageBox.StandardButton.Discard | QMessageBox.StandardButton.Cancel,
         )
-        self._job_done()
+        if answer == QMessageBox.StandardButton.Save:
+            return self.save()
+        return answer == QMessageBox.StandardButton.Discard
 
-    def on_failed(self, exc: Exception) -> None:
-        self._job_done()
-        self.show_error(exc)
+    def new_project(self) -> None:
+        if self._confirm_discard():
+            self.project.close()
+            self.set_project(Project("", self.project.voice, dict(self.project.settings)))
 
-    def _job_done(self) -> None:
-        self.job = None
-        self.synth_button.setEnabled(True)
-        self.cancel_button.setEnabled(False)
+    def open_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open project", "", f"Voice Studio projects (*{SUFFIX})")
+        if path:
+            self.open_project(path)
 
+    def open_project(self, path) -> bool:
+        if not self._confirm_discard():
+            return False
+        try:
+            project = Project.open(path)
+        except ProjectFileError as exc:
+            self.show_error(exc)
+            return False
+        self.project.close()
+        self.set_project(project)
+        self.settings.add_recent(path)
+        self._fill_recent()
+        return True
+
+    def import_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Import script", "", "Text (*.txt *.md);;All files (*)")
+        if path:
+            self.import_script(path)
+
+    def import_script(self, path) -> None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            self.show_error(RuntimeError(f"{path}: cannot read it as UTF-8 text ({exc})"))
+            return
+        self.editor.setPlainText(text)
+        self.editor.flush()
+
+    def save(self) -> bool:
+        if self.project.path is None:
+            return self.save_as()
+        return self._save_to(self.project.path)
+
+    def save_as(self) -> bool:
+        path, _ = QFileDialog.getSaveFileName(self, "Save project", "untitled" + SUFFIX, f"*{SUFFIX}")
+        if not path:
+            return False
+        if not path.endswith(SUFFIX):
+            path += SUFFIX
+        return self._save_to(Path(path))
+
+    def _save_to(self, path: Path) -> bool:
+        self.editor.flush()
+        try:
+            self.project.save(path)
+        except (OSError, ProjectFileError) as exc:
+            self.show_error(exc)
+            return False
+        self.settings.add_recent(path)
+        self._fill_recent()
+        self._title()
+        self.statusBar().showMessage(f"saved {path}", 4000)
+        return True
+
+    def autosave(self) -> None:
+        self.editor.flush()
+        if self.project.dirty:
+            try:
+                self.project.autosave()
+            except OSError as exc:
+                log.warning("autosave failed: %s", exc)
+
+    def offer_recovery(self) -> None:
+        recoveries = pending_recoveries()
+        if not recoveries:
+            return
+        latest = recoveries[0]
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(latest.saved))
+        name = latest.original.name if latest.original else "an unsaved project"
+        answer = QMessageBox.question(
+            self, "Recover work", f"Voice Studio did not close cleanly. Recover {name} as autosaved at {when}?"
+        )
+        if answer == QMessageBox.StandardButton.Yes:
+            self.recover(latest)
+        else:
+            for r in recoveries:
+                r.copy.unlink(missing_ok=True)
+                r.copy.with_suffix(".json").unlink(missing_ok=True)
+
+    def recover(self, recovery) -> None:
+        try:
+            project = recovery.load()
+        except ProjectFileError as exc:
+            self.show_error(exc)
+            return
+        from app.core.project import discard_recovery
+
+        discard_recovery(recovery.id)
+        self.set_project(project)
+        self.project.dirty = True
+        self._title()
+
+    # -- export ---------------------------------------------------------------
+    def export_dialog(self) -> None:
+        dialog = ExportDialog(self, self.settings)
+        if dialog.exec() != QDialog.DialogCode.Accepted:
+            return
+        path, _ = QFileDialog.getSaveFileName(self, "Export WAV", "script.wav", "WAV (*.wav)")
+        if path:
+            self.export(path, **dialog.options())
+
+    def export(self, path, *, scope="all", subtype="pcm16", out_rate=None, gap_s=0.3, loudness=None):
+        """Write the whole script, the selected sentence, or the timeline selection as one WAV."""
+        self.editor.flush()
+        if scope == "selection" and self.timeline.selection() is not None:
+            start, end = self.timeline.selection()
+            rate = self.timeline.rate
+            clips = [self.timeline.audio[int(start * rate) : int(end * rate)]]
+        else:
+            indices = None if scope == "all" else [self.editor.current_sentence()]
+            placed = self.project.takes_audio(indices)
+            if not placed:
+                self.show_error(export_mod.ExportError("nothing to export: no sentence has a take yet"))
+                return None
+            rate = placed[0][1].sample_rate
+            clips = [export_mod.resample(t.audio, t.sample_rate, rate) for _, t in placed]
+        try:
+            report = export_mod.export_wav(
+                path, clips, rate, out_rate=out_rate, subtype=subtype, gap_s=gap_s, loudness=loudness
+            )
+        except (export_mod.ExportError, OSError) as exc:
+            self.show_error(exc)
+            return None
+        self.statusBar().showMessage(
+            f"exported {report.path.name}: {report.duration_s:.1f} s, {report.lufs:.1f} LUFS,"
+            f" true peak {report.true_peak_db:.1f} dBTP",
+            8000,
+        )
+        return report
+
+    # -- errors, settings, closing -------------------------------------------
     def show_error(self, exc: Exception) -> None:
-        self.timings.setText(f"error: {exc}")
-        if QApplication.platformName() != "offscreen":
-            QMessageBox.critical(self, "Voice Studio", str(exc))
+        message = str(exc) or type(exc).__name__
+        log.error("%s: %s", type(exc).__name__, message)
+        self.last_error = message
+        self.statusBar().showMessage(f"error: {message}", 10000)
+        box = QMessageBox(QMessageBox.Icon.Critical, "Voice Studio", message, parent=self)
+        box.setInformativeText(f"Details are in the log: {self.log_path}")
+        box.setWindowModality(Qt.WindowModality.WindowModal)
+        self._error_box = box
+        box.open()
+        self.error_shown.emit(message)
+
+    def _restore_settings(self) -> None:
+        index = self.inspector.device.findData(self.settings["device"])
+        self.inspector.device.setCurrentIndex(max(index, 0))
+        self.inspector.threads.setValue(int(self.settings["threads"]))
+        for key, restore in (("window_geometry", self.restoreGeometry), ("window_state", self.restoreState)):
+            if self.settings[key] and self.persist:
+                restore(QByteArray.fromBase64(self.settings[key].encode("ascii")))
+
+    def _store_settings(self) -> None:
+        self.settings["voice"] = self.project.voice
+        self.settings["speed"] = float(self.project.settings.get("speed", 1.0))
+        self.settings["seed"] = int(self.project.settings.get("seed", 0))
+        self.settings["device"] = self.inspector.device.currentData()
+        self.settings["threads"] = self.inspector.threads.value()
+        self.settings["window_geometry"] = bytes(self.saveGeometry().toBase64()).decode("ascii")
+        self.settings["window_state"] = bytes(self.saveState().toBase64()).decode("ascii")
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt API)
-        self.cancel()
-        self.pool.waitForDone()
-        if self.engine is not None:
-            self.engine.close()
-            self.engine = None
+        if not self._confirm_discard():
+            event.ignore()
+            return
+        self.cancel(0)
+        self.stop()
+        if self._error_box is not None:
+            self._error_box.close()
+        self.synth_pool.waitForDone()
+        QThreadPool.globalInstance().waitForDone()
+        self._autosave.stop()
+        self.project.close()
+        if self.persist:
+            self._store_settings()
+            try:
+                self.settings.save()
+            except OSError as exc:
+                log.warning("settings not saved: %s", exc)
+        for engine in [self.engine, *self._retired]:
+            if engine is not None:
+                engine.close()
+        self.engine, self._retired = None, []
         super().closeEvent(event)
+
+
+class ExportDialog(QDialog):
+    SCOPES = {"all": "Whole script", "sentence": "Current sentence", "selection": "Timeline selection"}
+    FORMATS = {"pcm16": "16-bit PCM", "pcm24": "24-bit PCM", "float": "32-bit float"}
+    LOUDNESS = {
+        None: "as synthesized",
+        "podcast": "Podcast (−16 LUFS)",
+        "broadcast": "Broadcast (−23 LUFS)",
+        "acx": "Audiobook ACX (−20 dB RMS, ≤ −3 dBTP)",
+    }
+
+    def __init__(self, parent, settings: Settings):
+        super().__init__(parent)
+        self.setWindowTitle("Export WAV")
+        self.scope = self._combo(self.SCOPES, "all")
+        self.rate = self._combo(
+            {None: "voice's rate", 22050: "22050 Hz", 24000: "24000 Hz", 44100: "44100 Hz", 48000: "48000 Hz"}, None
+        )
+        self.format = self._combo(self.FORMATS, settings["export_format"])
+        self.loudness = self._combo(self.LOUDNESS, settings["export_loudness"])
+        self.gap = QDoubleSpinBox(minimum=0.0, maximum=5.0, singleStep=0.05, value=float(settings["gap_s"]))
+        self.gap.setSuffix(" s")
+        form = QFormLayout(self)
+        form.addRow("What", self.scope)
+        form.addRow("Sample rate", self.rate)
+        form.addRow("Format", self.format)
+        form.addRow("Silence between sentences", self.gap)
+        form.addRow("Loudness", self.loudness)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        form.addRow(buttons)
+
+    @staticmethod
+    def _combo(options: dict, current) -> QComboBox:
+        box = QComboBox()
+        for value, label in options.items():
+            box.addItem(label, value)
+        box.setCurrentIndex(max(0, box.findData(current)))
+        return box
+
+    def options(self) -> dict:
+        return {
+            "scope": self.scope.currentData(),
+            "out_rate": self.rate.currentData(),
+            "subtype": self.format.currentData(),
+            "gap_s": self.gap.value(),
+            "loudness": self.loudness.currentData(),
+        }
 
 
 def run(argv: list[str]) -> int:
@@ -171,43 +769,62 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--text")
     parser.add_argument("--voice")
     parser.add_argument("--device")
+    parser.add_argument("--quit-when-shown", action="store_true", help=argparse.SUPPRESS)  # startup benchmark
     args = parser.parse_args(argv)
     if args.screenshot:
         import os
 
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     app = QApplication.instance() or QApplication(sys.argv[:1])
-    window = StudioWindow()
+    app.setApplicationName("Voice Studio")
+    probe = bool(args.screenshot or args.quit_when_shown)
+    window = StudioWindow(ask_recovery=not probe, persist=not probe)
+    if args.voice:
+        window.inspector.voice.setCurrentText(args.voice)
+    if args.device:
+        index = window.inspector.device.findData(args.device)
+        if index < 0:
+            print(f"error: unknown device '{args.device}'", file=sys.stderr)
+            return 2
+        window.inspector.device.setCurrentIndex(index)
     if args.text:
         window.editor.setPlainText(args.text)
-    if args.voice:
-        window.voice.setCurrentText(args.voice)
-    if args.device:
-        index = window.device.findData(args.device)
-        window.device.setCurrentIndex(max(index, 0))
+        window.editor.flush()
     window.show()
-    if args.screenshot:
-        status = {"code": 0}
-
-        def save():
-            window.grab().save(args.screenshot)
-            app.quit()
-
-        def finished(*_):
-            QTimer.singleShot(50, save)
-
-        def failed(exc):
-            status["code"] = 1
-            print(f"error: {exc}", file=sys.stderr)
-            app.quit()
-
-        window.synthesize()
-        if window.job is None:
-            return 1
-        window.job.signals.finished.connect(finished)
-        window.job.signals.failed.connect(failed)
+    if args.quit_when_shown:
+        QTimer.singleShot(0, app.quit)
         app.exec()
         window.close()
-        return status["code"]
-    code = app.exec()
-    return code
+        return 0
+    if args.screenshot:
+        return _screenshot(app, window, args.screenshot)
+    return app.exec()
+
+
+def _screenshot(app: QApplication, window: StudioWindow, out: str) -> int:
+    status = {"code": 0}
+
+    def save() -> None:
+        window.grab().save(out)
+        app.quit()
+
+    def ended(job_id: int, state: str) -> None:
+        if state != "done":
+            status["code"] = 1
+        QTimer.singleShot(100, save)
+
+    def failed(message: str) -> None:
+        status["code"] = 1
+        print(f"error: {message}", file=sys.stderr)
+        app.quit()
+
+    def start() -> None:
+        if not window.synthesize("all"):
+            failed("nothing to synthesize")
+
+    window.job_ended.connect(ended)
+    window.error_shown.connect(failed)
+    QTimer.singleShot(0, start)
+    app.exec()
+    window.close()
+    return status["code"]

@@ -1,0 +1,106 @@
+"""The script editor: plain text whose sentences show their state.
+
+Each sentence is underlined by its state (no take yet: dotted grey; current take
+up to date: green; stale: orange wave; locked: grey background) and the sentence
+under the cursor is tinted. Text changes reach the project after a short pause so
+that typing and pasting a chapter stay responsive; undo/redo are the editor's.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QTimer, Signal
+from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
+from PySide6.QtWidgets import QPlainTextEdit, QTextEdit
+
+from app.core.project import Project
+
+STYLES = {
+    "none": (QTextCharFormat.UnderlineStyle.DotLine, "#9ca3af"),
+    "fresh": (QTextCharFormat.UnderlineStyle.SingleUnderline, "#16a34a"),
+    "stale": (QTextCharFormat.UnderlineStyle.WaveUnderline, "#ea580c"),
+}
+
+
+class ScriptEditor(QPlainTextEdit):
+    script_changed = Signal(str)  # after the typing pause
+    current_sentence_changed = Signal(int)
+
+    DEBOUNCE_MS = 250
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setPlaceholderText("Type or paste a script. Sentences become takes; a blank line starts a paragraph.")
+        self.project: Project | None = None
+        self._current = -1
+        self._debounce = QTimer(self, singleShot=True, interval=self.DEBOUNCE_MS)
+        self._debounce.timeout.connect(self.flush)
+        self.textChanged.connect(self._debounce.start)
+        self.cursorPositionChanged.connect(self._cursor_moved)
+
+    def set_project(self, project: Project) -> None:
+        self.project = project
+        self.blockSignals(True)
+        self.setPlainText(project.script)
+        self.blockSignals(False)
+        self._current = -1
+        self.refresh()
+
+    def flush(self) -> None:
+        """Hand pending edits to the project now (also called before any job starts)."""
+        self._debounce.stop()
+        if self.project is not None and self.toPlainText() != self.project.script:
+            self.project.set_script(self.toPlainText())
+            self.script_changed.emit(self.project.script)
+            self.refresh()
+            self._cursor_moved()
+
+    def current_sentence(self) -> int:
+        self.flush()
+        if self.project is None or not self.project.sentences:
+            return -1
+        return self.project.sentence_at(self.textCursor().position())
+
+    def select_sentence(self, index: int) -> None:
+        if self.project is None or not 0 <= index < len(self.project.sentences):
+            return
+        cursor = self.textCursor()
+        cursor.setPosition(self.project.sentences[index].start)
+        self.setTextCursor(cursor)
+        self.ensureCursorVisible()
+
+    def refresh(self) -> None:
+        """Repaint the sentence states."""
+        if self.project is None or self._debounce.isActive():
+            return
+        selections = []
+        project = self.project
+        for i, sentence in enumerate(project.sentences):
+            fmt = QTextCharFormat()
+            if sentence.take is None:
+                state = "none"
+            else:
+                state = "stale" if sentence.is_stale(project.voice, project.settings) else "fresh"
+            style, colour = STYLES[state]
+            fmt.setUnderlineStyle(style)
+            fmt.setUnderlineColor(QColor(colour))
+            if sentence.locked:
+                fmt.setBackground(QColor("#e5e7eb"))
+            if i == self._current:
+                fmt.setBackground(QColor("#dbeafe"))
+            selection = QTextEdit.ExtraSelection()
+            selection.format = fmt
+            cursor = QTextCursor(self.document())
+            cursor.setPosition(sentence.start)
+            cursor.setPosition(sentence.end, QTextCursor.MoveMode.KeepAnchor)
+            selection.cursor = cursor
+            selections.append(selection)
+        self.setExtraSelections(selections)
+
+    def _cursor_moved(self) -> None:
+        if self.project is None or self._debounce.isActive() or not self.project.sentences:
+            return
+        index = self.project.sentence_at(self.textCursor().position())
+        if index != self._current:
+            self._current = index
+            self.refresh()
+            self.current_sentence_changed.emit(index)

@@ -1,0 +1,354 @@
+"""Dock panels: voices, inspector (voice, settings, device, takes), timings, jobs."""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGridLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.core import models
+from app.core.engine import STAGES
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+class VoicesPanel(QWidget):
+    """Stock voices (and, as they appear, speaker profiles) with a short preview each."""
+
+    voice_chosen = Signal(str)
+    preview_requested = Signal(str)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.tree = QTreeWidget()
+        self.tree.setHeaderLabels(["voice", "family", "language", "rate", "status"])
+        self.tree.setRootIsDecorated(False)
+        self.tree.header().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.preview = QPushButton("Preview")
+        self.use = QPushButton("Use voice")
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.preview)
+        buttons.addWidget(self.use)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.tree)
+        layout.addLayout(buttons)
+        self.tree.itemDoubleClicked.connect(lambda item, _: self.voice_chosen.emit(item.text(0)))
+        self.use.clicked.connect(self._use)
+        self.preview.clicked.connect(self._preview)
+        self.reload()
+
+    def reload(self) -> None:
+        self.tree.clear()
+        for voice_id, pkg in sorted(models.STOCK_VOICES.items()):
+            installed = models.is_installed(voice_id)
+            rate = ""
+            if installed:
+                rate = str(_voice_rate(voice_id))
+            item = QTreeWidgetItem(
+                [voice_id, pkg.family, pkg.language, rate, "installed" if installed else "not installed"]
+            )
+            item.setToolTip(0, f"{pkg.package} {pkg.version} ({pkg.licence})")
+            self.tree.addTopLevelItem(item)
+        if self.tree.topLevelItemCount():
+            self.tree.setCurrentItem(self.tree.topLevelItem(0))
+
+    def voices(self) -> list[str]:
+        return [self.tree.topLevelItem(i).text(0) for i in range(self.tree.topLevelItemCount())]
+
+    def _current(self) -> str | None:
+        item = self.tree.currentItem()
+        return item.text(0) if item else None
+
+    def _use(self) -> None:
+        if voice := self._current():
+            self.voice_chosen.emit(voice)
+
+    def _preview(self) -> None:
+        if voice := self._current():
+            self.preview_requested.emit(voice)
+
+
+def _voice_rate(voice_id: str) -> int:
+    import gguf
+
+    reader = gguf.GGUFReader(str(models.installed_path(voice_id)))
+    field = reader.fields.get(f"{models.lookup(voice_id).family}.sample_rate")
+    return int(field.contents()) if field is not None else 0
+
+
+class Inspector(QWidget):
+    """Voice, synthesis settings, device, and the current sentence's takes."""
+
+    settings_changed = Signal()
+    device_apply = Signal(str, int)  # device id, threads
+    take_activated = Signal(int)  # take index of the current sentence
+    lock_toggled = Signal(bool)
+    ab_requested = Signal(int, int)  # two take indices
+
+    def __init__(self, devices: list[dict], parent=None):
+        super().__init__(parent)
+        self.voice = QComboBox()
+        for voice_id in sorted(models.STOCK_VOICES):
+            self.voice.addItem(voice_id)
+        self.speed = QDoubleSpinBox(minimum=0.25, maximum=4.0, singleStep=0.05, value=1.0, decimals=2)
+        self.seed = QSpinBox(minimum=0, maximum=2**31 - 1)
+        self.noise_scale = QDoubleSpinBox(minimum=-0.01, maximum=2.0, singleStep=0.05, value=-0.01, decimals=3)
+        self.noise_scale.setSpecialValueText("model default")
+        self.noise_w = QDoubleSpinBox(minimum=-0.01, maximum=2.0, singleStep=0.05, value=-0.01, decimals=3)
+        self.noise_w.setSpecialValueText("model default")
+        voice_box = QGroupBox("Voice")
+        form = QFormLayout(voice_box)
+        form.addRow("Voice", self.voice)
+        form.addRow("Speed", self.speed)
+        form.addRow("Seed", self.seed)
+        form.addRow("Noise scale", self.noise_scale)
+        form.addRow("Noise w", self.noise_w)
+
+        self.device = QComboBox()
+        self.device.addItem("auto — best GPU, else CPU", "auto")
+        for d in devices:
+            memory = f", {_mib(d['memory_free'])} free" if d.get("memory_total") else ""
+            self.device.addItem(f"{d['id']} — {d['description']} ({d['type']}{memory})", d["id"])
+        self.threads = QSpinBox(minimum=0, maximum=256)
+        self.threads.setSpecialValueText("all cores")
+        self.apply_device = QPushButton("Apply")
+        self.engine_status = QLabel("engine not open")
+        self.engine_status.setWordWrap(True)
+        device_box = QGroupBox("Device")
+        dform = QFormLayout(device_box)
+        dform.addRow("Device", self.device)
+        dform.addRow("CPU threads", self.threads)
+        dform.addRow(self.apply_device)
+        dform.addRow(self.engine_status)
+
+        self.sentence_label = QLabel("no sentence")
+        self.sentence_label.setWordWrap(True)
+        self.takes = QListWidget()
+        self.takes.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.lock = QCheckBox("Lock (synthesize all skips it)")
+        self.ab = QPushButton("A/B play two selected takes")
+        takes_box = QGroupBox("Sentence")
+        tl = QVBoxLayout(takes_box)
+        tl.addWidget(self.sentence_label)
+        tl.addWidget(self.takes)
+        tl.addWidget(self.lock)
+        tl.addWidget(self.ab)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(voice_box)
+        layout.addWidget(device_box)
+        layout.addWidget(takes_box, 1)
+
+        for w in (self.speed, self.noise_scale, self.noise_w):
+            w.valueChanged.connect(self.settings_changed)
+        self.seed.valueChanged.connect(self.settings_changed)
+        self.voice.currentTextChanged.connect(self.settings_changed)
+        self.apply_device.clicked.connect(
+            lambda: self.device_apply.emit(self.device.currentData(), self.threads.value())
+        )
+        self.takes.itemActivated.connect(lambda item: self.take_activated.emit(self.takes.row(item)))
+        self.lock.toggled.connect(self.lock_toggled)
+        self.ab.clicked.connect(self._ab)
+
+    def settings(self) -> dict:
+        def optional(box):
+            return None if box.value() < 0 else round(box.value(), 3)
+
+        return {
+            "speed": round(self.speed.value(), 2),
+            "noise_scale": optional(self.noise_scale),
+            "noise_w": optional(self.noise_w),
+            "seed": self.seed.value(),
+        }
+
+    def set_settings(self, voice: str, settings: dict) -> None:
+        widgets = (self.voice, self.speed, self.seed, self.noise_scale, self.noise_w)
+        for w in widgets:
+            w.blockSignals(True)
+        if self.voice.findText(voice) < 0:
+            self.voice.addItem(voice)
+        self.voice.setCurrentText(voice)
+        self.speed.setValue(settings.get("speed", 1.0))
+        self.seed.setValue(settings.get("seed", 0))
+        ns, nw = settings.get("noise_scale"), settings.get("noise_w")
+        self.noise_scale.setValue(-0.01 if ns is None else ns)
+        self.noise_w.setValue(-0.01 if nw is None else nw)
+        for w in widgets:
+            w.blockSignals(False)
+
+    def show_sentence(self, index: int, sentence) -> None:
+        self.takes.clear()
+        self.lock.blockSignals(True)
+        if sentence is None:
+            self.sentence_label.setText("no sentence")
+            self.lock.setChecked(False)
+        else:
+            text = sentence.text if len(sentence.text) < 160 else sentence.text[:157] + "…"
+            self.sentence_label.setText(f"{index + 1}. {text}")
+            self.lock.setChecked(sentence.locked)
+            for n, take in enumerate(sentence.takes):
+                stamp = time.strftime("%H:%M:%S", time.localtime(take.created))
+                seed = take.settings.get("seed")
+                label = f"Take {n + 1} · {stamp} · {take.duration_s:.2f} s · {take.voice} · seed {seed}"
+                item = QListWidgetItem(("▶ " if n == sentence.active else "   ") + label)
+                self.takes.addItem(item)
+        self.lock.blockSignals(False)
+
+    def _ab(self) -> None:
+        rows = sorted(self.takes.row(item) for item in self.takes.selectedItems())
+        if len(rows) == 2:
+            self.ab_requested.emit(rows[0], rows[1])
+
+
+class TimingsPanel(QWidget):
+    """Per-stage bars that grow live, the summary of the last job, and a history to compare devices."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        grid = QGridLayout()
+        self.bars: dict[str, QProgressBar] = {}
+        for row, stage in enumerate(STAGES):
+            bar = QProgressBar()
+            bar.setTextVisible(True)
+            bar.setFormat("0 ms")
+            bar.setRange(0, 1)
+            bar.setValue(0)
+            grid.addWidget(QLabel(stage), row, 0)
+            grid.addWidget(bar, row, 1)
+            self.bars[stage] = bar
+        self.summary = QLabel("no job yet")
+        self.summary.setWordWrap(True)
+        self.history = QTableWidget(0, 7)
+        self.history.setHorizontalHeaderLabels(["time", "device", "threads", "sentences", "audio s", "ms", "RTF"])
+        self.history.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.history.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        layout = QVBoxLayout(self)
+        layout.addLayout(grid)
+        layout.addWidget(self.summary)
+        layout.addWidget(QLabel("Recent jobs"))
+        layout.addWidget(self.history, 1)
+        self.reset()
+
+    def reset(self) -> None:
+        self.stage_ms = dict.fromkeys(STAGES, 0.0)
+        self.first_audio_ms: float | None = None
+        self.start = time.perf_counter()
+        self._draw()
+
+    def add_stage(self, stage: str, ms: float) -> None:
+        if stage in self.stage_ms:
+            self.stage_ms[stage] += ms
+            self._draw()
+
+    def first_audio(self) -> None:
+        if self.first_audio_ms is None:
+            self.first_audio_ms = (time.perf_counter() - self.start) * 1e3
+
+    def _draw(self) -> None:
+        top = max(1, int(max(self.stage_ms.values())))
+        for stage, bar in self.bars.items():
+            bar.setRange(0, top)
+            bar.setValue(int(self.stage_ms[stage]))
+            bar.setFormat(f"{self.stage_ms[stage]:.0f} ms")
+
+    def finish(self, device: str, threads: int, sentences: int, audio_s: float) -> None:
+        total = sum(self.stage_ms.values())
+        rtf = total / 1e3 / audio_s if audio_s > 0 else float("nan")
+        first = f"{self.first_audio_ms:.0f} ms" if self.first_audio_ms is not None else "—"
+        self.summary.setText(
+            f"total {total:.0f} ms for {audio_s:.2f} s of audio · RTF {rtf:.3f} · first audio {first}"
+            f" · {device} ×{threads}"
+        )
+        row = 0
+        self.history.insertRow(row)
+        values = [
+            time.strftime("%H:%M:%S"),
+            device,
+            str(threads),
+            str(sentences),
+            f"{audio_s:.2f}",
+            f"{total:.0f}",
+            f"{rtf:.3f}",
+        ]
+        for col, value in enumerate(values):
+            self.history.setItem(row, col, QTableWidgetItem(value))
+        while self.history.rowCount() > 50:
+            self.history.removeRow(self.history.rowCount() - 1)
+
+    def text(self) -> str:
+        return "\n".join(f"{s} {self.stage_ms[s]:.0f} ms" for s in STAGES) + "\n" + self.summary.text()
+
+
+class JobsPanel(QWidget):
+    """Queued, running and finished jobs, with cancel."""
+
+    cancel_requested = Signal(int)  # job id; 0 = all
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.table = QTableWidget(0, 4)
+        self.table.setHorizontalHeaderLabels(["job", "what", "state", "progress"])
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.cancel = QPushButton("Cancel selected")
+        self.cancel_all = QPushButton("Cancel all")
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.cancel)
+        buttons.addWidget(self.cancel_all)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.table)
+        layout.addLayout(buttons)
+        self.rows: dict[int, int] = {}
+        self.cancel.clicked.connect(self._cancel_selected)
+        self.cancel_all.clicked.connect(lambda: self.cancel_requested.emit(0))
+
+    def add(self, job) -> None:
+        row = self.table.rowCount()
+        self.table.insertRow(row)
+        self.rows[job.id] = row
+        what = f"{job.kind}: {len(job.items)} sentence{'s' if len(job.items) != 1 else ''}"
+        for col, value in enumerate([str(job.id), what, job.state, f"0/{len(job.items)}"]):
+            item = QTableWidgetItem(value)
+            item.setData(Qt.ItemDataRole.UserRole, job.id)
+            self.table.setItem(row, col, item)
+
+    def update(self, job) -> None:
+        row = self.rows.get(job.id)
+        if row is not None:
+            self.table.item(row, 2).setText(job.state)
+            self.table.item(row, 3).setText(f"{job.done}/{len(job.items)}")
+
+    def state(self, job_id: int) -> str:
+        row = self.rows.get(job_id)
+        return self.table.item(row, 2).text() if row is not None else ""
+
+    def _cancel_selected(self) -> None:
+        for index in self.table.selectionModel().selectedRows():
+            self.cancel_requested.emit(int(self.table.item(index.row(), 0).text()))
