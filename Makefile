@@ -15,7 +15,7 @@ GGML_CMAKE_ARGS := -DGGML_LLAMAFILE=ON $(if $(filter cuda,$(GPU)),-DGGML_CUDA=ON
 
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 
-.PHONY: run test setup system-deps engine models lint format native-test py-test clean
+.PHONY: run test setup system-deps engine models lint format native-test py-test desktop bench-startup clean
 
 run: setup
 	$(PY) main.py
@@ -75,6 +75,19 @@ native-test: engine models
 
 py-test: engine models
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
+
+# A launcher in the desktop's application menu (and on the desktop when there is one).
+DESKTOP_DIR ?= $(HOME)/.local/share/applications
+desktop: setup
+	mkdir -p "$(DESKTOP_DIR)"
+	sed -e "s|@PYTHON@|$(abspath $(PY))|" -e "s|@ROOT@|$(CURDIR)|g" packaging/voicestudio.desktop.in \
+	  > "$(DESKTOP_DIR)/voicestudio.desktop"
+	chmod +x "$(DESKTOP_DIR)/voicestudio.desktop"
+	if [ -d "$(HOME)/Desktop" ]; then cp "$(DESKTOP_DIR)/voicestudio.desktop" "$(HOME)/Desktop/"; fi
+	@echo "installed $(DESKTOP_DIR)/voicestudio.desktop"
+
+bench-startup: setup
+	QT_QPA_PLATFORM=$${QT_QPA_PLATFORM:-offscreen} $(PY) tools/bench_startup.py
 
 clean:
 	rm -rf build app/_engine*.so

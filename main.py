@@ -5,7 +5,7 @@ import sys
 
 def main() -> int:
     argv = sys.argv[1:]
-    if not argv or argv[0].startswith("--screenshot"):
+    if not argv or argv[0].startswith("-"):  # window options (--screenshot …); commands are words
         from app.ui.main import run
 
         return run(argv)

@@ -215,7 +215,7 @@ def cmd_voices(args) -> int:
                 "id": voice_id,
                 "family": pkg.family,
                 "language": pkg.language,
-                "sample_rate": _sample_rate(voice_id) if models.is_installed(voice_id) else None,
+                "sample_rate": models.sample_rate(voice_id),
                 "source_package": f"{pkg.package}=={pkg.version}",
                 "licence": pkg.licence,
                 "installed": models.is_installed(voice_id),
@@ -229,16 +229,6 @@ def cmd_voices(args) -> int:
         rate = r["sample_rate"] or "-"
         print(f"{r['id']:<14} {r['family']:<6} {r['language']:<6} {rate:>6} Hz  {r['source_package']}  ({state})")
     return 0
-
-
-def _sample_rate(voice_id: str) -> int:
-    import gguf
-
-    from app.core import models
-
-    reader = gguf.GGUFReader(str(models.gguf_path(voice_id)))
-    field = reader.fields["piper.sample_rate"]
-    return int(field.parts[field.data[0]][0])
 
 
 def cmd_models(args) -> int:

@@ -1,6 +1,7 @@
 """The command-line interface that scripts call: exit codes, outputs, JSON fields."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -87,3 +88,31 @@ def test_cli_never_imports_qt(joe_path):
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
     assert "NOQT" in result.stdout
+
+
+def test_screenshot_renders_the_window_after_a_synthesis(tmp_path, joe_path):
+    out = tmp_path / "shot.png"
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", VOICESTUDIO_CONFIG_DIR=str(tmp_path / "config"))
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "main.py"), "--screenshot", str(out), "--text", "Hello there. Second sentence.",
+         "--device", "cpu"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    from PySide6.QtGui import QImage
+
+    image = QImage(str(out))
+    assert image.width() >= 1000 and image.height() >= 700
+    assert not (tmp_path / "config" / "settings.json").exists()  # a screenshot leaves no settings behind
+
+
+def test_screenshot_with_an_unknown_device_fails_cleanly(tmp_path, joe_path):
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", VOICESTUDIO_CONFIG_DIR=str(tmp_path))
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "main.py"), "--screenshot", str(tmp_path / "x.png"), "--device", "no-such-device"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode != 0 and "no-such-device" in proc.stderr

@@ -37,6 +37,16 @@ def test_sentences(script, expected):
     assert texts(script) == expected
 
 
+def test_markdown_markup_is_not_read_aloud():
+    from app.core.script import markdown_to_script
+
+    md = (
+        "# Title\n\nSome **bold** and _light_ words, a [link](http://x.org) and `code`.\n\n"
+        "- one item\n1. two\n> quoted\n"
+    )
+    assert markdown_to_script(md) == ("Title\n\nSome bold and light words, a link and code.\n\none item\ntwo\nquoted\n")
+
+
 def test_paragraphs_and_spans():
     script = "One. Two.\n\n  Three.\n \nFour"
     spans = segment(script)

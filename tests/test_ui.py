@@ -249,3 +249,24 @@ def test_signal_emission_keeps_reference_counts(qtbot):
     for _ in range(1000):
         emitter.ping.emit()
     assert abs(sys.getrefcount(True) - before) < 10
+
+
+def test_voice_preview_plays(qtbot, window, null_sink):
+    def preview():
+        window.preview_voice("piper:joe")
+        # the preview is synthesized in a worker; its take arrives through the event loop
+        qtbot.waitUntil(lambda: window.player.frames_written > 22050, timeout=30_000)
+
+    recorded = null_sink(0.5, preview)
+    assert np.abs(recorded).max() > 0.05
+
+
+def test_import_script_from_a_text_file(window, tmp_path):
+    path = tmp_path / "chapter.md"
+    path.write_text("# Chapter one\n\nIt begins here. Then it goes on.\n", encoding="utf-8")
+    window.import_script(path)
+    assert [s.text for s in window.project.sentences] == ["Chapter one", "It begins here.", "Then it goes on."]
+    bad = tmp_path / "binary.txt"
+    bad.write_bytes(b"\xff\xfe\x00bad")
+    window.import_script(bad)
+    assert "UTF-8" in window.last_error

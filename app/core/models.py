@@ -174,10 +174,28 @@ def install(voice_id: str, *, weights: str = "f32", force: bool = False, progres
         "converter_version": CONVERTER_VERSION,
         "weights": weights,
         "gguf_size": target.stat().st_size,
+        "sample_rate": _gguf_sample_rate(target, pkg.family),
     }
     write_bytes_atomic(_manifest_path(voice_id), json.dumps(manifest, indent=2).encode())
     progress(1.0, f"{voice_id} ready")
     return target
+
+
+def _gguf_sample_rate(path: Path, family: str) -> int:
+    import gguf
+
+    field = gguf.GGUFReader(str(path)).fields[f"{family}.sample_rate"]
+    return int(field.contents())
+
+
+def sample_rate(voice_id: str) -> int | None:
+    """The installed voice's sample rate (from its manifest), or None when not installed."""
+    if not is_installed(voice_id):
+        return None
+    info = json.loads(_manifest_path(voice_id).read_text(encoding="utf-8"))
+    if "sample_rate" in info:
+        return int(info["sample_rate"])
+    return _gguf_sample_rate(gguf_path(voice_id), lookup(voice_id).family)
 
 
 def installed_path(voice_id: str) -> Path:

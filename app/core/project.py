@@ -96,6 +96,7 @@ class Project:
         self.settings = dict(DEFAULT_SETTINGS if settings is None else settings)
         self.script = ""
         self.sentences: list[Sentence] = []
+        self._ends: list[int] = []
         self.dirty = False
         self.set_script(script)
         self.dirty = False
@@ -117,13 +118,15 @@ class Project:
                 sentence.takes, sentence.active, sentence.locked = previous.takes, previous.active, previous.locked
             sentences.append(sentence)
         self.script, self.sentences, self.dirty = script, sentences, True
+        self._ends = [sentence.end for sentence in sentences]
 
     def sentence_at(self, offset: int) -> int:
         """Index of the sentence containing (or nearest after) a script offset; -1 if none."""
-        for i, sentence in enumerate(self.sentences):
-            if offset <= sentence.end:
-                return i
-        return len(self.sentences) - 1
+        import bisect
+
+        if not self.sentences:
+            return -1
+        return min(bisect.bisect_left(self._ends, offset), len(self.sentences) - 1)
 
     def stale(self) -> list[int]:
         return [i for i, s in enumerate(self.sentences) if s.is_stale(self.voice, self.settings)]

@@ -82,3 +82,22 @@ def _append(spans: list[Span], script: str, start: int, end: int, paragraph: int
         end -= 1
     if end > start:
         spans.append(Span(start, end, paragraph))
+
+
+_MD_RULES = [
+    (re.compile(r"^```.*?^```[ \t]*$", re.M | re.S), ""),  # fenced code
+    (re.compile(r"!\[([^\]]*)\]\([^)]*\)"), r"\1"),  # images: their alt text
+    (re.compile(r"\[([^\]]*)\]\([^)]*\)"), r"\1"),  # links: their text
+    (re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+(.*?)[ \t#]*$", re.M), r"\1"),  # headings
+    (re.compile(r"^[ \t]*>[ \t]?", re.M), ""),  # block quotes
+    (re.compile(r"^[ \t]*(?:[-*+]|\d+[.)])[ \t]+", re.M), ""),  # list markers
+    (re.compile(r"^[ \t]*(?:[-*_][ \t]*){3,}$", re.M), ""),  # rules
+    (re.compile(r"(\*\*|__|\*|_|`)(?=\S)(.+?)(?<=\S)\1"), r"\2"),  # emphasis, inline code
+]
+
+
+def markdown_to_script(text: str) -> str:
+    """The words of a Markdown file as a script: markup that would be read aloud removed."""
+    for pattern, replacement in _MD_RULES:
+        text = pattern.sub(replacement, text)
+    return text

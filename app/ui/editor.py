@@ -36,6 +36,7 @@ class ScriptEditor(QPlainTextEdit):
         self._debounce.timeout.connect(self.flush)
         self.textChanged.connect(self._debounce.start)
         self.cursorPositionChanged.connect(self._cursor_moved)
+        self.verticalScrollBar().valueChanged.connect(self.refresh)
 
     def set_project(self, project: Project) -> None:
         self.project = project
@@ -68,13 +69,31 @@ class ScriptEditor(QPlainTextEdit):
         self.setTextCursor(cursor)
         self.ensureCursorVisible()
 
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt API)
+        super().resizeEvent(event)
+        self.refresh()
+
+    def _visible_sentences(self) -> range:
+        """Sentences on screen (and a screen's worth around them): only those are decorated."""
+        project = self.project
+        if not project.sentences:
+            return range(0)
+        viewport = self.viewport().rect()
+        first = self.cursorForPosition(viewport.topLeft()).position()
+        last = self.cursorForPosition(viewport.bottomRight()).position()
+        span = max(last - first, 2000)
+        lo = project.sentence_at(max(0, first - span))
+        hi = project.sentence_at(last + span)
+        return range(lo, hi + 1)
+
     def refresh(self) -> None:
-        """Repaint the sentence states."""
+        """Repaint the sentence states of the visible part of the script."""
         if self.project is None or self._debounce.isActive():
             return
         selections = []
         project = self.project
-        for i, sentence in enumerate(project.sentences):
+        for i in self._visible_sentences():
+            sentence = project.sentences[i]
             fmt = QTextCharFormat()
             if sentence.take is None:
                 state = "none"

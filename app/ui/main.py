@@ -553,6 +553,10 @@ class StudioWindow(QMainWindow):
         except (OSError, UnicodeDecodeError) as exc:
             self.show_error(RuntimeError(f"{path}: cannot read it as UTF-8 text ({exc})"))
             return
+        if Path(path).suffix.lower() in (".md", ".markdown"):
+            from app.core.script import markdown_to_script
+
+            text = markdown_to_script(text)
         self.editor.setPlainText(text)
         self.editor.flush()
 

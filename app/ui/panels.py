@@ -66,9 +66,7 @@ class VoicesPanel(QWidget):
         self.tree.clear()
         for voice_id, pkg in sorted(models.STOCK_VOICES.items()):
             installed = models.is_installed(voice_id)
-            rate = ""
-            if installed:
-                rate = str(_voice_rate(voice_id))
+            rate = str(models.sample_rate(voice_id) or "")
             item = QTreeWidgetItem(
                 [voice_id, pkg.family, pkg.language, rate, "installed" if installed else "not installed"]
             )
@@ -91,14 +89,6 @@ class VoicesPanel(QWidget):
     def _preview(self) -> None:
         if voice := self._current():
             self.preview_requested.emit(voice)
-
-
-def _voice_rate(voice_id: str) -> int:
-    import gguf
-
-    reader = gguf.GGUFReader(str(models.installed_path(voice_id)))
-    field = reader.fields.get(f"{models.lookup(voice_id).family}.sample_rate")
-    return int(field.contents()) if field is not None else 0
 
 
 class Inspector(QWidget):
