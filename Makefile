@@ -58,6 +58,7 @@ engine: $(STAMP)
 
 models: engine
 	$(PY) main.py models install
+	$(PY) main.py models install kokoro
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check app tests tools main.py

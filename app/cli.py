@@ -236,6 +236,14 @@ def cmd_models(args) -> int:
 
     voices = args.voices or sorted(models.STOCK_VOICES)
     for voice_id in voices:
+        if voice_id == "kokoro":  # Kokoro-82M and its voice packs (the engine's graph is in progress)
+            path = models.install_kokoro(
+                weights=args.weights,
+                force=args.force,
+                progress=lambda f, m: print(f"  [{f:4.0%}] {m}", file=sys.stderr),
+            )
+            print(f"kokoro: {path}")
+            continue
         path = models.install(
             voice_id,
             weights=args.weights,

