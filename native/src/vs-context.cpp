@@ -3,6 +3,8 @@
 
 #include <thread>
 
+#include "vs-graph.h"
+
 ggml_tensor * vs_context::w(const std::string & name) const {
     auto it = weights->tensors.find(name);
     if (it == weights->tensors.end()) {
@@ -20,6 +22,7 @@ vs::graph_build vs_context::new_graph(size_t max_nodes) const {
         throw vs::error(VS_ERR_COMPUTE, "out of memory for a graph");
     }
     gb.gf = ggml_new_graph_custom(gb.ctx.get(), max_nodes, false);
+    vs::set_graph_device_is_cpu(ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU);
     return gb;
 }
 
@@ -32,6 +35,16 @@ void vs_context::alloc(int stage, ggml_cgraph * gf) {
     if (cpu_backend) {
         for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
             ggml_tensor * node = ggml_graph_node(gf, i);
+            switch (node->op) {
+                case GGML_OP_NONE:
+                case GGML_OP_RESHAPE:
+                case GGML_OP_VIEW:
+                case GGML_OP_PERMUTE:
+                case GGML_OP_TRANSPOSE:
+                    continue;  // views compute nothing, wherever the scheduler files them
+                default:
+                    break;
+            }
             if (ggml_backend_sched_get_tensor_backend(sched.get(), node) == cpu_backend.get()) {
                 if (!(fallback_stages & (1u << stage))) {
                     vs::log(VS_LOG_WARN, std::string("stage ") + vs_stage_name(stage) + ": " + ggml_op_desc(node) +

@@ -4,6 +4,8 @@ namespace vs {
 
 namespace {
 
+thread_local bool g_device_is_cpu = true;
+
 // A view whose rows overlap: row i starts `row_stride` bytes after row i - 1 but is
 // `row_len` elements long. Over a [C, T] activation with row_len = C * K and
 // row_stride = C it is the im2col matrix of a dilation-1 convolution, for free.
@@ -18,7 +20,28 @@ ggml_tensor * overlapping_rows(ggml_context * ctx, ggml_tensor * x, int64_t row_
     return v;
 }
 
+// The im2col matrix as a mul_mat operand on this graph's device.
+ggml_tensor * as_src1(ggml_context * ctx, ggml_tensor * overlapping) {
+    return g_device_is_cpu ? overlapping : ggml_cont(ctx, overlapping);
+}
+
+// Zero frames before and after a [C, T] activation. Padded as one long row: a GPU pad
+// kernel may launch a block row per frame, and grids cap that at 65535.
+ggml_tensor * pad_time(ggml_context * ctx, ggml_tensor * x, int64_t before, int64_t after) {
+    if (!ggml_is_contiguous(x)) {
+        x = ggml_cont(ctx, x);
+    }
+    const int64_t C = x->ne[0], T = x->ne[1];
+    ggml_tensor * flat = ggml_reshape_1d(ctx, x, C * T);
+    flat               = ggml_pad_ext(ctx, flat, (int) (before * C), (int) (after * C), 0, 0, 0, 0, 0, 0);
+    return ggml_reshape_2d(ctx, flat, C, T + before + after);
+}
+
 }  // namespace
+
+void set_graph_device_is_cpu(bool is_cpu) {
+    g_device_is_cpu = is_cpu;
+}
 
 int64_t conv1d_frames_needed(int64_t T_out, int64_t K, int dilation) {
     if (dilation == 1) {
@@ -34,9 +57,9 @@ ggml_tensor * conv1d_window(ggml_context * ctx, ggml_tensor * xp, int64_t start,
     GGML_ASSERT(xp->ne[0] == IC && ggml_is_contiguous(xp));
     GGML_ASSERT(start + conv1d_frames_needed(T_out, K, dilation) <= xp->ne[1]);
     const size_t fb = xp->nb[1];  // bytes per frame
-    if (w->type == GGML_TYPE_F32) {
-        // F32 weights: ggml's tiled F32 GEMM needs a contiguous src1, so one mul_mat
-        // per tap over a shifted view, summed.
+    if (w->type == GGML_TYPE_F32 && g_device_is_cpu) {
+        // F32 weights on the CPU: ggml's tiled F32 GEMM needs a contiguous src1, so one
+        // mul_mat per tap over a shifted view, summed.
         ggml_tensor * y = nullptr;
         for (int64_t k = 0; k < K; ++k) {
             ggml_tensor * wk  = ggml_view_2d(ctx, w, IC, OC, w->nb[2], k * w->nb[1]);
@@ -51,7 +74,7 @@ ggml_tensor * conv1d_window(ggml_context * ctx, ggml_tensor * xp, int64_t start,
     ggml_tensor * w2 = ggml_reshape_2d(ctx, w, IC * K, OC);
     if (dilation == 1) {
         ggml_tensor * cols = overlapping_rows(ctx, xp, IC * K, T_out, fb, 1, fb * xp->ne[1], start * fb);
-        ggml_tensor * y    = ggml_mul_mat(ctx, w2, cols);  // [OC, T_out]
+        ggml_tensor * y    = ggml_mul_mat(ctx, w2, as_src1(ctx, cols));  // [OC, T_out]
         return b ? ggml_add(ctx, y, b) : y;
     }
     // Dilated: split time into `dilation` phases (frames t with t % d == r). Within a
@@ -60,7 +83,7 @@ ggml_tensor * conv1d_window(ggml_context * ctx, ggml_tensor * xp, int64_t start,
     ggml_tensor * phases = ggml_view_3d(ctx, xp, IC, d, S, fb, fb * d, start * fb);  // [IC, d, S]
     phases               = ggml_cont(ctx, ggml_permute(ctx, phases, 0, 2, 1, 3));    // [IC, S, d]
     ggml_tensor * cols   = overlapping_rows(ctx, phases, IC * K, So, phases->nb[1], d, phases->nb[2], 0);
-    ggml_tensor * y      = ggml_permute(ctx, ggml_mul_mat(ctx, w2, cols), 0, 2, 1, 3);  // [OC, d, So] view
+    ggml_tensor * y = ggml_permute(ctx, ggml_mul_mat(ctx, w2, as_src1(ctx, cols)), 0, 2, 1, 3);  // [OC, d, So] view
     // Back to time order: the bias add (or a copy) writes frames t = s * d + r in sequence.
     y = b ? ggml_add(ctx, y, b) : ggml_cont(ctx, y);
     y = ggml_reshape_2d(ctx, y, OC, d * So);
@@ -71,14 +94,14 @@ ggml_tensor * conv1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_
     const int64_t K = w->ne[1], T_out = x->ne[1] + 2 * padding - dilation * (K - 1);
     const int64_t need  = conv1d_frames_needed(T_out, K, dilation);
     const int64_t after = need - x->ne[1] - padding;  // >= padding; the extra frames feed dropped outputs
-    ggml_tensor * xp    = (padding > 0 || after > 0) ? ggml_pad_ext(ctx, x, 0, 0, padding, after, 0, 0, 0, 0) : x;
+    ggml_tensor * xp    = (padding > 0 || after > 0) ? pad_time(ctx, x, padding, after) : x;
     return conv1d_window(ctx, xp, 0, T_out, w, b, dilation);
 }
 
 ggml_tensor * conv1d_depthwise(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int dilation,
                                int padding) {
     const int64_t C = w->ne[0], K = w->ne[1], T = x->ne[1];
-    ggml_tensor * xp      = ggml_pad_ext(ctx, x, 0, 0, padding, padding, 0, 0, 0, 0);  // [C, T + 2p]
+    ggml_tensor * xp      = pad_time(ctx, x, padding, padding);  // [C, T + 2p]
     const int64_t out_len = T + 2 * padding - dilation * (K - 1);
     ggml_tensor * y       = nullptr;
     for (int64_t k = 0; k < K; ++k) {
@@ -92,8 +115,7 @@ ggml_tensor * conv1d_depthwise(ggml_context * ctx, ggml_tensor * x, ggml_tensor 
 
 ggml_tensor * conv_transpose1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int stride,
                                int padding, int64_t zeros_before, int64_t zeros_after) {
-    return conv_transpose1d_zero_tail(ctx, ggml_pad_ext(ctx, x, 0, 0, 0, 1, 0, 0, 0, 0), w, b, stride, padding,
-                                      zeros_before, zeros_after);
+    return conv_transpose1d_zero_tail(ctx, pad_time(ctx, x, 0, 1), w, b, stride, padding, zeros_before, zeros_after);
 }
 
 ggml_tensor * conv_transpose1d_zero_tail(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b,
@@ -113,7 +135,7 @@ ggml_tensor * conv_transpose1d_zero_tail(ggml_context * ctx, ggml_tensor * x, gg
     // First half and bias: frame u is its element u + padding.
     first           = ggml_reshape_2d(ctx, b ? ggml_add(ctx, first, b) : ggml_cont(ctx, first), OC, s * (T + 1));
     first           = ggml_view_2d(ctx, first, OC, T_out, fb, padding * fb);
-    ggml_tensor * y = ggml_pad_ext(ctx, first, 0, 0, zeros_before, zeros_after, 0, 0, 0, 0);
+    ggml_tensor * y = pad_time(ctx, first, zeros_before, zeros_after);
     // Second half: frame u is its element u - (s - padding); the rest falls past the end.
     second = ggml_reshape_2d(ctx, ggml_cont(ctx, second), OC, s * T);
     second = ggml_view_2d(ctx, second, OC, T_out - (s - padding), fb, 0);

@@ -7,6 +7,12 @@
 
 namespace vs {
 
+// Graphs built on this thread from now on run on the CPU backend (true) or on another
+// device (false). The CPU's mul_mat accepts a src1 whose rows overlap (an im2col matrix
+// for free); other backends copy src1 with strided 2-D copies that need disjoint rows,
+// so there the im2col matrix is materialized first.
+void set_graph_device_is_cpu(bool is_cpu);
+
 // Conv1d with PyTorch semantics. w: [IC, K, OC] (PyTorch's [OC, IC, K] with the
 // taps moved inside each output row, so a row is one im2col column's weights);
 // b: [OC] or null; x: [IC, T] -> [OC, T'].

@@ -176,5 +176,11 @@ int main() {
     test_conv_transpose(8, 5, 8, 9);
     test_conv_transpose(6, 4, 4, 13);
     test_conv_transpose(6, 4, 4, 13, 3, 7);
+    // As built for a GPU: F32 weights folded too, the im2col matrix materialized.
+    vs::set_graph_device_is_cpu(false);
+    test_conv1d(8, 6, 3, 17, 1, 1);
+    test_conv1d(5, 7, 5, 23, 6, 12);
+    test_conv1d(16, 8, 3, 64, 3, 3, GGML_TYPE_F16);
+    vs::set_graph_device_is_cpu(true);
     return failures == 0 ? 0 : 1;
 }
