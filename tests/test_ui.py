@@ -166,8 +166,16 @@ def test_export_hits_the_podcast_loudness(qtbot, window, tmp_path):
     audio, rate = soundfile.read(str(report.path), dtype="float64")
     assert abs(pyloudnorm.Meter(rate).integrated_loudness(audio) - -16.0) <= 0.5
     window.editor.select_sentence(2)
-    one = window.export(tmp_path / "one.wav", scope="sentence")
+    one = window.export(tmp_path / "one.wav", scope="sentences")
     assert abs(one.duration_s - window.project.sentences[2].take.duration_s) < 1e-3
+    cursor = window.editor.textCursor()  # select from inside sentence 1 to inside sentence 2
+    cursor.setPosition(window.project.sentences[1].start + 3)
+    cursor.setPosition(window.project.sentences[2].start + 3, cursor.MoveMode.KeepAnchor)
+    window.editor.setTextCursor(cursor)
+    assert window.selected_sentences() == [1, 2]
+    two = window.export(tmp_path / "two.wav", scope="sentences", gap_s=0.5)
+    takes = [window.project.sentences[i].take for i in (1, 2)]
+    assert abs(two.duration_s - (sum(t.duration_s for t in takes) + 0.5)) < 1e-3
 
 
 def test_nothing_to_export_is_an_error_not_a_crash(window, tmp_path):

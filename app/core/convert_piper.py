@@ -12,8 +12,8 @@ Layouts written (ggml ``ne`` order, fastest first):
   conv-transpose       [IC, OC, K]  (PyTorch [IC, OC, K] permuted so that one
                                      mul_mat yields every tap of every channel)
 
-Weight types: ``f32`` (default), ``f16`` or ``q8_0`` for the matrices that feed
-mul_mat; norms, biases, embeddings and the duration predictor's spline stay F32.
+Weight types: ``f32`` (default), ``f16`` or ``q8_0`` for the flow's and the decoder's
+matrices; the text encoder, the duration predictor, norms and biases stay F32.
 """
 
 from __future__ import annotations
@@ -165,8 +165,12 @@ def _engine_layout(name: str, value: np.ndarray) -> np.ndarray:
 def _feeds_mul_mat(name: str, data: np.ndarray) -> bool:
     # Only matrices feed mul_mat as src0; norms, biases, the embedding table (read
     # with get_rows), the relative-position tables (padded first) and the depthwise
-    # convolutions (elementwise) stay F32.
+    # convolutions (elementwise) stay F32. So do the text encoder and the duration
+    # predictor: durations are rounded to whole frames, and a rounding that flips moves
+    # every sample after it, while these two stages cost a tenth of the time.
     if data.ndim < 2 or data.size < 64:  # vectors and the affine flow's [2, 1] parameters
+        return False
+    if name.startswith(("enc_p.", "dp.")):
         return False
     return name != "enc_p.emb.weight" and ".convs_sep." not in name and "emb_rel_" not in name
 

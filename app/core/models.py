@@ -24,7 +24,7 @@ from app.core.errors import ModelFileError, VoiceStudioError
 Progress = Callable[[float, str], None]
 
 # Bumped whenever the converter's output changes; older GGUFs are rebuilt.
-CONVERTER_VERSION = 4
+CONVERTER_VERSION = 5
 
 
 class ModelPackageError(VoiceStudioError):

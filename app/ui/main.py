@@ -641,7 +641,7 @@ class StudioWindow(QMainWindow):
             rate = self.timeline.rate
             clips = [self.timeline.audio[int(start * rate) : int(end * rate)]]
         else:
-            indices = None if scope == "all" else [self.editor.current_sentence()]
+            indices = None if scope == "all" else self.selected_sentences()
             placed = self.project.takes_audio(indices)
             if not placed:
                 self.show_error(export_mod.ExportError("nothing to export: no sentence has a take yet"))
@@ -661,6 +661,17 @@ class StudioWindow(QMainWindow):
             8000,
         )
         return report
+
+    def selected_sentences(self) -> list[int]:
+        """Sentences the editor's selection touches; the current one when nothing is selected."""
+        self.editor.flush()
+        cursor = self.editor.textCursor()
+        if not cursor.hasSelection():
+            index = self.editor.current_sentence()
+            return [index] if index >= 0 else []
+        first = self.project.sentence_at(cursor.selectionStart())
+        last = self.project.sentence_at(max(cursor.selectionStart(), cursor.selectionEnd() - 1))
+        return list(range(first, last + 1)) if first >= 0 else []
 
     # -- errors, settings, closing -------------------------------------------
     def show_error(self, exc: Exception) -> None:
@@ -718,7 +729,7 @@ class StudioWindow(QMainWindow):
 
 
 class ExportDialog(QDialog):
-    SCOPES = {"all": "Whole script", "sentence": "Current sentence", "selection": "Timeline selection"}
+    SCOPES = {"all": "Whole script", "sentences": "Selected sentences", "selection": "Timeline selection"}
     FORMATS = {"pcm16": "16-bit PCM", "pcm24": "24-bit PCM", "float": "32-bit float"}
     LOUDNESS = {
         None: "as synthesized",
