@@ -265,8 +265,10 @@ def test_voice_preview_plays(qtbot, window, null_sink):
         # the preview is synthesized in a worker; its take arrives through the event loop
         qtbot.waitUntil(lambda: window.player.frames_written > 22050, timeout=30_000)
 
+    dirty, voice = window.project.dirty, window.project.voice
     recorded = null_sink(0.5, preview)
     assert np.abs(recorded).max() > 0.05
+    assert (window.project.dirty, window.project.voice) == (dirty, voice)  # a preview changes nothing
 
 
 def test_import_script_from_a_text_file(window, tmp_path):

@@ -239,35 +239,35 @@ class StudioWindow(QMainWindow):
         self.timeline.set_timeline(audio, rate, segments)
 
     # -- engine ---------------------------------------------------------------
-    def _desired_spec(self) -> tuple:
-        return (self.project.voice, self.inspector.device.currentData(), self.inspector.threads.value())
+    def _desired_spec(self, voice: str | None = None) -> tuple:
+        return (voice or self.project.voice, self.inspector.device.currentData(), self.inspector.threads.value())
 
-    def with_engine(self, then) -> None:
-        """Call ``then(engine)`` once an engine for the project's voice and the chosen device is open."""
-        spec = self._desired_spec()
+    def with_engine(self, then, voice: str | None = None) -> None:
+        """Call ``then(engine)`` once an engine for ``voice`` (default: the project's) on the chosen device is open."""
+        spec = self._desired_spec(voice)
         if self.engine is not None and self.engine_spec == spec:
             then(self.engine)
             return
-        self._after_open.append(then)
-        if self._opening is not None:
-            return
-        self._open_engine(spec)
+        self._after_open.append((spec, then))
+        if self._opening is None:
+            self._open_engine(spec, spec)
 
-    def _open_engine(self, spec: tuple, fallback_reason: str | None = None) -> None:
+    def _open_engine(self, spec: tuple, requested: tuple, fallback_reason: str | None = None) -> None:
         voice, device, threads = spec
         self.inspector.engine_status.setText(f"opening {voice} on {device}…")
         job = OpenEngineJob(voice, device, threads)
-        job.signals.opened.connect(lambda engine, ms: self._engine_opened(spec, engine, ms, fallback_reason))
-        job.signals.failed.connect(lambda exc: self._engine_failed(spec, exc))
+        job.signals.opened.connect(lambda engine, ms: self._engine_opened(requested, engine, ms, fallback_reason))
+        job.signals.failed.connect(lambda exc: self._engine_failed(spec, requested, exc))
         self._opening = job
         QThreadPool.globalInstance().start(job)
 
-    def _engine_opened(self, spec, engine: Engine, ms: float, fallback_reason: str | None) -> None:
+    def _engine_opened(self, requested, engine: Engine, ms: float, fallback_reason: str | None) -> None:
         self._opening = None
         if self.engine is not None:
             self._retired.append(self.engine)
             self._close_retired()
-        self.engine, self.engine_spec = engine, spec
+        # Filed under the request, so a GPU that fell back to the CPU is not retried every job.
+        self.engine, self.engine_spec = engine, requested
         note = f"{engine.voice_id} on {engine.device}"
         note += f" ×{engine.threads} threads" if engine.device == "cpu" else ""
         note += f" (opened in {ms:.0f} ms)"
@@ -275,21 +275,30 @@ class StudioWindow(QMainWindow):
             note += f"\nfell back to the CPU: {fallback_reason}"
         self.inspector.engine_status.setText(note)
         self.statusBar().showMessage(note.replace("\n", " — "), 8000)
-        pending, self._after_open = self._after_open, []
-        for then in pending:
-            then(engine)
+        self._dispatch_pending()
 
-    def _engine_failed(self, spec, exc: Exception) -> None:
+    def _dispatch_pending(self) -> None:
+        pending, self._after_open = self._after_open, []
+        for spec, then in pending:
+            if self.engine is not None and spec == self.engine_spec:
+                then(self.engine)
+            else:
+                self._after_open.append((spec, then))
+        if self._after_open and self._opening is None:
+            spec = self._after_open[0][0]
+            self._open_engine(spec, spec)
+
+    def _engine_failed(self, spec, requested, exc: Exception) -> None:
         self._opening = None
         voice, device, threads = spec
         if device != "cpu":
             log.warning("opening %s on %s failed: %s; trying the CPU", voice, device, exc)
-            self._open_engine((voice, "cpu", threads), fallback_reason=f"{device}: {exc}")
-            # Jobs now run on the CPU engine; the device picker keeps the user's choice visible.
+            self._open_engine((voice, "cpu", threads), requested, fallback_reason=f"{device}: {exc}")
             return
-        self._after_open = []
+        self._after_open = [(s, t) for s, t in self._after_open if s != requested]
         self.inspector.engine_status.setText(f"cannot open {voice}: {exc}")
         self.show_error(exc)
+        self._dispatch_pending()
 
     def apply_device(self, device: str, threads: int) -> None:
         self.settings["device"], self.settings["threads"] = device, threads
@@ -348,7 +357,7 @@ class StudioWindow(QMainWindow):
     def _job_started(self, job_id: int) -> None:
         job = self.jobs[job_id]
         self.timings.reset()
-        self.jobs_panel.update(job)
+        self.jobs_panel.refresh_job(job)
         self.statusBar().showMessage(f"synthesizing {len(job.items)} sentence(s)…")
 
     def _sentence_done(self, job: SynthesisJob, index: int, etake) -> None:
@@ -357,7 +366,7 @@ class StudioWindow(QMainWindow):
         if not (0 <= index < len(sentences) and sentences[index].text == text):
             # The script changed meanwhile: the take belongs to the sentence with its text, if any.
             index = next((i for i, s in enumerate(sentences) if s.text == text), -1)
-        self.jobs_panel.update(job)
+        self.jobs_panel.refresh_job(job)
         if index < 0:
             return
         take = Take(
@@ -374,7 +383,7 @@ class StudioWindow(QMainWindow):
 
     def _job_ended(self, job_id: int) -> None:
         job = self.jobs[job_id]
-        self.jobs_panel.update(job)
+        self.jobs_panel.refresh_job(job)
         if job.state == "done" and self.engine is not None:
             audio_s = sum(
                 self.project.sentences[i].take.duration_s
@@ -401,14 +410,12 @@ class StudioWindow(QMainWindow):
         for job in list(self.jobs.values()):
             if (job_id in (0, job.id)) and job.state in ("queued", "running"):
                 job.cancel()
-                self.jobs_panel.update(job)
+                self.jobs_panel.refresh_job(job)
 
     def busy(self) -> bool:
         return any(j.state in ("queued", "running") for j in self.jobs.values())
 
     def preview_voice(self, voice: str) -> None:
-        previous = self.project.voice
-        self.inspector.voice.setCurrentText(voice)
         text = f"This is {voice.split(':')[-1]}, one of the voices of Voice Studio."
 
         def start(engine: Engine) -> None:
@@ -418,9 +425,7 @@ class StudioWindow(QMainWindow):
             self.jobs[job.id] = job
             self.synth_pool.start(job)
 
-        self.with_engine(start)
-        if previous != voice:
-            self.inspector.voice.setCurrentText(previous)
+        self.with_engine(start, voice=voice)
 
     # -- playback -------------------------------------------------------------
     def _play_clip(self, audio: np.ndarray, rate: int, *, start_s: float = 0.0, stop_s=None, offset=0.0) -> None:

@@ -329,7 +329,7 @@ class JobsPanel(QWidget):
             item.setData(Qt.ItemDataRole.UserRole, job.id)
             self.table.setItem(row, col, item)
 
-    def update(self, job) -> None:
+    def refresh_job(self, job) -> None:
         row = self.rows.get(job.id)
         if row is not None:
             self.table.item(row, 2).setText(job.state)
