@@ -117,6 +117,7 @@ def cmd_bench(args) -> int:
     items = _read_lines(args.phonemes_file or args.text_file)
     if not items:
         raise VoiceStudioError("the input file has no lines")
+    rss_before_engine = _peak_rss_mb()  # the interpreter and the app's imports
     engine = Engine.open(args.voice, device=args.device, threads=args.threads)
     with engine:
         # Both runtimes get identical phonemes: text is phonemized once, up front.
@@ -147,6 +148,7 @@ def cmd_bench(args) -> int:
         "warmup": args.warmup,
         "load_ms": load_ms,
         "peak_rss_mb": _peak_rss_mb(),
+        "engine_rss_mb": _peak_rss_mb() - rss_before_engine,  # what the engine added to the peak
         "items": results,
         "total_compute_ms": sum(r["compute_ms"] for r in results),
         "total_audio_s": sum(r["audio_s"] for r in results),
@@ -157,7 +159,8 @@ def cmd_bench(args) -> int:
         report["ratio"] = report["total_compute_ms"] / report["reference"]["total_compute_ms"]
     args.json_out.write_text(json.dumps(report, indent=2), encoding="utf-8")
     line = f"{device} x{threads}: {report['total_compute_ms']:.0f} ms for {report['total_audio_s']:.2f} s of audio"
-    line += f" (RTF {report['rtf']:.3f}, load {load_ms:.0f} ms, peak RSS {report['peak_rss_mb']:.0f} MB)"
+    line += f" (RTF {report['rtf']:.3f}, load {load_ms:.0f} ms, peak RSS {report['peak_rss_mb']:.0f} MB"
+    line += f", {report['engine_rss_mb']:.0f} MB of it the engine's)"
     if "ratio" in report:
         line += f"; onnxruntime {report['reference']['total_compute_ms']:.0f} ms; ratio {report['ratio']:.2f}"
     print(line)

@@ -60,8 +60,10 @@ def test_bench_compares_with_onnxruntime(tmp_path, joe_path):
     cli("bench", "--voice", "piper:joe", "--phonemes-file", str(phonemes), "--runs", "1", "--warmup", "0",
         "--device", "cpu", "--threads", "2", "--json-out", str(out), "--compare", "onnxruntime")  # fmt: skip
     report = json.loads(out.read_text())
-    for key in ("device", "threads", "load_ms", "peak_rss_mb", "items", "total_compute_ms", "total_audio_s", "rtf"):
+    keys = ("device", "threads", "load_ms", "peak_rss_mb", "engine_rss_mb", "items", "total_compute_ms")
+    for key in (*keys, "total_audio_s", "rtf"):
         assert key in report
+    assert 0 < report["engine_rss_mb"] < report["peak_rss_mb"]
     assert len(report["items"]) == 2
     assert set(report["items"][0]) >= {"compute_ms", "audio_s", "stages_ms"}
     ref = report["reference"]
