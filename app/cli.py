@@ -107,6 +107,15 @@ def cmd_synth(args) -> int:
 
 
 def _peak_rss_mb() -> float:
+    """This process's peak resident set. Linux: VmHWM, which starts afresh at exec (ru_maxrss
+    carries the peak of the process that forked us, e.g. a large test runner)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
