@@ -280,3 +280,24 @@ def test_import_script_from_a_text_file(window, tmp_path):
     bad.write_bytes(b"\xff\xfe\x00bad")
     window.import_script(bad)
     assert "UTF-8" in window.last_error
+
+
+def test_playback_started_during_a_job_plays_every_sentence(qtbot, window, null_sink):
+    set_script(window, "One short sentence. Then a second. And a third one. The fourth ends it.")
+    started = []
+
+    def hook(job):
+        def first_done(*_):
+            if not started:
+                started.append(True)
+                window.play_from(0.0)  # only the first sentence exists yet
+
+        job.signals.sentence_done.connect(first_done)
+
+    window.job_added.connect(hook)
+    with qtbot.waitSignal(window.job_ended, timeout=120_000):
+        window.synthesize("all")
+    qtbot.waitUntil(lambda: window.player.state == "stopped", timeout=60_000)
+    audio, _, segments = timeline(window.project, gap_s=window.settings["gap_s"])
+    assert len(segments) == 4
+    assert window.player.frames_written == len(audio)  # later sentences were appended as they came

@@ -63,6 +63,10 @@ class Player:
         return "paused" if self._paused else "playing"
 
     @property
+    def sample_rate(self) -> int:
+        return self._rate
+
+    @property
     def position_s(self) -> float:
         return self._pos / self._rate if self._rate else 0.0
 

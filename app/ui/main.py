@@ -108,6 +108,8 @@ class StudioWindow(QMainWindow):
         self.voices.preview_requested.connect(self.preview_voice)
         self.jobs_panel.cancel_requested.connect(self.cancel)
         self.player.on_finished = None
+        self._timeline_timer = QTimer(self, singleShot=True, interval=250)
+        self._timeline_timer.timeout.connect(self._refresh_timeline)
         self._playhead_timer = QTimer(self, interval=30)
         self._playhead_timer.timeout.connect(self._tick)
         self._autosave = QTimer(self, interval=max(5, int(self.settings["autosave_s"])) * 1000)
@@ -227,14 +229,20 @@ class StudioWindow(QMainWindow):
             self.project.dirty = True
             self.editor.refresh()
 
-    def _after_takes_changed(self, index: int) -> None:
-        self._refresh_timeline()
+    def _after_takes_changed(self, index: int, *, soon: bool = False) -> None:
+        """``soon``: takes arrive one by one during a job; redraw the timeline at most every 250 ms."""
+        if soon:
+            if not self._timeline_timer.isActive():
+                self._timeline_timer.start()
+        else:
+            self._refresh_timeline()
         self.editor.refresh()
         if index == self.editor.current_sentence():
             self._current_sentence_changed(index)
         self._title()
 
     def _refresh_timeline(self) -> None:
+        self._timeline_timer.stop()
         audio, rate, segments = timeline(self.project, gap_s=float(self.settings["gap_s"]))
         self.timeline.set_timeline(audio, rate, segments)
 
@@ -378,12 +386,15 @@ class StudioWindow(QMainWindow):
             dict(etake.timings),
         )
         self.project.add_take(index, take)
-        self._after_takes_changed(index)
+        self._after_takes_changed(index, soon=True)
         self._follow_stream(index)
 
     def _job_ended(self, job_id: int) -> None:
         job = self.jobs[job_id]
+        job.ended = True  # its signals, takes included, have all been delivered
         self.jobs_panel.refresh_job(job)
+        if self._timeline_timer.isActive():
+            self._refresh_timeline()
         if job.state == "done" and self.engine is not None:
             audio_s = sum(
                 self.project.sentences[i].take.duration_s
@@ -413,7 +424,8 @@ class StudioWindow(QMainWindow):
                 self.jobs_panel.refresh_job(job)
 
     def busy(self) -> bool:
-        return any(j.state in ("queued", "running") for j in self.jobs.values())
+        """A synthesis job is queued, running, or has takes on their way to the GUI thread."""
+        return any(not job.ended for job in self.jobs.values() if job.kind != "preview")
 
     def preview_voice(self, voice: str) -> None:
         text = f"This is {voice.split(':')[-1]}, one of the voices of Voice Studio."
@@ -487,15 +499,16 @@ class StudioWindow(QMainWindow):
 
     def _follow_stream(self, index: int) -> None:
         """While playing a timeline that is still being synthesized, append sentences that land at its end."""
-        if not self._stream_follow or self.player.state == "stopped":
+        if not self._stream_follow or self.player.state == "stopped" or not self.player.duration_s:
             return
-        segments = self.timeline.segments
-        if segments and segments[-1].index == index and len(segments) > 1:
-            rate = self.timeline.rate
-            start = int(round(segments[-1].start_s * rate))
-            if start >= int(self.player.duration_s * rate):
-                gap = np.zeros(start - int(self.player.duration_s * rate), dtype=np.float32)
-                self.player.append(np.concatenate([gap, self.timeline.audio[start:]]))
+        placed = [i for i, s in enumerate(self.project.sentences) if s.take is not None]
+        if len(placed) < 2 or placed[-1] != index:
+            return  # not the new end of the timeline: it shows up the next time playback starts
+        from app.core.export import resample
+
+        take, rate = self.project.sentences[index].take, self.player.sample_rate
+        gap = np.zeros(int(round(float(self.settings["gap_s"]) * rate)), dtype=np.float32)
+        self.player.append(np.concatenate([gap, resample(take.audio, take.sample_rate, rate)]))
 
     def stop(self) -> None:
         self.player.stop()

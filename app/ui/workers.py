@@ -43,6 +43,7 @@ class SynthesisJob(QRunnable):
         self.signals = JobSignals()
         self.state = "queued"
         self.done = 0
+        self.ended = False  # set on the GUI thread once the job's last signal was handled
         self._engine = engine
         self._params = params
         self._cancel = threading.Event()
