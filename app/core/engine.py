@@ -149,7 +149,10 @@ class Engine:
         on_stage: Callable[[str, int, float], None] | None = None,
         on_chunk: Callable[[int, np.ndarray], None] | None = None,
         cancelled: Callable[[], bool] | None = None,
+        decoder_tile: int = 0,
     ) -> Take:
+        """``decoder_tile``: latent frames the vocoder decodes at once (0: the engine's default,
+        about 3 s of audio; < 0: each sentence whole). Tiles overlap so the audio is the same."""
         if (text is None) == (phonemes is None):
             raise InvalidArgumentError("give either text or phonemes")
         source = text if text is not None else phonemes
@@ -168,6 +171,7 @@ class Engine:
                 on_stage=on_stage,
                 on_chunk=on_chunk,
                 abort=cancelled,
+                decoder_tile=int(decoder_tile),
             )
         finally:
             with _log_lock:

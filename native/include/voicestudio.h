@@ -162,6 +162,9 @@ struct vs_synth_params {
     float    length_scale;  // < 0: the voice's default; larger is slower
     float    noise_w;       // < 0: the voice's default
     uint64_t seed;
+    // Longest run of frames the vocoder decodes at once (longer chunks go in overlapping
+    // tiles whose seams are exact); bounds its memory. 0: the engine's default; < 0: whole.
+    int decoder_tile_frames;
 
     // Called after each stage of each chunk, with its milliseconds.
     void (*on_stage)(int stage, int chunk, double ms, void * user_data);

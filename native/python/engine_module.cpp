@@ -130,14 +130,16 @@ class Context {
     }
 
     audio_array synthesize(const std::string & input, bool phonemes, float noise_scale, float length_scale,
-                           float noise_w, uint64_t seed, nb::object on_stage, nb::object on_chunk, nb::object abort) {
+                           float noise_w, uint64_t seed, nb::object on_stage, nb::object on_chunk, nb::object abort,
+                           int decoder_tile) {
         vs_context *    c = get();
         call_state      st{ on_stage, on_chunk, abort, nullptr };
-        vs_synth_params p = vs_synth_default_params();
-        p.noise_scale     = noise_scale;
-        p.length_scale    = length_scale;
-        p.noise_w         = noise_w;
-        p.seed            = seed;
+        vs_synth_params p     = vs_synth_default_params();
+        p.noise_scale         = noise_scale;
+        p.length_scale        = length_scale;
+        p.noise_w             = noise_w;
+        p.seed                = seed;
+        p.decoder_tile_frames = decoder_tile;
         if (!on_stage.is_none()) {
             p.on_stage_user_data = &st;
             p.on_stage           = [](int stage, int chunk, double ms, void * data) {
@@ -337,7 +339,7 @@ NB_MODULE(_engine, m) {
         .def("close", &Context::close)
         .def("synthesize", &Context::synthesize, "input"_a, "phonemes"_a = false, "noise_scale"_a = -1.0f,
              "length_scale"_a = -1.0f, "noise_w"_a = -1.0f, "seed"_a = 0, "on_stage"_a = nb::none(),
-             "on_chunk"_a = nb::none(), "abort"_a = nb::none())
+             "on_chunk"_a = nb::none(), "abort"_a = nb::none(), "decoder_tile"_a = 0)
         .def("phonemize", &Context::phonemize)
         .def("timings", &Context::timings)
         .def("output", &Context::output)

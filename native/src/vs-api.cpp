@@ -163,10 +163,11 @@ uint32_t vs_context_fallback_stages(const vs_context * ctx) {
 
 struct vs_synth_params vs_synth_default_params(void) {
     vs_synth_params p{};
-    p.noise_scale  = -1.0f;  // the voice's default
-    p.length_scale = -1.0f;  // the voice's default
-    p.noise_w      = -1.0f;  // the voice's default
-    p.seed         = 0;
+    p.noise_scale         = -1.0f;  // the voice's default
+    p.length_scale        = -1.0f;  // the voice's default
+    p.noise_w             = -1.0f;  // the voice's default
+    p.seed                = 0;
+    p.decoder_tile_frames = 0;
     return p;
 }
 

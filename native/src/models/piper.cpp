@@ -15,11 +15,16 @@ namespace vs {
 
 namespace {
 
+// Latent frames the decoder takes at once (about 3 s of audio at 22 kHz); longer chunks
+// are decoded in tiles with exact seams, which bounds the decoder's memory.
+constexpr int64_t DEFAULT_DECODER_TILE = 256;
+
 struct piper_hparams {
     int                         sample_rate;
     int                         hidden, inter, n_heads, n_layers, window, ffn_kernel;
     std::vector<int32_t>        ups_rates, ups_kernels, res_kernels, res_dilations;
     int                         res_convs;
+    int                         dec_kernel_pre, dec_kernel_post;
     std::vector<int32_t>        flow_ids;
     int                         wn_layers, wn_kernel, wn_dilation_rate;
     std::vector<int32_t>        dp_flow_ids;
@@ -45,6 +50,8 @@ piper_hparams read_hparams(const vs_model & m) {
     h.res_kernels       = m.i32_array(p + "dec_resblock_kernels");
     h.res_dilations     = m.i32_array(p + "dec_resblock_dilations");
     h.res_convs         = (int) m.u32(p + "dec_resblock_convs");
+    h.dec_kernel_pre    = (int) m.tensor("dec.conv_pre.weight")->ne[1];
+    h.dec_kernel_post   = (int) m.tensor("dec.conv_post.weight")->ne[1];
     h.flow_ids          = m.i32_array(p + "flow_ids");
     h.wn_layers         = (int) m.u32(p + "flow_wn_layers");
     h.wn_kernel         = (int) m.u32(p + "flow_wn_kernel");
@@ -187,6 +194,9 @@ class piper_voice final : public voice {
                                 const std::vector<int32_t> & frame_to_token, const std::vector<float> & noise,
                                 float noise_scale, int64_t T);
     std::vector<float> run_decoder(vs_context & c, const std::vector<float> & z, int64_t F);
+    // The decoder over [0, F) in tiles of at most `tile` frames plus a halo on each side.
+    std::vector<float> run_decoder_tiled(vs_context & c, const std::vector<float> & z, int64_t F, int64_t tile);
+    int64_t            decoder_halo_frames() const;
 };
 
 // Rows of `rel` ([2T-1, T, H]: query i, relative offset m - (T-1)) placed at absolute
@@ -602,6 +612,55 @@ std::vector<float> gaussian(std::mt19937_64 & rng, size_t n) {
     return out;
 }
 
+// The frames each output frame of the decoder depends on, on either side: the kernel
+// radius of every layer, in latent frames at that layer's rate, summed (residual branches
+// run side by side: the widest counts), plus one for rounding.
+int64_t piper_voice::decoder_halo_frames() const {
+    double radius = (double) hp_.dec_kernel_pre / 2;  // conv_pre, at the frame rate
+    double rate   = 1.0;                              // samples per frame at this layer
+    int    widest = 0;
+    for (size_t j = 0; j < hp_.res_kernels.size(); ++j) {
+        int branch = 0;
+        for (int cv = 0; cv < hp_.res_convs; ++cv) {
+            const int d = hp_.res_dilations[j * hp_.res_convs + cv];
+            branch += (hp_.res_kernels[j] * d - d) / 2;
+        }
+        widest = std::max(widest, branch);
+    }
+    for (int s : hp_.ups_rates) {
+        radius += 1.0 / rate;  // a transposed conv with K = 2s reads one input step either side
+        rate *= s;
+        radius += widest / rate;
+    }
+    radius += (double) hp_.dec_kernel_post / 2 / rate;  // conv_post
+    return (int64_t) std::ceil(radius) + 1;
+}
+
+std::vector<float> piper_voice::run_decoder_tiled(vs_context & c, const std::vector<float> & z, int64_t F,
+                                                  int64_t tile) {
+    const int64_t halo = decoder_halo_frames();
+    tile               = std::max<int64_t>(tile, 4 * halo);  // tiles much smaller than their halo waste work
+    if (F <= tile) {
+        return run_decoder(c, z, F);
+    }
+    int64_t hop = 1;
+    for (int s : hp_.ups_rates) {
+        hop *= s;
+    }
+    std::vector<float> audio;
+    audio.reserve((size_t) (F * hop));
+    for (int64_t f0 = 0; f0 < F; f0 += tile) {
+        c.check_abort();
+        const int64_t      f1 = std::min(F, f0 + tile);
+        const int64_t      a = std::max<int64_t>(0, f0 - halo), b = std::min(F, f1 + halo);
+        std::vector<float> part(z.begin() + a * hp_.inter, z.begin() + b * hp_.inter);
+        std::vector<float> out = run_decoder(c, part, b - a);
+        // Keep the frames this tile owns; its halo was computed only to feed them.
+        audio.insert(audio.end(), out.begin() + (f0 - a) * hop, out.begin() + (f1 - a) * hop);
+    }
+    return audio;
+}
+
 std::vector<float> piper_voice::synthesize(vs_context & c, const std::vector<int32_t> & ids, const vs_synth_params & p,
                                            int chunk) {
     const float   noise_scale  = p.noise_scale < 0 ? hp_.noise_scale : p.noise_scale;
@@ -645,7 +704,8 @@ std::vector<float> piper_voice::synthesize(vs_context & c, const std::vector<int
     stage(VS_STAGE_FLOW, [&] {
         z = run_flow(c, m_p, logs_p, frame_to_token, gaussian(rng, (size_t) (hp_.inter * F)), noise_scale, T);
     });
-    stage(VS_STAGE_DECODER, [&] { audio = run_decoder(c, z, F); });
+    const int64_t tile = p.decoder_tile_frames == 0 ? DEFAULT_DECODER_TILE : p.decoder_tile_frames;
+    stage(VS_STAGE_DECODER, [&] { audio = tile < 0 ? run_decoder(c, z, F) : run_decoder_tiled(c, z, F, tile); });
 
     c.timings.n_phoneme_ids += (int32_t) T;
     c.timings.n_frames += (int32_t) F;
