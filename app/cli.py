@@ -246,22 +246,13 @@ def cmd_voices(args) -> int:
 def cmd_models(args) -> int:
     from app.core import models
 
-    voices = args.voices or sorted(models.STOCK_VOICES)
-    for voice_id in voices:
-        if voice_id == "kokoro":  # Kokoro-82M and its voice packs (the engine's graph is in progress)
-            path = models.install_kokoro(
-                weights=args.weights,
-                force=args.force,
-                progress=lambda f, m: print(f"  [{f:4.0%}] {m}", file=sys.stderr),
-            )
-            print(f"kokoro: {path}")
-            continue
-        path = models.install(
-            voice_id,
-            weights=args.weights,
-            force=args.force,
-            progress=lambda f, m: print(f"  [{f:4.0%}] {m}", file=sys.stderr),
-        )
+    def progress(fraction: float, message: str) -> None:
+        print(f"  [{fraction:4.0%}] {message}", file=sys.stderr)
+
+    for voice_id in args.voices or sorted(models.STOCK_VOICES):
+        options = {"weights": args.weights, "force": args.force, "progress": progress}
+        # "kokoro": Kokoro-82M and its voice packs (the engine's graph is in progress).
+        path = models.install_kokoro(**options) if voice_id == "kokoro" else models.install(voice_id, **options)
         print(f"{voice_id}: {path}")
     return 0
 

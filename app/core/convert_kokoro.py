@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 
 from app.core.atomic import atomic_path
+from app.core.gguf_weights import WEIGHT_TYPES, add_weight
 
 ARCH = "kokoro"
-WEIGHT_TYPES = ("f32", "f16", "q8_0")
 SAMPLE_RATE = 24000
 LSTM_GATES_FROM_ONNX = (0, 2, 3, 1)  # ONNX blocks i, o, f, c -> PyTorch i, f, g(c), o
 
@@ -274,14 +274,7 @@ def convert(
         total = len(tensors)
         for i, (name, value) in enumerate(sorted(tensors.items())):
             data = _engine_layout(name, value)
-            if weights != "f32" and _feeds_mul_mat(name, data):
-                q8 = gguf.GGMLQuantizationType.Q8_0
-                if weights == "q8_0" and data.shape[-1] % gguf.GGML_QUANT_SIZES[q8][0] == 0:
-                    writer.add_tensor(name, gguf.quants.quantize(data, q8), raw_dtype=q8)
-                else:
-                    writer.add_tensor(name, data.astype(np.float16))
-            else:
-                writer.add_tensor(name, data)
+            add_weight(writer, name, data, weights, reduce=_feeds_mul_mat(name, data))
             report(0.1 + 0.85 * (i + 1) / total, name)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()

@@ -25,9 +25,9 @@ from pathlib import Path
 import numpy as np
 
 from app.core.atomic import atomic_path
+from app.core.gguf_weights import WEIGHT_TYPES, add_weight
 
 ARCH = "piper"
-WEIGHT_TYPES = ("f32", "f16", "q8_0")
 
 # Spline tails of the stochastic duration predictor's ConvFlow (VITS constant,
 # folded into the export as literals rather than a named value).
@@ -163,28 +163,12 @@ def _engine_layout(name: str, value: np.ndarray) -> np.ndarray:
 
 
 def _feeds_mul_mat(name: str, data: np.ndarray) -> bool:
-    # Only matrices feed mul_mat as src0; norms, biases, the embedding table (read
-    # with get_rows), the relative-position tables (padded first) and the depthwise
-    # convolutions (elementwise) stay F32. So do the text encoder and the duration
-    # predictor: durations are rounded to whole frames, and a rounding that flips moves
-    # every sample after it, while these two stages cost a tenth of the time.
-    if data.ndim < 2 or data.size < 64:  # vectors and the affine flow's [2, 1] parameters
-        return False
-    if name.startswith(("enc_p.", "dp.")):
-        return False
-    return name != "enc_p.emb.weight" and ".convs_sep." not in name and "emb_rel_" not in name
-
-
-def _add_weight(writer, name: str, data: np.ndarray, weights: str) -> None:
-    import gguf
-
-    if weights == "f32" or not _feeds_mul_mat(name, data):
-        writer.add_tensor(name, data)
-    elif weights == "q8_0" and data.shape[-1] % gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.Q8_0][0] == 0:
-        q8 = gguf.GGMLQuantizationType.Q8_0
-        writer.add_tensor(name, gguf.quants.quantize(data, q8), raw_dtype=q8)
-    else:  # f16, and q8_0 rows that are not a whole number of blocks
-        writer.add_tensor(name, data.astype(np.float16))
+    # Only the flow's and the decoder's matrices take the reduced type. Vectors stay F32,
+    # and so does everything of the text encoder (embeddings read with get_rows, relative-
+    # position tables that are padded first) and the duration predictor (elementwise
+    # depthwise convolutions): durations are rounded to whole frames, and a rounding that
+    # flips moves every sample after it, while these two stages cost a tenth of the time.
+    return data.ndim >= 2 and data.size >= 64 and not name.startswith(("enc_p.", "dp."))
 
 
 def _phoneme_map(config: dict) -> tuple[list[str], list[int]]:
@@ -250,7 +234,7 @@ def convert(
         total = len(named)
         for i, (name, value) in enumerate(sorted(named.items())):
             data = _engine_layout(name, value.astype(np.float32))
-            _add_weight(writer, name, data, weights)
+            add_weight(writer, name, data, weights, reduce=_feeds_mul_mat(name, data))
             report(0.1 + 0.8 * (i + 1) / total, name)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()

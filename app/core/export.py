@@ -107,12 +107,14 @@ def normalize(audio: np.ndarray, sample_rate: int, preset: Preset) -> tuple[np.n
     # Sample peaks are held 0.3 dB under the ceiling so that inter-sample peaks fit too.
     sample_ceiling = preset.ceiling_dbtp - 0.3
     gain_db, limited, out = 0.0, False, audio
+    level = measure(out)
     for _ in range(6):
-        gain_db += target - measure(out)
+        gain_db += target - level
         out = audio * np.float32(10.0 ** (gain_db / 20.0))
         if true_peak_db(out) > preset.ceiling_dbtp:
             out, limited = limit(out, sample_rate, sample_ceiling), True
-        if abs(measure(out) - target) < 0.1:
+        level = measure(out)
+        if abs(level - target) < 0.1:
             break
     return out.astype(np.float32), gain_db, limited
 
@@ -127,7 +129,7 @@ def resample(audio: np.ndarray, rate_in: int, rate_out: int) -> np.ndarray:
 
 
 def render(clips: list[np.ndarray], sample_rate: int, *, gap_s: float = 0.3) -> np.ndarray:
-    """Clips end to end with ``gap_s`` of silence between them."""
+    """Clips end to end with ``gap_s`` of silence (rounded to whole samples) between them."""
     if not clips:
         raise ExportError("nothing to export: no sentence has a take yet")
     gap = np.zeros(int(round(gap_s * sample_rate)), dtype=np.float32)

@@ -1,4 +1,5 @@
-"""Where Voice Studio keeps its files (platformdirs; VOICESTUDIO_DATA_DIR overrides)."""
+"""Where Voice Studio keeps its files (platformdirs; VOICESTUDIO_DATA_DIR and
+VOICESTUDIO_CONFIG_DIR override)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,20 @@ import platformdirs
 APP_NAME = "voicestudio"
 
 
-def data_dir() -> Path:
-    override = os.environ.get("VOICESTUDIO_DATA_DIR")
-    path = Path(override) if override else Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+def _user_dir(variable: str, default) -> Path:
+    override = os.environ.get(variable)
+    path = Path(override) if override else Path(default(APP_NAME, appauthor=False))
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def data_dir() -> Path:
+    return _user_dir("VOICESTUDIO_DATA_DIR", platformdirs.user_data_dir)
+
+
+def config_dir() -> Path:
+    """Settings (VOICESTUDIO_CONFIG_DIR overrides it)."""
+    return _user_dir("VOICESTUDIO_CONFIG_DIR", platformdirs.user_config_dir)
 
 
 def models_dir() -> Path:

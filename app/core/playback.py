@@ -10,7 +10,6 @@ buffer that is not ``final`` it plays silence and waits. The GUI polls
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 
 import numpy as np
 
@@ -34,7 +33,6 @@ class Player:
         self._stream = None
         self._paused = False
         self.frames_written = 0
-        self.on_finished: Callable[[], None] | None = None
 
     # -- content --------------------------------------------------------------
     def load(self, audio: np.ndarray, sample_rate: int, *, final: bool = True) -> None:
@@ -93,7 +91,6 @@ class Player:
                 blocksize=self.BLOCK,
                 device=self.device,
                 callback=self._callback,
-                finished_callback=self._finished,
             )
             self._stream.start()
         except Exception as exc:  # PortAudio reports a missing or busy device this way
@@ -132,7 +129,3 @@ class Player:
             done = self._pos >= end and (self._final or self._stop_at is not None and self._pos >= self._stop_at)
         if done:
             raise sounddevice.CallbackStop
-
-    def _finished(self) -> None:
-        if self.on_finished is not None:
-            self.on_finished()

@@ -14,6 +14,7 @@ closed cleanly, and ``pending_recoveries`` finds the copies a crashed session le
 
 from __future__ import annotations
 
+import bisect
 import io
 import json
 import os
@@ -26,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from app.core import paths
-from app.core.atomic import atomic_path
+from app.core.atomic import write_bytes_atomic
 from app.core.script import segment
 
 SCHEMA_VERSION = 1
@@ -122,8 +123,6 @@ class Project:
 
     def sentence_at(self, offset: int) -> int:
         """Index of the sentence containing (or nearest after) a script offset; -1 if none."""
-        import bisect
-
         if not self.sentences:
             return -1
         return min(bisect.bisect_left(self._ends, offset), len(self.sentences) - 1)
@@ -174,9 +173,7 @@ class Project:
         target = Path(path) if path is not None else self.path
         if target is None:
             raise ProjectFileError("the project has no file yet; choose where to save it")
-        data = self.to_bytes()
-        with atomic_path(target) as tmp:
-            tmp.write_bytes(data)
+        write_bytes_atomic(target, self.to_bytes())
         self.path, self.dirty = target, False
         return target
 
@@ -230,12 +227,10 @@ class Project:
     def autosave(self) -> Path:
         """Write a recovery copy (atomically) beside a note of where the project lives."""
         directory = autosave_dir()
-        with atomic_path(directory / f"{self.id}{SUFFIX}") as tmp:
-            tmp.write_bytes(self.to_bytes())
+        copy = write_bytes_atomic(directory / f"{self.id}{SUFFIX}", self.to_bytes())
         note = {"path": str(self.path) if self.path else None, "saved": time.time(), "pid": os.getpid()}
-        with atomic_path(directory / f"{self.id}.json") as tmp:
-            tmp.write_text(json.dumps(note), encoding="utf-8")
-        return directory / f"{self.id}{SUFFIX}"
+        write_bytes_atomic(directory / f"{self.id}.json", json.dumps(note).encode("utf-8"))
+        return copy
 
     def close(self) -> None:
         """A clean close: the recovery copy is no longer needed."""
@@ -321,20 +316,16 @@ class Segment:
 
 def timeline(project: Project, *, gap_s: float = 0.3) -> tuple[np.ndarray, int, list[Segment]]:
     """The current takes end to end (``gap_s`` apart) at the first take's sample rate."""
-    from app.core.export import resample
+    from app.core.export import render, resample
 
     placed = project.takes_audio()
     if not placed:
         return np.zeros(0, dtype=np.float32), 0, []
     rate = placed[0][1].sample_rate
-    gap = np.zeros(int(round(gap_s * rate)), dtype=np.float32)
-    parts, segments, t = [], [], 0.0
-    for n, (index, take) in enumerate(placed):
-        if n:
-            parts.append(gap)
-            t += len(gap) / rate
-        audio = resample(take.audio, take.sample_rate, rate)
-        parts.append(audio)
-        segments.append(Segment(index, t, t + len(audio) / rate, take))
-        t += len(audio) / rate
-    return np.concatenate(parts), rate, segments
+    clips = [resample(take.audio, take.sample_rate, rate) for _, take in placed]
+    gap = int(round(gap_s * rate))  # as render() spaces them
+    segments, start = [], 0
+    for (index, take), clip in zip(placed, clips, strict=True):
+        segments.append(Segment(index, start / rate, (start + len(clip)) / rate, take))
+        start += len(clip) + gap
+    return render(clips, rate, gap_s=gap_s), rate, segments

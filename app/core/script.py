@@ -65,8 +65,9 @@ def _sentence_ends(script: str, start: int, end: int) -> list[int]:
 def segment(script: str) -> list[Span]:
     """Sentences of ``script`` in order; empty ones (white space only) are dropped."""
     spans: list[Span] = []
-    paragraph_starts = [0] + [m.end() for m in _PARAGRAPH.finditer(script)]
-    paragraph_ends = [m.start() for m in _PARAGRAPH.finditer(script)] + [len(script)]
+    breaks = list(_PARAGRAPH.finditer(script))
+    paragraph_starts = [0] + [m.end() for m in breaks]
+    paragraph_ends = [m.start() for m in breaks] + [len(script)]
     for index, (p_start, p_end) in enumerate(zip(paragraph_starts, paragraph_ends, strict=True)):
         begin = p_start
         for cut in [*_sentence_ends(script, p_start, p_end), p_end]:

@@ -9,13 +9,10 @@ aside (``settings.json.bad``) rather than lost. Writes are atomic.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
-import platformdirs
-
-from app.core.atomic import atomic_path
-from app.core.paths import APP_NAME
+from app.core import paths
+from app.core.atomic import write_bytes_atomic
 
 SCHEMA_VERSION = 1
 MAX_RECENT = 10
@@ -37,15 +34,8 @@ DEFAULTS: dict = {
 }
 
 
-def config_dir() -> Path:
-    override = os.environ.get("VOICESTUDIO_CONFIG_DIR")
-    path = Path(override) if override else Path(platformdirs.user_config_dir(APP_NAME, appauthor=False))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def settings_path() -> Path:
-    return config_dir() / "settings.json"
+    return paths.config_dir() / "settings.json"
 
 
 def _migrate(data: dict) -> dict:
@@ -95,6 +85,4 @@ class Settings:
 
     def save(self, path: Path | None = None) -> Path:
         path = path or settings_path()
-        with atomic_path(path) as tmp:
-            tmp.write_text(json.dumps(self.values, indent=1, sort_keys=True), encoding="utf-8")
-        return path
+        return write_bytes_atomic(path, json.dumps(self.values, indent=1, sort_keys=True).encode("utf-8"))

@@ -33,7 +33,16 @@ from app.core import export as export_mod
 from app.core.engine import Engine, devices
 from app.core.logs import setup_logging
 from app.core.playback import Player
-from app.core.project import SUFFIX, Project, ProjectFileError, Take, pending_recoveries, timeline
+from app.core.project import (
+    DEFAULT_SETTINGS,
+    SUFFIX,
+    Project,
+    ProjectFileError,
+    Take,
+    discard_recovery,
+    pending_recoveries,
+    timeline,
+)
 from app.core.settings import Settings
 from app.ui.editor import ScriptEditor
 from app.ui.panels import Inspector, JobsPanel, TimingsPanel, VoicesPanel
@@ -66,7 +75,7 @@ class StudioWindow(QMainWindow):
         self.synth_pool = QThreadPool(self)
         self.synth_pool.setMaxThreadCount(1)  # one engine call at a time; later jobs queue
         self.player = Player()
-        self.play_offset = 0.0
+        self.timeline_cursor: float | None = None  # seconds, where the timeline was last clicked
         self.last_error: str | None = None
         self._error_box: QMessageBox | None = None
         self._stream_follow = False
@@ -81,9 +90,8 @@ class StudioWindow(QMainWindow):
         self.setCentralWidget(split)
 
         # docks
-        self.device_list = devices()
         self.voices = VoicesPanel()
-        self.inspector = Inspector(self.device_list)
+        self.inspector = Inspector(devices())
         self.timings = TimingsPanel()
         self.jobs_panel = JobsPanel()
         left = self._dock("Voices", self.voices, Qt.DockWidgetArea.LeftDockWidgetArea)
@@ -107,7 +115,6 @@ class StudioWindow(QMainWindow):
         self.voices.voice_chosen.connect(self.inspector.voice.setCurrentText)
         self.voices.preview_requested.connect(self.preview_voice)
         self.jobs_panel.cancel_requested.connect(self.cancel)
-        self.player.on_finished = None
         self._timeline_timer = QTimer(self, singleShot=True, interval=250)
         self._timeline_timer.timeout.connect(self._refresh_timeline)
         self._playhead_timer = QTimer(self, interval=30)
@@ -191,7 +198,7 @@ class StudioWindow(QMainWindow):
         self.setWindowTitle(f"{name}{' •' if self.project.dirty else ''} — Voice Studio")
 
     def _settings_from_store(self) -> dict:
-        return {"speed": self.settings["speed"], "noise_scale": None, "noise_w": None, "seed": self.settings["seed"]}
+        return dict(DEFAULT_SETTINGS, speed=self.settings["speed"], seed=self.settings["seed"])
 
     def _settings_changed(self) -> None:
         self.project.voice = self.inspector.voice.currentText()
@@ -369,7 +376,7 @@ class StudioWindow(QMainWindow):
         self.statusBar().showMessage(f"synthesizing {len(job.items)} sentence(s)…")
 
     def _sentence_done(self, job: SynthesisJob, index: int, etake) -> None:
-        text = dict(job.items)[index]
+        text = job.texts[index]
         sentences = self.project.sentences
         if not (0 <= index < len(sentences) and sentences[index].text == text):
             # The script changed meanwhile: the take belongs to the sentence with its text, if any.
@@ -440,14 +447,14 @@ class StudioWindow(QMainWindow):
         self.with_engine(start, voice=voice)
 
     # -- playback -------------------------------------------------------------
-    def _play_clip(self, audio: np.ndarray, rate: int, *, start_s: float = 0.0, stop_s=None, offset=0.0) -> None:
+    def _play_clip(self, audio: np.ndarray, rate: int) -> None:
+        """A clip that is not the timeline (a preview, an A/B pair)."""
         try:
             self.player.load(audio, rate)
-            self.player.play(start_s, stop_s)
+            self.player.play()
         except Exception as exc:
             self.show_error(exc)
             return
-        self.play_offset = offset
         self._playhead_timer.start()
 
     def play_pause(self) -> None:
@@ -460,7 +467,9 @@ class StudioWindow(QMainWindow):
             self.play_from(0.0)
 
     def play_from(self, seconds: float, stop_s: float | None = None) -> None:
-        audio, rate, _ = timeline(self.project, gap_s=float(self.settings["gap_s"]))
+        if self._timeline_timer.isActive():
+            self._refresh_timeline()  # takes that arrived since the last redraw
+        audio, rate = self.timeline.audio, self.timeline.rate
         if not rate:
             self.statusBar().showMessage("nothing to play yet: synthesize a sentence first", 4000)
             return
@@ -471,7 +480,6 @@ class StudioWindow(QMainWindow):
         except Exception as exc:
             self.show_error(exc)
             return
-        self.play_offset = 0.0
         self._playhead_timer.start()
 
     def play_selection(self) -> None:
@@ -480,7 +488,7 @@ class StudioWindow(QMainWindow):
             self.play_from(*selection)
 
     def play_from_cursor(self) -> None:
-        seconds = getattr(self, "timeline_cursor", None)
+        seconds = self.timeline_cursor
         if seconds is None:
             index = self.editor.current_sentence()
             seg = next((s for s in self.timeline.segments if s.index == index), None)
@@ -491,9 +499,8 @@ class StudioWindow(QMainWindow):
         index = self.editor.current_sentence()
         takes = self.project.sentences[index].takes
         ta, tb = takes[a], takes[b]
-        from app.core.export import render, resample
-
-        audio = render([ta.audio, resample(tb.audio, tb.sample_rate, ta.sample_rate)], ta.sample_rate, gap_s=0.6)
+        clips = [ta.audio, export_mod.resample(tb.audio, tb.sample_rate, ta.sample_rate)]
+        audio = export_mod.render(clips, ta.sample_rate, gap_s=0.6)
         self._play_clip(audio, ta.sample_rate)
         self.statusBar().showMessage(f"A: take {a + 1}, then B: take {b + 1}", 5000)
 
@@ -504,11 +511,9 @@ class StudioWindow(QMainWindow):
         placed = [i for i, s in enumerate(self.project.sentences) if s.take is not None]
         if len(placed) < 2 or placed[-1] != index:
             return  # not the new end of the timeline: it shows up the next time playback starts
-        from app.core.export import resample
-
         take, rate = self.project.sentences[index].take, self.player.sample_rate
         gap = np.zeros(int(round(float(self.settings["gap_s"]) * rate)), dtype=np.float32)
-        self.player.append(np.concatenate([gap, resample(take.audio, take.sample_rate, rate)]))
+        self.player.append(np.concatenate([gap, export_mod.resample(take.audio, take.sample_rate, rate)]))
 
     def stop(self) -> None:
         self.player.stop()
@@ -520,7 +525,7 @@ class StudioWindow(QMainWindow):
             self._playhead_timer.stop()
             self.timeline.set_playhead(None)
             return
-        self.timeline.set_playhead(self.play_offset + self.player.position_s)
+        self.timeline.set_playhead(self.player.position_s)
 
     # -- files ----------------------------------------------------------------
     def _confirm_discard(self) -> bool:
@@ -626,8 +631,7 @@ class StudioWindow(QMainWindow):
             self.recover(latest)
         else:
             for r in recoveries:
-                r.copy.unlink(missing_ok=True)
-                r.copy.with_suffix(".json").unlink(missing_ok=True)
+                discard_recovery(r.id)
 
     def recover(self, recovery) -> None:
         try:
@@ -635,8 +639,6 @@ class StudioWindow(QMainWindow):
         except ProjectFileError as exc:
             self.show_error(exc)
             return
-        from app.core.project import discard_recovery
-
         discard_recovery(recovery.id)
         self.set_project(project)
         self.project.dirty = True

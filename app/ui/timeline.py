@@ -113,14 +113,6 @@ class TimelineView(pg.GraphicsLayoutWidget):
         self.image.setRect(0.0, 0.0, frames * HOP / self.rate, N_MELS)
         self.spec.setYRange(0, N_MELS, padding=0)
 
-    def show_stream(self, audio: np.ndarray, rate: int, start_s: float) -> None:
-        """Audio still being synthesized, drawn after the finished takes."""
-        if not len(audio):
-            return
-        n0 = int(start_s * rate)
-        full = np.concatenate([self.audio[:n0], np.zeros(max(0, n0 - len(self.audio)), np.float32), audio])
-        self.curve.setData(np.arange(len(full), dtype=np.float64) / rate, full)
-
     # -- selection and play-head ---------------------------------------------
     def select_sentence(self, index: int) -> None:
         for seg in self.segments:

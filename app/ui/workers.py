@@ -40,6 +40,7 @@ class SynthesisJob(QRunnable):
         self.id = next(_ids)
         self.kind = kind
         self.items = list(items)
+        self.texts = dict(self.items)  # sentence index -> the text it was synthesized from
         self.signals = JobSignals()
         self.state = "queued"
         self.done = 0
@@ -52,10 +53,6 @@ class SynthesisJob(QRunnable):
         self._cancel.set()
         if self.state == "queued":
             self.state = "cancelled"
-
-    @property
-    def cancel_requested(self) -> bool:
-        return self._cancel.is_set()
 
     def run(self) -> None:
         if self._cancel.is_set():

@@ -15,6 +15,11 @@ namespace vs {
 
 namespace {
 
+// Padding that keeps a dilated convolution's length (PyTorch's "same" for odd kernels).
+constexpr int same_padding(int kernel, int dilation) {
+    return (kernel * dilation - dilation) / 2;
+}
+
 // Latent frames the decoder takes at once (about 3 s of audio at 22 kHz); longer chunks
 // are decoded in tiles with exact seams, which bounds the decoder's memory.
 constexpr int64_t DEFAULT_DECODER_TILE = 256;
@@ -533,19 +538,18 @@ std::vector<float> piper_voice::run_decoder(vs_context & c, const std::vector<fl
     ggml_tensor * z_in = ggml_new_tensor_2d(g, GGML_TYPE_F32, hp_.inter, F);
     ggml_set_name(z_in, "z");
     ggml_set_input(z_in);
-    ggml_tensor * x         = conv1d(g, z_in, c.w("dec.conv_pre.weight"), c.w("dec.conv_pre.bias"), 1,
-                                     (int) c.w("dec.conv_pre.weight")->ne[1] / 2);
+    ggml_tensor * x = conv1d(g, z_in, c.w("dec.conv_pre.weight"), c.w("dec.conv_pre.bias"), 1, hp_.dec_kernel_pre / 2);
     const int     n_kernels = (int) hp_.res_kernels.size();
     // Each stage keeps its signal between zero margins, so the residual blocks read their
     // padded input as views and add their output back in place: no per-convolution pad.
-    auto    pad_of = [](int k, int d) { return (k * d - d) / 2; };
     int64_t margin = 0;
     for (int j = 0; j < n_kernels; ++j) {
         for (int cv = 0; cv < hp_.res_convs; ++cv) {
-            margin = std::max<int64_t>(margin, pad_of(hp_.res_kernels[j], hp_.res_dilations[j * hp_.res_convs + cv]));
+            margin =
+                std::max<int64_t>(margin, same_padding(hp_.res_kernels[j], hp_.res_dilations[j * hp_.res_convs + cv]));
         }
     }
-    margin    = std::max<int64_t>(margin, c.w("dec.conv_post.weight")->ne[1] / 2);
+    margin    = std::max<int64_t>(margin, hp_.dec_kernel_post / 2);
     int64_t T = F;
     for (size_t i = 0; i < hp_.ups_rates.size(); ++i) {
         const std::string u = "dec.ups." + std::to_string(i) + ".";
@@ -555,7 +559,7 @@ std::vector<float> piper_voice::run_decoder(vs_context & c, const std::vector<fl
         for (int j = 0; j < n_kernels; ++j) {
             for (int cv = 0; cv < hp_.res_convs; ++cv) {
                 const int k = hp_.res_kernels[j], d = hp_.res_dilations[j * hp_.res_convs + cv];
-                after = std::max<int64_t>(after, conv1d_frames_needed(T, k, d) - pad_of(k, d) - T);
+                after = std::max<int64_t>(after, conv1d_frames_needed(T, k, d) - same_padding(k, d) - T);
             }
         }
         x = ggml_leaky_relu(g, x, 0.1f, false);
@@ -574,8 +578,8 @@ std::vector<float> piper_voice::run_decoder(vs_context & c, const std::vector<fl
                 const int         d = hp_.res_dilations[j * hp_.res_convs + cv];
                 const std::string w = r + std::to_string(cv) + ".";
                 ggml_tensor *     y =
-                    conv1d_window(g, ggml_leaky_relu(g, rb, 0.1f, false), margin - pad_of(hp_.res_kernels[j], d), T,
-                                  c.w(w + "weight"), c.w(w + "bias"), d);  // [C, T]
+                    conv1d_window(g, ggml_leaky_relu(g, rb, 0.1f, false), margin - same_padding(hp_.res_kernels[j], d),
+                                  T, c.w(w + "weight"), c.w(w + "bias"), d);  // [C, T]
                 // rb += y over the signal frames; the margins stay zero.
                 rb = rb == x ? ggml_acc(g, rb, y, fb, ggml_nbytes(rb), ggml_nbytes(rb), margin * fb)
                              : ggml_acc_inplace(g, rb, y, fb, ggml_nbytes(rb), ggml_nbytes(rb), margin * fb);
@@ -588,7 +592,7 @@ std::vector<float> piper_voice::run_decoder(vs_context & c, const std::vector<fl
             x = ggml_view_2d(g, x, x->ne[0], T + 1, fb, margin * fb);
         }
     }
-    x = conv1d_window(g, ggml_leaky_relu(g, x, 0.01f, false), margin - c.w("dec.conv_post.weight")->ne[1] / 2, T,
+    x = conv1d_window(g, ggml_leaky_relu(g, x, 0.01f, false), margin - hp_.dec_kernel_post / 2, T,
                       c.w("dec.conv_post.weight"), nullptr, 1);
     x = ggml_tanh(g, x);  // [1, N]
     ggml_set_name(x, "audio");
@@ -623,7 +627,7 @@ int64_t piper_voice::decoder_halo_frames() const {
         int branch = 0;
         for (int cv = 0; cv < hp_.res_convs; ++cv) {
             const int d = hp_.res_dilations[j * hp_.res_convs + cv];
-            branch += (hp_.res_kernels[j] * d - d) / 2;
+            branch += same_padding(hp_.res_kernels[j], d);
         }
         widest = std::max(widest, branch);
     }
