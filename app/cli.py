@@ -120,7 +120,7 @@ def _peak_rss_mb() -> float:
 
 
 def cmd_bench(args) -> int:
-    from app.core.engine import STAGES, Engine
+    from app.core.engine import Engine
 
     phonemes_input = args.phonemes_file is not None
     items = _read_lines(args.phonemes_file or args.text_file)
@@ -145,7 +145,7 @@ def cmd_bench(args) -> int:
                     "phonemes": item,
                     "compute_ms": statistics.median(compute),
                     "audio_s": runs[0].duration_s,
-                    "stages_ms": {s: statistics.median(t.timings["stages_ms"][s] for t in runs) for s in STAGES},
+                    "stages_ms": {s: statistics.median(t.timings["stages_ms"][s] for t in runs) for s in engine.stages},
                 }
             )
         device, threads, load_ms = engine.device, engine.threads, engine.load_ms
@@ -221,16 +221,17 @@ def cmd_voices(args) -> int:
     from app.core import models
 
     rows = []
-    for voice_id, pkg in sorted(models.STOCK_VOICES.items()):
+    for voice_id in models.voice_ids():
+        info = models.voice_info(voice_id)
         rows.append(
             {
                 "id": voice_id,
-                "family": pkg.family,
-                "language": pkg.language,
-                "sample_rate": models.sample_rate(voice_id),
-                "source_package": f"{pkg.package}=={pkg.version}",
-                "licence": pkg.licence,
-                "installed": models.is_installed(voice_id),
+                "family": info.family,
+                "language": info.language,
+                "sample_rate": info.sample_rate,
+                "source_package": info.source_package,
+                "licence": info.licence,
+                "installed": info.installed,
             }
         )
     if args.json:
@@ -239,7 +240,7 @@ def cmd_voices(args) -> int:
     for r in rows:
         state = "installed" if r["installed"] else "not installed"
         rate = r["sample_rate"] or "-"
-        print(f"{r['id']:<14} {r['family']:<6} {r['language']:<6} {rate:>6} Hz  {r['source_package']}  ({state})")
+        print(f"{r['id']:<20} {r['family']:<6} {r['language']:<6} {rate:>6} Hz  {r['source_package']}  ({state})")
     return 0
 
 
@@ -249,9 +250,9 @@ def cmd_models(args) -> int:
     def progress(fraction: float, message: str) -> None:
         print(f"  [{fraction:4.0%}] {message}", file=sys.stderr)
 
-    for voice_id in args.voices or sorted(models.STOCK_VOICES):
+    for voice_id in args.voices or [*sorted(models.STOCK_VOICES), "kokoro"]:
         options = {"weights": args.weights, "force": args.force, "progress": progress}
-        # "kokoro": Kokoro-82M and its voice packs (the engine's graph is in progress).
+        # "kokoro": Kokoro-82M with all its voice packs.
         path = models.install_kokoro(**options) if voice_id == "kokoro" else models.install(voice_id, **options)
         print(f"{voice_id}: {path}")
     return 0

@@ -10,11 +10,13 @@ pytest.importorskip("PySide6")
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from app.core.dsp import log_mel  # noqa: E402
-from app.core.engine import STAGES, devices  # noqa: E402
+from app.core.engine import STAGES_BY_FAMILY, devices  # noqa: E402
 from app.core.project import Project, timeline  # noqa: E402
 from app.core.settings import Settings  # noqa: E402
 from app.ui.main import StudioWindow  # noqa: E402
 from app.ui.timeline import HOP, N_MELS  # noqa: E402
+
+STAGES = STAGES_BY_FAMILY["piper"]  # the window's default voice is piper:joe
 
 TEXT = "Hello from the studio. A second sentence follows.\n\nA new paragraph ends it."
 

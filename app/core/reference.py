@@ -62,3 +62,114 @@ class PiperReference:
         t0 = time.perf_counter()
         audio = self.session.run(None, feeds)[0].reshape(-1)
         return audio.astype(np.float32), (time.perf_counter() - t0) * 1000.0
+
+
+# Intermediates of the Kokoro export, by the engine's stage output names: the ONNX value
+# and whether it is [channels, time] (transposed to the engine's [time, channels]).
+KOKORO_STAGES = {
+    "bert": ("/encoder/bert_encoder/Add_output_0", False),
+    "duration_logits": ("/encoder/predictor/duration_proj/linear_layer/Add_output_0", False),
+    "F0": ("/encoder/F0_proj/Conv_output_0", True),
+    "N": ("/encoder/N_proj/Conv_output_0", True),
+    "text_encoder": ("/encoder/text_encoder/Transpose_2_output_0", True),
+    "decoder": ("/decoder/decoder/decode.3/Div_4_output_0", True),
+    "har": ("/decoder/decoder/generator/Concat_3_output_0", True),
+}
+KOKORO_DURATIONS = "/encoder/Cast_output_0"
+
+
+class KokoroReference:
+    """The int8 Kokoro export in onnxruntime; with ``stages`` its intermediates too."""
+
+    def __init__(self, threads: int = 2, stages: bool = False):
+        import onnx
+        import onnxruntime as ort
+
+        folder = paths.packages_dir() / "reference" / "kokoro"
+        self.onnx_path = folder / "kokoro-v1.0.int8.onnx"
+        voices, vocab = folder / "voices_ja.npz", folder / "vocab.json"
+        if not (self.onnx_path.is_file() and voices.is_file() and vocab.is_file()):
+            folder.mkdir(parents=True, exist_ok=True)
+            self.onnx_path, voices, vocab = models.assemble_kokoro_onnx(folder)
+        self.vocab = json.loads(vocab.read_text(encoding="utf-8"))["vocab"]
+        with np.load(str(voices)) as npz:
+            self.voices = {k: npz[k].astype(np.float32) for k in npz.files}
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        model_bytes = self.onnx_path.read_bytes()
+        self.stage_names: list[str] = []
+        if stages:
+            model = onnx.load_from_string(model_bytes)
+            for name, (value, _) in [*KOKORO_STAGES.items(), ("durations", (KOKORO_DURATIONS, False))]:
+                dtype = onnx.TensorProto.INT64 if name == "durations" else onnx.TensorProto.FLOAT
+                model.graph.output.append(onnx.helper.make_tensor_value_info(value, dtype, None))
+                self.stage_names.append(name)
+            model_bytes = model.SerializeToString()
+        t0 = time.perf_counter()
+        self.session = ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+        self.load_ms = (time.perf_counter() - t0) * 1000.0
+        self.sample_rate = 24000
+
+    def ids(self, phonemes: str) -> list[int]:
+        return [self.vocab[c] for c in phonemes if c in self.vocab]
+
+    def synthesize(self, phonemes: str, voice: str, speed: float = 1.0):
+        """Audio, milliseconds, and the named intermediates (with ``stages``)."""
+        ids = self.ids(phonemes)
+        style = self.voices[voice][min(max(len(ids) - 1, 0), 509)]  # [1, 256]
+        feeds = {
+            "tokens": np.array([[0, *ids, 0]], dtype=np.int64),
+            "style": style.astype(np.float32),
+            "speed": np.array([speed], dtype=np.float32),
+        }
+        t0 = time.perf_counter()
+        results = self.session.run(None, feeds)
+        ms = (time.perf_counter() - t0) * 1000.0
+        stages = {}
+        for name, value in zip(self.stage_names, results[1:], strict=True):
+            if name == "durations":
+                stages[name] = np.asarray(value).reshape(-1).astype(np.int32)
+                continue
+            arr = np.asarray(value, dtype=np.float32)[0]
+            stages[name] = arr.T if KOKORO_STAGES[name][1] else arr
+        return results[0].reshape(-1).astype(np.float32), ms, stages
+
+
+def kokoro_bert_float(gguf_path: Path, tokens: list[int]) -> np.ndarray:
+    """PL-BERT and its projection in float64 NumPy on the GGUF's weights: [T, 512].
+
+    The export quantizes every activation to uint8 before its matrix products, so its
+    BERT output is itself about 0.7% off the float model; this is the float model."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(gguf_path))
+    w = {t.name: np.asarray(t.data, dtype=np.float64) for t in reader.tensors if t.name.startswith("bert")}
+
+    def linear(x, name):
+        return x @ w[name + ".weight"].T + w[name + ".bias"]
+
+    def layer_norm(x, name):
+        m = x.mean(-1, keepdims=True)
+        v = ((x - m) ** 2).mean(-1, keepdims=True)
+        return (x - m) / np.sqrt(v + 1e-12) * w[name + ".weight"] + w[name + ".bias"]
+
+    n = len(tokens)
+    x = w["bert.embeddings.word_embeddings.weight"][tokens] + w["bert.embeddings.position_embeddings.weight"][:n]
+    x = layer_norm(x + w["bert.embeddings.token_type_embeddings.weight"][0], "bert.embeddings.LayerNorm")
+    x = linear(x, "bert.embedding_hidden_mapping_in")
+    layer = "bert.layer."
+    heads = x.shape[1] // 64
+    for _ in range(12):  # one layer, applied twelve times
+        q, k, v = (
+            linear(x, layer + "attention." + m).reshape(n, heads, 64).transpose(1, 0, 2)
+            for m in ("query", "key", "value")
+        )
+        s = q @ k.transpose(0, 2, 1) / 8.0
+        s = np.exp(s - s.max(-1, keepdims=True))
+        o = ((s / s.sum(-1, keepdims=True)) @ v).transpose(1, 0, 2).reshape(n, -1)
+        x = layer_norm(x + linear(o, layer + "attention.dense"), layer + "attention.LayerNorm")
+        f = linear(x, layer + "ffn")
+        f = 0.5 * f * (1 + np.tanh(np.sqrt(2 / np.pi) * (f + 0.044715 * f**3)))
+        x = layer_norm(x + linear(f, layer + "ffn_output"), layer + "full_layer_layer_norm")
+    return linear(x, "bert_encoder")

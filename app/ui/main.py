@@ -371,7 +371,7 @@ class StudioWindow(QMainWindow):
 
     def _job_started(self, job_id: int) -> None:
         job = self.jobs[job_id]
-        self.timings.reset()
+        self.timings.reset(job.engine.stages)
         self.jobs_panel.refresh_job(job)
         self.statusBar().showMessage(f"synthesizing {len(job.items)} sentence(s)…")
 

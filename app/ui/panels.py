@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core import models
-from app.core.engine import STAGES
+from app.core.engine import STAGES_BY_FAMILY
 
 
 def _mib(n: int) -> str:
@@ -64,13 +64,13 @@ class VoicesPanel(QWidget):
 
     def reload(self) -> None:
         self.tree.clear()
-        for voice_id, pkg in sorted(models.STOCK_VOICES.items()):
-            installed = models.is_installed(voice_id)
-            rate = str(models.sample_rate(voice_id) or "")
+        for voice_id in models.voice_ids():
+            info = models.voice_info(voice_id)
+            rate = str(info.sample_rate or "")
             item = QTreeWidgetItem(
-                [voice_id, pkg.family, pkg.language, rate, "installed" if installed else "not installed"]
+                [voice_id, info.family, info.language, rate, "installed" if info.installed else "not installed"]
             )
-            item.setToolTip(0, f"{pkg.package} {pkg.version} ({pkg.licence})")
+            item.setToolTip(0, f"{info.source_package} ({info.licence})")
             self.tree.addTopLevelItem(item)
         if self.tree.topLevelItemCount():
             self.tree.setCurrentItem(self.tree.topLevelItem(0))
@@ -103,7 +103,7 @@ class Inspector(QWidget):
     def __init__(self, devices: list[dict], parent=None):
         super().__init__(parent)
         self.voice = QComboBox()
-        for voice_id in sorted(models.STOCK_VOICES):
+        for voice_id in models.voice_ids():
             self.voice.addItem(voice_id)
         self.speed = QDoubleSpinBox(minimum=0.25, maximum=4.0, singleStep=0.05, value=1.0, decimals=2)
         self.seed = QSpinBox(minimum=0, maximum=2**31 - 1)
@@ -220,17 +220,9 @@ class TimingsPanel(QWidget):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        grid = QGridLayout()
+        self.grid = QGridLayout()
         self.bars: dict[str, QProgressBar] = {}
-        for row, stage in enumerate(STAGES):
-            bar = QProgressBar()
-            bar.setTextVisible(True)
-            bar.setFormat("0 ms")
-            bar.setRange(0, 1)
-            bar.setValue(0)
-            grid.addWidget(QLabel(stage), row, 0)
-            grid.addWidget(bar, row, 1)
-            self.bars[stage] = bar
+        self.stages: tuple[str, ...] = ()
         self.summary = QLabel("no job yet")
         self.summary.setWordWrap(True)
         self.history = QTableWidget(0, 7)
@@ -238,14 +230,29 @@ class TimingsPanel(QWidget):
         self.history.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.history.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         layout = QVBoxLayout(self)
-        layout.addLayout(grid)
+        layout.addLayout(self.grid)
         layout.addWidget(self.summary)
         layout.addWidget(QLabel("Recent jobs"))
         layout.addWidget(self.history, 1)
-        self.reset()
+        self.reset(STAGES_BY_FAMILY["piper"])
 
-    def reset(self) -> None:
-        self.stage_ms = dict.fromkeys(STAGES, 0.0)
+    def reset(self, stages: tuple[str, ...]) -> None:
+        """Zeroed bars for `stages` (those of the voice about to run)."""
+        if tuple(stages) != self.stages:
+            while self.grid.count():
+                self.grid.takeAt(0).widget().deleteLater()
+            self.bars = {}
+            for row, stage in enumerate(stages):
+                bar = QProgressBar()
+                bar.setTextVisible(True)
+                bar.setFormat("0 ms")
+                bar.setRange(0, 1)
+                bar.setValue(0)
+                self.grid.addWidget(QLabel(stage), row, 0)
+                self.grid.addWidget(bar, row, 1)
+                self.bars[stage] = bar
+            self.stages = tuple(stages)
+        self.stage_ms = dict.fromkeys(self.stages, 0.0)
         self.first_audio_ms: float | None = None
         self.start = time.perf_counter()
         self._draw()
@@ -291,7 +298,7 @@ class TimingsPanel(QWidget):
             self.history.removeRow(self.history.rowCount() - 1)
 
     def text(self) -> str:
-        return "\n".join(f"{s} {self.stage_ms[s]:.0f} ms" for s in STAGES) + "\n" + self.summary.text()
+        return "\n".join(f"{s} {self.stage_ms[s]:.0f} ms" for s in self.stages) + "\n" + self.summary.text()
 
 
 class JobsPanel(QWidget):

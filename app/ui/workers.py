@@ -45,7 +45,7 @@ class SynthesisJob(QRunnable):
         self.state = "queued"
         self.done = 0
         self.ended = False  # set on the GUI thread once the job's last signal was handled
-        self._engine = engine
+        self.engine = engine
         self._params = params
         self._cancel = threading.Event()
 
@@ -65,7 +65,7 @@ class SynthesisJob(QRunnable):
                 if self._cancel.is_set():
                     raise CancelledError("cancelled")
                 self.signals.sentence_started.emit(self.id, index)
-                take = self._engine.synthesize(
+                take = self.engine.synthesize(
                     text=text,
                     on_stage=lambda stage, chunk, ms: self.signals.stage.emit(stage, chunk, ms),
                     on_chunk=lambda _, audio, index=index: self.signals.chunk.emit(index, audio),

@@ -54,13 +54,20 @@ enum vs_status {
     VS_ERR_PHONEMIZER  = -8,  // espeak-ng could not be loaded or initialised
 };
 
+// Stages of synthesis. Each architecture runs a subset in its own order
+// (vs_model_stages): Piper phonemize, encoder, duration, flow, decoder; Kokoro
+// phonemize, bert, duration, prosody, text_encoder, decoder, generator.
 enum vs_stage {
-    VS_STAGE_PHONEMIZE = 0,
-    VS_STAGE_ENCODER   = 1,
-    VS_STAGE_DURATION  = 2,
-    VS_STAGE_FLOW      = 3,
-    VS_STAGE_DECODER   = 4,
-    VS_STAGE_COUNT     = 5,
+    VS_STAGE_PHONEMIZE    = 0,
+    VS_STAGE_ENCODER      = 1,
+    VS_STAGE_DURATION     = 2,
+    VS_STAGE_FLOW         = 3,
+    VS_STAGE_DECODER      = 4,
+    VS_STAGE_BERT         = 5,
+    VS_STAGE_PROSODY      = 6,
+    VS_STAGE_TEXT_ENCODER = 7,
+    VS_STAGE_GENERATOR    = 8,
+    VS_STAGE_COUNT        = 9,
 };
 
 enum vs_device_type {
@@ -120,11 +127,16 @@ VS_API struct vs_model_params vs_model_default_params(void);
 VS_API int                    vs_model_load(const char * path, struct vs_model_params params, vs_model ** model);
 VS_API void                   vs_model_free(vs_model * model);
 
-VS_API const char * vs_model_arch(const vs_model * model);  // "piper"
+VS_API const char * vs_model_arch(const vs_model * model);  // "piper" or "kokoro"
 VS_API const char * vs_model_name(const vs_model * model);
 VS_API int          vs_model_sample_rate(const vs_model * model);
 // A string metadata value of the GGUF file, or NULL (e.g. "piper.espeak_voice").
 VS_API const char * vs_model_meta(const vs_model * model, const char * key);
+// The stages this model's synthesis runs, in order; returns how many (at most VS_STAGE_COUNT).
+VS_API int vs_model_stages(const vs_model * model, int * stages, int max_stages);
+// Style packs the model carries (Kokoro: one per stock voice; Piper: none).
+VS_API int          vs_model_voice_count(const vs_model * model);
+VS_API const char * vs_model_voice_name(const vs_model * model, int index);
 
 // ---------------------------------------------------------------- context
 
@@ -166,6 +178,17 @@ struct vs_synth_params {
     // tiles whose seams are exact); bounds its memory. 0: the engine's default; < 0: whole.
     int decoder_tile_frames;
 
+    // Kokoro: the style pack to speak with, by name (NULL: the model's first), or a
+    // pack of its own: `style` holds `style_rows` rows of 256 values (row n styles a
+    // sentence of n + 1 phonemes). `style` wins over `voice`.
+    const char *  voice;
+    const float * style;
+    int           style_rows;
+    // Frames per token (one per phoneme id, padding included) replacing the predicted
+    // durations, for comparing stages with a reference runtime. NULL: predicted.
+    const int32_t * durations;
+    size_t          n_durations;
+
     // Called after each stage of each chunk, with its milliseconds.
     void (*on_stage)(int stage, int chunk, double ms, void * user_data);
     void * on_stage_user_data;
@@ -189,7 +212,10 @@ VS_API void vs_string_free(char * s);
 VS_API struct vs_timings vs_context_timings(const vs_context * ctx);  // of the last synthesis
 
 // Named intermediate of the last chunk synthesized, for comparison with a reference
-// runtime: "m_p", "logs_p" ([T, C] row-major), "logw" ([T]), "z" ([F, C]).
+// runtime, row-major [time, channels]. Piper: "m_p", "logs_p" ([T, C]), "logw" ([T]),
+// "z" ([F, C]). Kokoro: "bert" ([T, 512]), "duration_logits" ([T, 50]), "durations"
+// ([T]), "F0", "N" ([2F]), "text_encoder" ([T, 512]), "decoder" ([2F, 512]),
+// "har" (the generator's source spectrum, [frames, 22]).
 // `shape` receives rows and columns. The pointer is valid until the next call.
 VS_API int vs_context_output(const vs_context * ctx, const char * name, const float ** data, int64_t shape[2]);
 

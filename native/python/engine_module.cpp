@@ -99,7 +99,7 @@ class Context {
   public:
     Context(Model & model, const std::string & device, int threads, std::optional<std::string> espeak_library,
             std::optional<std::string> espeak_data) :
-        model_ref_(nb::find(&model)) {
+        model_ref_(nb::find(&model)), n_stages_(vs_model_stages(model.get(), stages_, VS_STAGE_COUNT)) {
         vs_context_params p = vs_context_default_params();
         p.device            = device.c_str();
         p.n_threads         = threads;
@@ -129,9 +129,11 @@ class Context {
         return ctx_;
     }
 
-    audio_array synthesize(const std::string & input, bool phonemes, float noise_scale, float length_scale,
-                           float noise_w, uint64_t seed, nb::object on_stage, nb::object on_chunk, nb::object abort,
-                           int decoder_tile) {
+    audio_array synthesize(
+        const std::string & input, bool phonemes, float noise_scale, float length_scale, float noise_w, uint64_t seed,
+        nb::object on_stage, nb::object on_chunk, nb::object abort, int decoder_tile, std::optional<std::string> voice,
+        std::optional<nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>>   style,
+        std::optional<nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>> durations) {
         vs_context *    c = get();
         call_state      st{ on_stage, on_chunk, abort, nullptr };
         vs_synth_params p     = vs_synth_default_params();
@@ -140,6 +142,18 @@ class Context {
         p.noise_w             = noise_w;
         p.seed                = seed;
         p.decoder_tile_frames = decoder_tile;
+        p.voice               = voice ? voice->c_str() : nullptr;
+        if (style) {
+            if (style->shape(1) != 256) {
+                throw engine_error(VS_ERR_INVALID_ARG, "a style pack has 256 columns");
+            }
+            p.style      = style->data();
+            p.style_rows = (int) style->shape(0);
+        }
+        if (durations) {
+            p.durations   = durations->data();
+            p.n_durations = durations->shape(0);
+        }
         if (!on_stage.is_none()) {
             p.on_stage_user_data = &st;
             p.on_stage           = [](int stage, int chunk, double ms, void * data) {
@@ -218,8 +232,8 @@ class Context {
     nb::dict timings() const {
         vs_timings t = vs_context_timings(get());
         nb::dict   stages;
-        for (int i = 0; i < VS_STAGE_COUNT; ++i) {
-            stages[vs_stage_name(i)] = t.stage_ms[i];
+        for (int i = 0; i < n_stages_; ++i) {
+            stages[vs_stage_name(stages_[i])] = t.stage_ms[stages_[i]];
         }
         nb::dict d;
         d["stages_ms"]       = stages;
@@ -257,6 +271,8 @@ class Context {
 
     vs_context * ctx_ = nullptr;
     nb::object   model_ref_;  // keeps the model alive while this context exists
+    int          stages_[VS_STAGE_COUNT];
+    int          n_stages_;  // the model's stages, in order
 };
 
 nb::list devices() {
@@ -327,6 +343,24 @@ NB_MODULE(_engine, m) {
         .def_prop_ro("arch", [](const Model & s) { return std::string(vs_model_arch(s.get())); })
         .def_prop_ro("name", [](const Model & s) { return std::string(vs_model_name(s.get())); })
         .def_prop_ro("sample_rate", [](const Model & s) { return vs_model_sample_rate(s.get()); })
+        .def_prop_ro("stages",
+                     [](const Model & s) {
+                         int      ids[VS_STAGE_COUNT];
+                         int      n = vs_model_stages(s.get(), ids, VS_STAGE_COUNT);
+                         nb::list out;
+                         for (int i = 0; i < n; ++i) {
+                             out.append(vs_stage_name(ids[i]));
+                         }
+                         return out;
+                     })
+        .def_prop_ro("voices",
+                     [](const Model & s) {
+                         nb::list out;
+                         for (int i = 0; i < vs_model_voice_count(s.get()); ++i) {
+                             out.append(vs_model_voice_name(s.get(), i));
+                         }
+                         return out;
+                     })
         .def("meta", [](const Model & s, const std::string & key) -> std::optional<std::string> {
             const char * v = vs_model_meta(s.get(), key.c_str());
             return v ? std::optional<std::string>(v) : std::nullopt;
@@ -339,7 +373,8 @@ NB_MODULE(_engine, m) {
         .def("close", &Context::close)
         .def("synthesize", &Context::synthesize, "input"_a, "phonemes"_a = false, "noise_scale"_a = -1.0f,
              "length_scale"_a = -1.0f, "noise_w"_a = -1.0f, "seed"_a = 0, "on_stage"_a = nb::none(),
-             "on_chunk"_a = nb::none(), "abort"_a = nb::none(), "decoder_tile"_a = 0)
+             "on_chunk"_a = nb::none(), "abort"_a = nb::none(), "decoder_tile"_a = 0, "voice"_a = nb::none(),
+             "style"_a = nb::none(), "durations"_a = nb::none())
         .def("phonemize", &Context::phonemize)
         .def("timings", &Context::timings)
         .def("output", &Context::output)

@@ -1,5 +1,6 @@
 // The C boundary: exceptions become status codes and a per-thread error text.
 #include <cstring>
+#include <iterator>
 
 #include "vs-context.h"
 
@@ -52,7 +53,8 @@ const char * vs_last_error(void) {
 }
 
 const char * vs_stage_name(int stage) {
-    static const char * names[VS_STAGE_COUNT] = { "phonemize", "encoder", "duration", "flow", "decoder" };
+    static const char * names[VS_STAGE_COUNT] = { "phonemize", "encoder", "duration",     "flow",     "decoder",
+                                                  "bert",      "prosody", "text_encoder", "generator" };
     return stage >= 0 && stage < VS_STAGE_COUNT ? names[stage] : "unknown";
 }
 
@@ -97,7 +99,12 @@ int vs_model_load(const char * path, struct vs_model_params params, vs_model ** 
         }
         *model = nullptr;
         auto m = vs::load_model(path, params);
-        vs::piper_validate(*m);
+        if (m->arch == "kokoro") {
+            vs::kokoro_validate(*m);
+            m->voices = m->str_array("kokoro.voices");
+        } else {
+            vs::piper_validate(*m);
+        }
         *model = m.release();
     });
 }
@@ -124,6 +131,34 @@ const char * vs_model_meta(const vs_model * model, const char * key) {
     }
     auto it = model->strings.find(key);
     return it == model->strings.end() ? nullptr : it->second.c_str();
+}
+
+int vs_model_stages(const vs_model * model, int * stages, int max_stages) {
+    static const int piper[]  = { VS_STAGE_PHONEMIZE, VS_STAGE_ENCODER, VS_STAGE_DURATION, VS_STAGE_FLOW,
+                                  VS_STAGE_DECODER };
+    static const int kokoro[] = { VS_STAGE_PHONEMIZE,    VS_STAGE_BERT,    VS_STAGE_DURATION, VS_STAGE_PROSODY,
+                                  VS_STAGE_TEXT_ENCODER, VS_STAGE_DECODER, VS_STAGE_GENERATOR };
+    if (!model) {
+        return 0;
+    }
+    const bool  is_kokoro = model->arch == "kokoro";
+    const int * list      = is_kokoro ? kokoro : piper;
+    const int   n         = is_kokoro ? (int) std::size(kokoro) : (int) std::size(piper);
+    for (int i = 0; stages && i < n && i < max_stages; ++i) {
+        stages[i] = list[i];
+    }
+    return n;
+}
+
+int vs_model_voice_count(const vs_model * model) {
+    return model ? (int) model->voices.size() : 0;
+}
+
+const char * vs_model_voice_name(const vs_model * model, int index) {
+    if (!model || index < 0 || index >= (int) model->voices.size()) {
+        return nullptr;
+    }
+    return model->voices[index].c_str();
 }
 
 struct vs_context_params vs_context_default_params(void) {
@@ -168,6 +203,11 @@ struct vs_synth_params vs_synth_default_params(void) {
     p.noise_w             = -1.0f;  // the voice's default
     p.seed                = 0;
     p.decoder_tile_frames = 0;
+    p.voice               = nullptr;  // the model's first style pack
+    p.style               = nullptr;
+    p.style_rows          = 0;
+    p.durations           = nullptr;  // predicted
+    p.n_durations         = 0;
     return p;
 }
 

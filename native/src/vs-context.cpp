@@ -130,12 +130,12 @@ std::unique_ptr<vs_context> make_context(vs_model & model, const vs_context_para
         }
     }
     ctx->weights = weights_for(model, ctx->dev);
-    ctx->sched.reset(ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), 16384, false, false));
+    ctx->sched.reset(ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), 32768, false, false));
     if (params.espeak_library && *params.espeak_library) {
         ctx->phonemizer =
             std::make_unique<phonemizer>(params.espeak_library, params.espeak_data ? params.espeak_data : "");
     }
-    ctx->voice = make_piper_voice(model);
+    ctx->voice = model.arch == "kokoro" ? make_kokoro_voice(model) : make_piper_voice(model);
     return ctx;
 }
 

@@ -65,5 +65,7 @@ class voice {
 
 std::unique_ptr<voice> make_piper_voice(vs_model & model);
 void                   piper_validate(const vs_model & model);
+std::unique_ptr<voice> make_kokoro_voice(vs_model & model);
+void                   kokoro_validate(const vs_model & model);
 
 }  // namespace vs

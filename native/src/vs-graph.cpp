@@ -1,5 +1,7 @@
 #include "vs-graph.h"
 
+#include <algorithm>
+
 namespace vs {
 
 namespace {
@@ -25,8 +27,10 @@ ggml_tensor * as_src1(ggml_context * ctx, ggml_tensor * overlapping) {
     return g_device_is_cpu ? overlapping : ggml_cont(ctx, overlapping);
 }
 
-// Zero frames before and after a [C, T] activation. Padded as one long row: a GPU pad
-// kernel may launch a block row per frame, and grids cap that at 65535.
+}  // namespace
+
+// Padded as one long row: a GPU pad kernel may launch a block row per frame, and grids
+// cap that at 65535.
 ggml_tensor * pad_time(ggml_context * ctx, ggml_tensor * x, int64_t before, int64_t after) {
     if (!ggml_is_contiguous(x)) {
         x = ggml_cont(ctx, x);
@@ -37,7 +41,22 @@ ggml_tensor * pad_time(ggml_context * ctx, ggml_tensor * x, int64_t before, int6
     return ggml_reshape_2d(ctx, flat, C, T + before + after);
 }
 
-}  // namespace
+ggml_tensor * conv1d_strided(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int stride,
+                             int padding) {
+    const int64_t IC = w->ne[0], K = w->ne[1], OC = w->ne[2];
+    const int64_t T_out = (x->ne[1] + 2 * padding - K) / stride + 1;
+    // Frames read: (T_out - 1) * stride + K; pad after up to that.
+    const int64_t after = std::max<int64_t>(0, (T_out - 1) * stride + K - x->ne[1] - padding);
+    ggml_tensor * xp    = (padding > 0 || after > 0) ? pad_time(ctx, x, padding, after) : x;
+    if (!ggml_is_contiguous(xp)) {
+        xp = ggml_cont(ctx, xp);
+    }
+    GGML_ASSERT(xp->ne[0] == IC);
+    const size_t  fb   = xp->nb[1];
+    ggml_tensor * cols = overlapping_rows(ctx, xp, IC * K, T_out, stride * fb, 1, fb * xp->ne[1], 0);
+    ggml_tensor * y    = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w, IC * K, OC), as_src1(ctx, cols));  // [OC, T_out]
+    return b ? ggml_add(ctx, y, b) : y;
+}
 
 void set_graph_device_is_cpu(bool is_cpu) {
     g_device_is_cpu = is_cpu;

@@ -40,6 +40,13 @@ ggml_tensor * conv_transpose1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor 
 ggml_tensor * conv_transpose1d_zero_tail(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b,
                                          int stride, int padding, int64_t zeros_before, int64_t zeros_after);
 
+// Convolution with a stride: x [IC, T] -> [OC, (T + 2p - K) / stride + 1]; w [IC, K, OC].
+ggml_tensor * conv1d_strided(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int stride,
+                             int padding);
+
+// Zero frames before and after a [C, T] activation.
+ggml_tensor * pad_time(ggml_context * ctx, ggml_tensor * x, int64_t before, int64_t after);
+
 // LayerNorm over channels (ne0).
 ggml_tensor * layer_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * gamma, ggml_tensor * beta, float eps);
 

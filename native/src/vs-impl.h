@@ -84,6 +84,7 @@ struct vs_model {
     std::shared_ptr<vs::model_file>    file;
     vs::weight_set                     host;  // tensors in the mapped file
     std::map<std::string, std::string> strings;
+    std::vector<std::string>           voices;  // style packs (Kokoro)
 
     // Copies of the weights on other devices, made on first use by a context.
     std::mutex                                                    device_mutex;
@@ -109,9 +110,14 @@ struct phonemized_sentence {
 
 class phonemizer {
   public:
+    // espeak-ng phoneme modes: IPA, or IPA with '^' tying the letters of one phoneme ("a^ɪ").
+    static constexpr int IPA      = 0x02;
+    static constexpr int IPA_TIED = 0x02 | 0x80 | ('^' << 8);
+
     phonemizer(const std::string & library, const std::string & data_dir);
     // Sentences of `text` in voice `voice` (an espeak-ng voice name).
-    std::vector<phonemized_sentence> phonemize(const std::string & text, const std::string & voice) const;
+    std::vector<phonemized_sentence> phonemize(const std::string & text, const std::string & voice,
+                                               int mode = IPA) const;
 
     struct api;  // the loaded library (shared by every phonemizer using it)
 

@@ -131,7 +131,8 @@ static std::string strip_language_flags(const std::string & s) {
     return out;
 }
 
-std::vector<phonemized_sentence> phonemizer::phonemize(const std::string & text, const std::string & voice) const {
+std::vector<phonemized_sentence> phonemizer::phonemize(const std::string & text, const std::string & voice,
+                                                       int mode) const {
     std::lock_guard<std::mutex> lock(api_->mutex);
     if (api_->voice != voice) {
         if (api_->set_voice(voice.c_str()) != 0) {
@@ -147,7 +148,7 @@ std::vector<phonemized_sentence> phonemizer::phonemize(const std::string & text,
     while (cursor && cursor < end) {
         const char * before = lookahead;
         const void * ptr    = cursor;
-        const char * clause = api_->text_to_phonemes(&ptr, espeak_CHARS_UTF8, espeak_PHONEMES_IPA);
+        const char * clause = api_->text_to_phonemes(&ptr, espeak_CHARS_UTF8, mode);
         cursor              = (const char *) ptr;
         if (cursor) {
             lookahead = cursor - 1;

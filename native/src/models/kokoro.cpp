@@ -1,0 +1,989 @@
+// Kokoro-82M: StyleTTS 2 with an iSTFTNet vocoder.
+//
+// PL-BERT (ALBERT, one layer applied 12 times) -> duration encoder (bi-LSTMs with
+// AdaLayerNorm from the prosody half of the style) -> durations -> F0 and energy
+// (shared bi-LSTM, AdaIN residual blocks) -> text encoder (convs, bi-LSTM) -> decoder
+// (AdaIN residual blocks from the acoustic half) -> generator (harmonic source from
+// F0, its STFT, upsampling, Snake residual blocks, iSTFT).
+//
+// Every stage is ggml graphs on the context's device. The host only rounds the
+// durations (they decide the later graphs' shapes) and moves activations between
+// graphs: LSTMs run as a recurrence over chunks of steps, one graph per chunk.
+// Matches the int8 ONNX export of the model (kokoro-v1.0.int8.onnx), which differs
+// from the PyTorch code in its harmonic source (no random phase or noise) and its
+// iSTFT gain.
+#include <algorithm>
+#include <cmath>
+
+#include "../vs-context.h"
+#include "../vs-graph.h"
+
+namespace vs {
+
+namespace {
+
+constexpr int     STYLE_DIM      = 128;  // each half of a 256-value style row
+constexpr int     MAX_TOKENS     = 510;  // phonemes per chunk (the BERT has 512 positions)
+constexpr int     BERT_HEAD_DIM  = 64;
+constexpr int     LSTM_CHUNK     = 256;  // recurrence steps per graph
+constexpr int     N_FFT          = 20;
+constexpr int     HOP            = 5;
+constexpr int     N_HARMONICS    = 9;
+constexpr float   VOICED_F0      = 10.0f;
+constexpr float   SINE_AMP       = 0.1f;
+constexpr int64_t SAMPLES_PER_F0 = 300;  // generator upsampling (10 * 6) times the iSTFT hop
+
+// Tensor names: the PyTorch module names without their wrappers (convert_kokoro.py).
+const std::string BERT  = "bert.";
+const std::string PRED  = "predictor.";
+const std::string TEXT  = "text_encoder.";
+const std::string DEC   = "decoder.";
+const std::string GEN   = "generator.";
+const std::string LAYER = "bert.layer.";
+
+struct kokoro_hparams {
+    int                            sample_rate   = 24000;
+    int                            n_bert_layers = 12;
+    int64_t                        bert_hidden   = 768;
+    std::map<std::string, int32_t> vocab;  // symbol (one code point, UTF-8) -> id
+    std::vector<std::string>       voices;
+    std::vector<int32_t>           gen_rates, gen_kernels;
+    std::vector<int32_t>           res_kernels   = { 3, 7, 11 };
+    std::vector<int32_t>           res_dilations = { 1, 3, 5 };
+};
+
+kokoro_hparams read_hparams(const vs_model & m) {
+    kokoro_hparams h;
+    h.sample_rate = (int) m.u32("kokoro.sample_rate");
+    auto symbols  = m.str_array("kokoro.vocab_symbols");
+    auto ids      = m.i32_array("kokoro.vocab_ids");
+    if (symbols.size() != ids.size()) {
+        throw error(VS_ERR_FORMAT, "vocabulary of '" + m.path + "' is inconsistent");
+    }
+    for (size_t i = 0; i < symbols.size(); ++i) {
+        h.vocab[symbols[i]] = ids[i];
+    }
+    h.voices      = m.str_array("kokoro.voices");
+    h.bert_hidden = m.tensor(LAYER + "attention.query.weight")->ne[0];
+    for (int i = 0;; ++i) {
+        auto it = m.host.tensors.find(GEN + "ups." + std::to_string(i) + ".weight");
+        if (it == m.host.tensors.end()) {
+            break;
+        }
+        const int K = (int) it->second->ne[2];
+        h.gen_kernels.push_back(K);
+        h.gen_rates.push_back(K / 2);
+    }
+    int64_t up = HOP;
+    for (int r : h.gen_rates) {
+        up *= r;
+    }
+    if (h.voices.empty() || h.bert_hidden % BERT_HEAD_DIM != 0 || up != SAMPLES_PER_F0) {
+        throw error(VS_ERR_FORMAT, "hyperparameters of '" + m.path + "' are not Kokoro-82M's");
+    }
+    return h;
+}
+
+// Host-side [C, T] activation (channels fastest).
+struct act {
+    std::vector<float> v;
+    int64_t            C = 0, T = 0;
+};
+
+ggml_tensor * input_2d(ggml_context * g, int64_t C, int64_t T, const char * name) {
+    ggml_tensor * t = ggml_new_tensor_2d(g, GGML_TYPE_F32, C, T);
+    ggml_set_name(t, name);
+    ggml_set_input(t);
+    return t;
+}
+
+act read_act(ggml_tensor * t) {
+    act a;
+    a.C = t->ne[0];
+    a.T = ggml_nelements(t) / t->ne[0];
+    a.v.resize(ggml_nelements(t));
+    ggml_backend_tensor_get(t, a.v.data(), 0, ggml_nbytes(t));
+    return a;
+}
+
+void set_input(ggml_tensor * t, const void * data) {
+    ggml_backend_tensor_set(t, data, 0, ggml_nbytes(t));
+}
+
+class kokoro_voice final : public voice {
+  public:
+    explicit kokoro_voice(vs_model & model) : model_(model), hp_(read_hparams(model)) {}
+
+    std::vector<std::vector<int32_t>> ids_from_text(vs_context & ctx, const std::string & text,
+                                                    int & skipped) override {
+        std::vector<std::vector<int32_t>> out;
+        for (const auto & ipa : sentences(ctx, text)) {
+            for (auto & ids : chunks(to_ids(ipa, skipped))) {
+                out.push_back(std::move(ids));
+            }
+        }
+        return out;
+    }
+
+    std::vector<std::vector<int32_t>> ids_from_phonemes(const std::string & ipa, int & skipped) override {
+        std::vector<std::vector<int32_t>> out;
+        size_t                            start = 0;
+        while (start <= ipa.size()) {
+            size_t nl = ipa.find('\n', start);
+            for (auto & ids : chunks(to_ids(ipa.substr(start, nl == std::string::npos ? nl : nl - start), skipped))) {
+                out.push_back(std::move(ids));
+            }
+            if (nl == std::string::npos) {
+                break;
+            }
+            start = nl + 1;
+        }
+        return out;
+    }
+
+    std::string phonemize(vs_context & ctx, const std::string & text) override {
+        std::string out;
+        for (const auto & s : sentences(ctx, text)) {
+            out += (out.empty() ? "" : "\n") + s;
+        }
+        return out;
+    }
+
+    std::vector<float> synthesize(vs_context & ctx, const std::vector<int32_t> & ids, const vs_synth_params & p,
+                                  int chunk) override;
+
+  private:
+    vs_model &     model_;
+    kokoro_hparams hp_;
+
+    std::vector<std::string> sentences(vs_context & ctx, const std::string & text) const;
+    std::vector<int32_t>     to_ids(const std::string & ipa, int & skipped) const;
+    // Splits a sentence longer than MAX_TOKENS at its last clause break (else word
+    // break, else hard) before the limit.
+    std::vector<std::vector<int32_t>> chunks(std::vector<int32_t> ids) const;
+    std::vector<float>                style_row(const vs_synth_params & p, size_t n_phonemes) const;
+
+    act run_lstm(vs_context & c, int stage, const std::string & prefix, const act & x) const;
+    act run_bert(vs_context & c, const std::vector<int32_t> & tokens) const;
+    // Duration encoder output d [640, T] and the frames per token.
+    act                run_duration(vs_context & c, const act & d_en, const std::vector<float> & style, float speed,
+                                    std::vector<float> & logits, std::vector<float> & durations) const;
+    void               run_prosody(vs_context & c, const act & d, const std::vector<int32_t> & frame_to_token,
+                                   const std::vector<float> & style, std::vector<float> & f0, std::vector<float> & n) const;
+    act                run_text_encoder(vs_context & c, const std::vector<int32_t> & tokens) const;
+    act                run_decoder(vs_context & c, const act & t_en, const std::vector<int32_t> & frame_to_token,
+                                   const std::vector<float> & f0, const std::vector<float> & n,
+                                   const std::vector<float> & style) const;
+    std::vector<float> run_generator(vs_context & c, const act & x, const std::vector<float> & f0,
+                                     const std::vector<float> & style, act & har) const;
+
+    ggml_tensor * adain_res_block(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * s,
+                                  const std::string & pre, bool upsample) const;
+    ggml_tensor * snake_res_block(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * s,
+                                  const std::string & pre, int kernel) const;
+};
+
+// ---------------------------------------------------------------- text
+
+// espeak-ng's IPA with '^' tying multi-letter phonemes, rewritten into Kokoro's
+// symbols (its English set: A = eɪ, I = aɪ, W = aʊ, Y = ɔɪ, O = oʊ, ʤ, ʧ, ᵊ, ...).
+// Longest match first; symbols still unknown to the vocabulary are dropped and counted.
+const std::vector<std::pair<std::string, std::string>> & espeak_to_kokoro() {
+    static const std::vector<std::pair<std::string, std::string>> table = [] {
+        std::vector<std::pair<std::string, std::string>> t = {
+            { "ʔˌn\u0329", "tᵊn" },
+            { "ʔn\u0329", "tᵊn" },
+            { "ʔn", "tᵊn" },
+            { "ʔ", "t" },
+            { "a^ɪ", "I" },
+            { "a^ʊ", "W" },
+            { "d^ʒ", "ʤ" },
+            { "e^ɪ", "A" },
+            { "e", "A" },
+            { "t^ʃ", "ʧ" },
+            { "ɔ^ɪ", "Y" },
+            { "o^ʊ", "O" },
+            { "ə^ʊ", "O" },
+            { "ə^l", "ᵊl" },
+            { "r", "ɹ" },
+            { "x", "k" },
+            { "ç", "k" },
+            { "ɐ", "ə" },
+            { "ɚ", "əɹ" },
+            { "ɬ", "l" },
+            { "ʲ", "" },
+            { "ɜːɹ", "ɜɹ" },
+            { "ɜː", "ɜɹ" },
+            { "ɪə", "iə" },
+            { "ː", "" },
+            { "^", "" },
+        };
+        std::stable_sort(t.begin(), t.end(),
+                         [](const auto & a, const auto & b) { return a.first.size() > b.first.size(); });
+        return t;
+    }();
+    return table;
+}
+
+std::string to_kokoro_symbols(const std::string & ipa) {
+    std::string out;
+    for (size_t i = 0; i < ipa.size();) {
+        bool matched = false;
+        for (const auto & [from, to] : espeak_to_kokoro()) {
+            if (ipa.compare(i, from.size(), from) == 0) {
+                out += to;
+                i += from.size();
+                matched = true;
+                break;
+            }
+        }
+        if (!matched) {
+            out += ipa[i++];
+        }
+    }
+    // A syllabic consonant (combining U+0329 after it) is spoken with a schwa before it.
+    std::string           res;
+    const std::string     mark = "\u0329";
+    std::vector<char32_t> cps  = utf8_decode(out);
+    for (size_t i = 0; i < cps.size(); ++i) {
+        if (cps[i] == 0x329) {
+            continue;
+        }
+        if (i + 1 < cps.size() && cps[i + 1] == 0x329) {
+            res += "ᵊ";
+        }
+        res += utf8_encode(cps[i]);
+    }
+    (void) mark;
+    return res;
+}
+
+std::vector<std::string> kokoro_voice::sentences(vs_context & ctx, const std::string & text) const {
+    if (!ctx.phonemizer) {
+        throw error(VS_ERR_PHONEMIZER, "this context has no espeak-ng; pass phonemes instead of text");
+    }
+    std::vector<std::string> out;
+    for (const auto & s : ctx.phonemizer->phonemize(text, "en-us", phonemizer::IPA_TIED)) {
+        std::string k = to_kokoro_symbols(s.ipa);
+        if (!k.empty()) {
+            out.push_back(std::move(k));
+        }
+    }
+    return out;
+}
+
+std::vector<int32_t> kokoro_voice::to_ids(const std::string & ipa, int & skipped) const {
+    std::vector<int32_t> ids;
+    bool                 speakable = false;
+    for (char32_t c : utf8_decode(ipa)) {
+        if (c == U'\r' || c == U'\n') {
+            continue;
+        }
+        auto it = hp_.vocab.find(utf8_encode(c));
+        if (it == hp_.vocab.end()) {
+            ++skipped;
+            continue;
+        }
+        ids.push_back(it->second);
+        speakable |= c != U' ' && !std::ispunct((int) (c < 0x80 ? c : 0));
+    }
+    return speakable ? ids : std::vector<int32_t>{};
+}
+
+std::vector<std::vector<int32_t>> kokoro_voice::chunks(std::vector<int32_t> ids) const {
+    std::vector<std::vector<int32_t>> out;
+    if (ids.empty()) {
+        return out;
+    }
+    auto id_of = [&](const char * s) {
+        auto it = hp_.vocab.find(s);
+        return it == hp_.vocab.end() ? -1 : it->second;
+    };
+    const int32_t space = id_of(" "), comma = id_of(","), semi = id_of(";"), colon = id_of(":");
+    size_t        start = 0;
+    while (ids.size() - start > (size_t) MAX_TOKENS) {
+        size_t cut = 0, word = 0;
+        for (size_t i = start + 1; i < start + MAX_TOKENS; ++i) {
+            if (ids[i] == comma || ids[i] == semi || ids[i] == colon) {
+                cut = i + 1;
+            } else if (ids[i] == space) {
+                word = i + 1;
+            }
+        }
+        size_t end = cut > start + MAX_TOKENS / 4 ? cut : word > start ? word : start + MAX_TOKENS;
+        out.emplace_back(ids.begin() + start, ids.begin() + end);
+        start = end;
+        while (start < ids.size() && ids[start] == space) {
+            ++start;
+        }
+    }
+    if (start < ids.size()) {
+        out.emplace_back(ids.begin() + start, ids.end());
+    }
+    for (auto & chunk : out) {  // no chunk starts or ends with a space
+        while (!chunk.empty() && chunk.back() == space) {
+            chunk.pop_back();
+        }
+        size_t lead = 0;
+        while (lead < chunk.size() && chunk[lead] == space) {
+            ++lead;
+        }
+        chunk.erase(chunk.begin(), chunk.begin() + lead);
+    }
+    return out;
+}
+
+std::vector<float> kokoro_voice::style_row(const vs_synth_params & p, size_t n_phonemes) const {
+    const float * pack = nullptr;
+    int64_t       rows = 0;
+    if (p.style) {
+        if (p.style_rows <= 0) {
+            throw error(VS_ERR_INVALID_ARG, "a style pack needs at least one row");
+        }
+        pack = p.style;
+        rows = p.style_rows;
+    } else {
+        std::string name = p.voice && *p.voice ? p.voice : hp_.voices.front();
+        if (std::find(hp_.voices.begin(), hp_.voices.end(), name) == hp_.voices.end()) {
+            std::string known;
+            for (const auto & v : hp_.voices) {
+                known += (known.empty() ? "" : ", ") + v;
+            }
+            throw error(VS_ERR_INVALID_ARG, "the model has no voice '" + name + "' (it has: " + known + ")");
+        }
+        ggml_tensor * t = model_.tensor("voice." + name);
+        if (t->type != GGML_TYPE_F32 || t->ne[0] != 2 * STYLE_DIM) {
+            throw error(VS_ERR_FORMAT, "voice '" + name + "' is not a [510, 256] F32 pack");
+        }
+        pack = (const float *) t->data;
+        rows = t->ne[1];
+    }
+    // The reference styles a sentence of n phonemes with row n - 1.
+    const int64_t row = std::clamp<int64_t>((int64_t) n_phonemes - 1, 0, rows - 1);
+    return std::vector<float>(pack + row * 2 * STYLE_DIM, pack + (row + 1) * 2 * STYLE_DIM);
+}
+
+// ---------------------------------------------------------------- shared blocks
+
+// The style's halves as a graph input: [128] acoustic (decoder) or prosodic (predictor).
+ggml_tensor * style_input(ggml_context * g, const char * name) {
+    return input_2d(g, STYLE_DIM, 1, name);
+}
+
+// Linear layer: w [in, out] (ggml), x [in, T] -> [out, T].
+ggml_tensor * linear(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & module) {
+    return ggml_add(g, ggml_mul_mat(g, c.w(module + ".weight"), x), c.w(module + ".bias"));
+}
+
+// Per-channel (1 + gamma) and beta from the style, for AdaIN and AdaLayerNorm.
+void style_affine(vs_context & c, ggml_context * g, ggml_tensor * s, const std::string & fc, int64_t C,
+                  ggml_tensor *& scale, ggml_tensor *& shift) {
+    ggml_tensor * h = linear(c, g, s, fc);  // [2C, 1]
+    scale           = ggml_scale_bias(g, ggml_view_2d(g, h, C, 1, h->nb[1], 0), 1.0f, 1.0f);
+    shift           = ggml_view_2d(g, h, C, 1, h->nb[1], C * ggml_element_size(h));
+}
+
+// AdaIN: instance norm over time per channel, then the style's affine.
+ggml_tensor * adain(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * s, const std::string & fc) {
+    ggml_tensor *scale, *shift;
+    style_affine(c, g, s, fc, x->ne[0], scale, shift);
+    ggml_tensor * xt = ggml_cont(g, ggml_transpose(g, x));  // [T, C]
+    xt               = ggml_norm(g, xt, 1e-5f);
+    ggml_tensor * y  = ggml_cont(g, ggml_transpose(g, xt));  // [C, T]
+    return ggml_add(g, ggml_mul(g, y, scale), shift);
+}
+
+// Frames repeated twice: [C, T] -> [C, 2T].
+ggml_tensor * upsample2(ggml_context * g, ggml_tensor * x) {
+    ggml_tensor * x3 = ggml_reshape_3d(g, ggml_cont(g, x), x->ne[0], 1, x->ne[1]);
+    return ggml_reshape_2d(g, ggml_concat(g, x3, x3, 1), x->ne[0], 2 * x->ne[1]);
+}
+
+// Depthwise ConvTranspose1d (kernel 3, stride 2, padding 1, output padding 1): w [C, 3].
+// Even output frames take tap 1 of frame t; odd ones tap 2 of t and tap 0 of t + 1.
+ggml_tensor * depthwise_upsample(ggml_context * g, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b) {
+    const int64_t C = x->ne[0], T = x->ne[1];
+    auto          tap  = [&](int k) { return ggml_view_1d(g, w, C, k * w->nb[1]); };
+    ggml_tensor * even = ggml_add(g, ggml_mul(g, x, tap(1)), b);
+    ggml_tensor * next = ggml_view_2d(g, pad_time(g, x, 0, 1), C, T, x->ne[0] * sizeof(float), C * sizeof(float));
+    ggml_tensor * odd  = ggml_add(g, ggml_add(g, ggml_mul(g, x, tap(2)), ggml_mul(g, next, tap(0))), b);
+    ggml_tensor * y    = ggml_concat(g, ggml_reshape_3d(g, even, C, 1, T), ggml_reshape_3d(g, odd, C, 1, T), 1);
+    return ggml_reshape_2d(g, y, C, 2 * T);
+}
+
+// StyleTTS 2's AdainResBlk1d (LeakyReLU 0.2, optional 2x upsampling), scaled by 1/sqrt(2).
+ggml_tensor * kokoro_voice::adain_res_block(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * s,
+                                            const std::string & pre, bool upsample) const {
+    ggml_tensor * r = ggml_leaky_relu(g, adain(c, g, x, s, pre + "norm1.fc"), 0.2f, false);
+    if (upsample) {
+        r = depthwise_upsample(g, r, c.w(pre + "pool.weight"), c.w(pre + "pool.bias"));
+    }
+    r = conv1d(g, r, c.w(pre + "conv1.weight"), c.w(pre + "conv1.bias"), 1, 1);
+    r = ggml_leaky_relu(g, adain(c, g, r, s, pre + "norm2.fc"), 0.2f, false);
+    r = conv1d(g, r, c.w(pre + "conv2.weight"), c.w(pre + "conv2.bias"), 1, 1);
+
+    ggml_tensor * sc = upsample ? upsample2(g, x) : x;
+    auto          it = c.weights->tensors.find(pre + "conv1x1.weight");
+    if (it != c.weights->tensors.end()) {
+        sc = conv1d(g, sc, it->second, nullptr, 1, 0);
+    }
+    return ggml_scale(g, ggml_add(g, r, sc), 1.0f / std::sqrt(2.0f));
+}
+
+// Snake: x + sin(alpha x)^2 / alpha, alpha per channel ([1, C, 1] in the file).
+ggml_tensor * snake(ggml_context * g, ggml_tensor * x, ggml_tensor * alpha) {
+    ggml_tensor * a = ggml_reshape_1d(g, alpha, x->ne[0]);
+    return ggml_add(g, x, ggml_div(g, ggml_sqr(g, ggml_sin(g, ggml_mul(g, x, a))), a));
+}
+
+// iSTFTNet's AdaINResBlock1: three (AdaIN, Snake, dilated conv, AdaIN, Snake, conv) residuals.
+ggml_tensor * kokoro_voice::snake_res_block(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * s,
+                                            const std::string & pre, int kernel) const {
+    for (int i = 0; i < 3; ++i) {
+        const std::string n = std::to_string(i);
+        const int         d = hp_.res_dilations[i];
+        ggml_tensor *     y = snake(g, adain(c, g, x, s, pre + "adain1." + n + ".fc"), c.w(pre + "alpha1." + n));
+        y                   = conv1d(g, y, c.w(pre + "convs1." + n + ".weight"), c.w(pre + "convs1." + n + ".bias"), d,
+                                     (kernel * d - d) / 2);
+        y                   = snake(g, adain(c, g, y, s, pre + "adain2." + n + ".fc"), c.w(pre + "alpha2." + n));
+        y = conv1d(g, y, c.w(pre + "convs2." + n + ".weight"), c.w(pre + "convs2." + n + ".bias"), 1, (kernel - 1) / 2);
+        x = ggml_add(g, x, y);
+    }
+    return x;
+}
+
+// ---------------------------------------------------------------- LSTM
+
+// A (bi)LSTM over x [in, T] -> [dirs * H, T] (forward channels first), as a recurrence
+// of ggml ops, LSTM_CHUNK steps per graph; the state moves between graphs on the host.
+act kokoro_voice::run_lstm(vs_context & c, int stage, const std::string & prefix, const act & x) const {
+    ggml_tensor * w_ih_h = model_.tensor(prefix + ".weight_ih");
+    const int64_t in = w_ih_h->ne[0], H4 = w_ih_h->ne[1], D = w_ih_h->ne[2], H = H4 / 4, T = x.T;
+    if (x.C != in) {
+        throw error(VS_ERR_COMPUTE,
+                    prefix + ": input has " + std::to_string(x.C) + " channels, expected " + std::to_string(in));
+    }
+    act y;
+    y.C = D * H;
+    y.T = T;
+    y.v.assign((size_t) (y.C * T), 0.0f);
+    std::vector<float> h((size_t) (H * D), 0.0f), cs((size_t) (H * D), 0.0f);
+
+    for (int64_t t0 = 0; t0 < T; t0 += LSTM_CHUNK) {
+        c.check_abort();
+        const int64_t  n  = std::min<int64_t>(LSTM_CHUNK, T - t0);
+        auto           gb = c.new_graph(32 * (size_t) n + 64);
+        ggml_context * g  = gb.ctx.get();
+
+        ggml_tensor * xs = ggml_new_tensor_3d(g, GGML_TYPE_F32, in, n, D);
+        ggml_tensor * h0 = ggml_new_tensor_2d(g, GGML_TYPE_F32, H, D);
+        ggml_tensor * c0 = ggml_new_tensor_2d(g, GGML_TYPE_F32, H, D);
+        for (ggml_tensor * t : { xs, h0, c0 }) {
+            ggml_set_input(t);
+        }
+        ggml_tensor * w_ih = c.w(prefix + ".weight_ih"), *w_hh = c.w(prefix + ".weight_hh");
+        ggml_tensor * bias = c.w(prefix + ".bias");
+        // Input projections of every step of the chunk at once: [4H, n, D].
+        ggml_tensor * gx = ggml_add(g, ggml_mul_mat(g, w_ih, xs), ggml_reshape_3d(g, bias, H4, 1, D));
+        // Each step's hidden state is copied into its slice of `out` (a graph input, so that
+        // the scheduler gives it memory of its own).
+        ggml_tensor * out = ggml_new_tensor_3d(g, GGML_TYPE_F32, H, D, n);
+        ggml_set_input(out);
+        ggml_set_output(out);
+        ggml_tensor *hs = h0, *cc = c0;
+        for (int64_t j = 0; j < n; ++j) {
+            ggml_tensor * gj   = ggml_view_3d(g, gx, H4, 1, D, gx->nb[1], gx->nb[2], j * gx->nb[1]);
+            ggml_tensor * rec  = ggml_mul_mat(g, w_hh, ggml_reshape_3d(g, hs, H, 1, D));  // [4H, 1, D]
+            ggml_tensor * z    = ggml_reshape_2d(g, ggml_add(g, rec, gj), H4, D);
+            ggml_tensor * sg   = ggml_sigmoid(g, z);
+            auto          gate = [&](ggml_tensor * t, int k) {
+                return ggml_view_2d(g, t, H, D, t->nb[1], k * H * sizeof(float));
+            };
+            ggml_tensor * cell = ggml_tanh(g, gate(z, 2));
+            cc                 = ggml_add(g, ggml_mul(g, gate(sg, 1), cc), ggml_mul(g, gate(sg, 0), cell));
+            hs                 = ggml_mul(g, gate(sg, 3), ggml_tanh(g, cc));
+            ggml_build_forward_expand(gb.gf, ggml_cpy(g, hs, ggml_view_2d(g, out, H, D, out->nb[1], j * out->nb[2])));
+        }
+        ggml_set_output(hs);
+        ggml_set_output(cc);
+        ggml_build_forward_expand(gb.gf, hs);
+        ggml_build_forward_expand(gb.gf, cc);
+        c.alloc(stage, gb.gf);
+
+        // Direction 0 reads steps t0.. forward, direction 1 reads T-1-t0.. backward.
+        std::vector<float> xin((size_t) (in * n * D));
+        for (int64_t d = 0; d < D; ++d) {
+            for (int64_t j = 0; j < n; ++j) {
+                const int64_t t = d == 0 ? t0 + j : T - 1 - (t0 + j);
+                std::copy_n(x.v.data() + t * in, in, xin.data() + (d * n + j) * in);
+            }
+        }
+        set_input(xs, xin.data());
+        set_input(h0, h.data());
+        set_input(c0, cs.data());
+        c.compute(gb.gf);
+        std::vector<float> o((size_t) (H * D * n));
+        ggml_backend_tensor_get(out, o.data(), 0, ggml_nbytes(out));
+        ggml_backend_tensor_get(hs, h.data(), 0, ggml_nbytes(hs));
+        ggml_backend_tensor_get(cc, cs.data(), 0, ggml_nbytes(cc));
+        for (int64_t d = 0; d < D; ++d) {
+            for (int64_t j = 0; j < n; ++j) {
+                const int64_t t = d == 0 ? t0 + j : T - 1 - (t0 + j);
+                std::copy_n(o.data() + (j * D + d) * H, H, y.v.data() + t * y.C + d * H);
+            }
+        }
+    }
+    return y;
+}
+
+// ---------------------------------------------------------------- stages
+
+act kokoro_voice::run_bert(vs_context & c, const std::vector<int32_t> & tokens) const {
+    const int64_t  T = (int64_t) tokens.size(), Hd = hp_.bert_hidden, nh = Hd / BERT_HEAD_DIM;
+    auto           gb  = c.new_graph();
+    ggml_context * g   = gb.ctx.get();
+    ggml_tensor *  ids = ggml_new_tensor_1d(g, GGML_TYPE_I32, T);
+    ggml_set_input(ids);
+
+    ggml_tensor * pos = c.w(BERT + "embeddings.position_embeddings.weight");
+    ggml_tensor * typ = c.w(BERT + "embeddings.token_type_embeddings.weight");
+    ggml_tensor * x   = ggml_get_rows(g, c.w(BERT + "embeddings.word_embeddings.weight"), ids);  // [128, T]
+    x                 = ggml_add(g, x, ggml_view_2d(g, pos, pos->ne[0], T, pos->nb[1], 0));
+    x                 = ggml_add(g, x, ggml_view_1d(g, typ, typ->ne[0], 0));
+    x = layer_norm(g, x, c.w(BERT + "embeddings.LayerNorm.weight"), c.w(BERT + "embeddings.LayerNorm.bias"), 1e-12f);
+    x = linear(c, g, x, BERT + "embedding_hidden_mapping_in");  // [768, T]
+
+    const float gelu_c = std::sqrt(2.0f / (float) M_PI);
+    for (int il = 0; il < hp_.n_bert_layers; ++il) {
+        ggml_tensor * q = linear(c, g, x, LAYER + "attention.query");
+        ggml_tensor * k = linear(c, g, x, LAYER + "attention.key");
+        ggml_tensor * v = linear(c, g, x, LAYER + "attention.value");
+        q               = ggml_permute(g, ggml_reshape_3d(g, q, BERT_HEAD_DIM, nh, T), 0, 2, 1, 3);  // [d, T, h]
+        k               = ggml_permute(g, ggml_reshape_3d(g, k, BERT_HEAD_DIM, nh, T), 0, 2, 1, 3);  // [d, T, h]
+        v = ggml_cont(g, ggml_permute(g, ggml_reshape_3d(g, v, BERT_HEAD_DIM, nh, T), 1, 2, 0, 3));  // [T, d, h]
+        ggml_tensor * kq = ggml_mul_mat(g, k, q);                                                    // [Tk, Tq, h]
+        kq               = ggml_soft_max_ext(g, kq, nullptr, 1.0f / std::sqrt((float) BERT_HEAD_DIM), 0.0f);
+        ggml_tensor * o  = ggml_mul_mat(g, v, kq);  // [d, Tq, h]
+        o                = ggml_reshape_2d(g, ggml_cont(g, ggml_permute(g, o, 0, 2, 1, 3)), Hd, T);
+        o                = linear(c, g, o, LAYER + "attention.dense");
+        x                = layer_norm(g, ggml_add(g, x, o), c.w(LAYER + "attention.LayerNorm.weight"),
+                                      c.w(LAYER + "attention.LayerNorm.bias"), 1e-12f);
+        // FFN with the tanh GELU ("gelu_new").
+        ggml_tensor * f  = linear(c, g, x, LAYER + "ffn");
+        ggml_tensor * f3 = ggml_mul(g, ggml_sqr(g, f), f);
+        ggml_tensor * th = ggml_tanh(g, ggml_scale(g, ggml_add(g, f, ggml_scale(g, f3, 0.044715f)), gelu_c));
+        f                = ggml_mul(g, ggml_scale(g, f, 0.5f), ggml_scale_bias(g, th, 1.0f, 1.0f));
+        f                = linear(c, g, f, LAYER + "ffn_output");
+        x                = layer_norm(g, ggml_add(g, x, f), c.w(LAYER + "full_layer_layer_norm.weight"),
+                                      c.w(LAYER + "full_layer_layer_norm.bias"), 1e-12f);
+    }
+    x = linear(c, g, x, "bert_encoder");  // [512, T]
+    ggml_set_output(x);
+    ggml_build_forward_expand(gb.gf, x);
+    c.alloc(VS_STAGE_BERT, gb.gf);
+    set_input(ids, tokens.data());
+    c.compute(gb.gf);
+    return read_act(x);
+}
+
+// x [C, T] with the style [128] appended to every frame -> [C + 128, T].
+ggml_tensor * with_style(ggml_context * g, ggml_tensor * x, ggml_tensor * s) {
+    ggml_tensor * rep = ggml_repeat(g, s, ggml_new_tensor_2d(g, GGML_TYPE_F32, s->ne[0], x->ne[1]));
+    return ggml_concat(g, x, rep, 0);
+}
+
+act kokoro_voice::run_duration(vs_context & c, const act & d_en, const std::vector<float> & style, float speed,
+                               std::vector<float> & logits, std::vector<float> & durations) const {
+    const float * s_pros = style.data() + STYLE_DIM;
+    // A small graph: optionally AdaLayerNorm (module `norm`), then the style appended.
+    auto styled = [&](const act & in, const std::string & norm) {
+        auto           gb = c.new_graph();
+        ggml_context * g  = gb.ctx.get();
+        ggml_tensor *  x  = input_2d(g, in.C, in.T, "x");
+        ggml_tensor *  s  = style_input(g, "style");
+        ggml_tensor *  y  = x;
+        if (!norm.empty()) {
+            ggml_tensor *scale, *shift;
+            style_affine(c, g, s, norm, in.C, scale, shift);
+            y = ggml_add(g, ggml_mul(g, ggml_norm(g, x, 1e-5f), scale), shift);
+        }
+        y = with_style(g, y, s);
+        ggml_set_output(y);
+        ggml_build_forward_expand(gb.gf, y);
+        c.alloc(VS_STAGE_DURATION, gb.gf);
+        set_input(x, in.v.data());
+        set_input(s, s_pros);
+        c.compute(gb.gf);
+        return read_act(y);
+    };
+    act d = styled(d_en, "");
+    for (int l = 0; l < 3; ++l) {
+        const std::string base = PRED + "text_encoder.lstms.";
+        act               h    = run_lstm(c, VS_STAGE_DURATION, base + std::to_string(2 * l), d);
+        d                      = styled(h, base + std::to_string(2 * l + 1) + ".fc");
+    }
+    act h = run_lstm(c, VS_STAGE_DURATION, PRED + "lstm", d);
+
+    auto           gb = c.new_graph();
+    ggml_context * g  = gb.ctx.get();
+    ggml_tensor *  x  = input_2d(g, h.C, h.T, "x");
+    ggml_tensor *  lg = linear(c, g, x, PRED + "duration_proj.linear_layer");                // [50, T]
+    ggml_tensor *  du = ggml_scale(g, ggml_sum_rows(g, ggml_sigmoid(g, lg)), 1.0f / speed);  // [1, T]
+    ggml_set_output(lg);
+    ggml_set_output(du);
+    ggml_build_forward_expand(gb.gf, lg);
+    ggml_build_forward_expand(gb.gf, du);
+    c.alloc(VS_STAGE_DURATION, gb.gf);
+    set_input(x, h.v.data());
+    c.compute(gb.gf);
+    logits    = read_act(lg).v;
+    durations = read_act(du).v;
+    return d;
+}
+
+void kokoro_voice::run_prosody(vs_context & c, const act & d, const std::vector<int32_t> & frame_to_token,
+                               const std::vector<float> & style, std::vector<float> & f0,
+                               std::vector<float> & n) const {
+    const int64_t F = (int64_t) frame_to_token.size();
+    act           en;
+    en.C = d.C;
+    en.T = F;
+    en.v.resize((size_t) (d.C * F));
+    for (int64_t f = 0; f < F; ++f) {
+        std::copy_n(d.v.data() + frame_to_token[f] * d.C, d.C, en.v.data() + f * d.C);
+    }
+    act x = run_lstm(c, VS_STAGE_PROSODY, PRED + "shared", en);
+
+    auto           gb = c.new_graph();
+    ggml_context * g  = gb.ctx.get();
+    ggml_tensor *  xi = input_2d(g, x.C, x.T, "x");
+    ggml_tensor *  s  = style_input(g, "style");
+    ggml_tensor *  outs[2];
+    const char *   branch[2] = { "F0", "N" };
+    for (int b = 0; b < 2; ++b) {
+        ggml_tensor * y = xi;
+        for (int i = 0; i < 3; ++i) {
+            y = adain_res_block(c, g, y, s, PRED + branch[b] + "." + std::to_string(i) + ".", i == 1);
+        }
+        y = conv1d(g, y, c.w(PRED + branch[b] + "_proj.weight"), c.w(PRED + branch[b] + "_proj.bias"), 1, 0);
+        ggml_set_output(y);
+        ggml_build_forward_expand(gb.gf, y);
+        outs[b] = y;
+    }
+    c.alloc(VS_STAGE_PROSODY, gb.gf);
+    set_input(xi, x.v.data());
+    set_input(s, style.data() + STYLE_DIM);
+    c.compute(gb.gf);
+    f0 = read_act(outs[0]).v;
+    n  = read_act(outs[1]).v;
+}
+
+act kokoro_voice::run_text_encoder(vs_context & c, const std::vector<int32_t> & tokens) const {
+    const int64_t  T   = (int64_t) tokens.size();
+    auto           gb  = c.new_graph();
+    ggml_context * g   = gb.ctx.get();
+    ggml_tensor *  ids = ggml_new_tensor_1d(g, GGML_TYPE_I32, T);
+    ggml_set_input(ids);
+    ggml_tensor * x = ggml_get_rows(g, c.w(TEXT + "embedding.weight"), ids);  // [512, T]
+    for (int i = 0; i < 3; ++i) {
+        const std::string l = TEXT + "cnn." + std::to_string(i) + ".";
+        ggml_tensor *     w = c.w(l + "0.weight");
+        x                   = conv1d(g, x, w, c.w(l + "0.bias"), 1, (int) (w->ne[1] - 1) / 2);
+        x                   = layer_norm(g, x, c.w(l + "1.gamma"), c.w(l + "1.beta"), 1e-5f);
+        x                   = ggml_leaky_relu(g, x, 0.2f, false);
+    }
+    ggml_set_output(x);
+    ggml_build_forward_expand(gb.gf, x);
+    c.alloc(VS_STAGE_TEXT_ENCODER, gb.gf);
+    set_input(ids, tokens.data());
+    c.compute(gb.gf);
+    return run_lstm(c, VS_STAGE_TEXT_ENCODER, TEXT + "lstm", read_act(x));
+}
+
+act kokoro_voice::run_decoder(vs_context & c, const act & t_en, const std::vector<int32_t> & frame_to_token,
+                              const std::vector<float> & f0, const std::vector<float> & n,
+                              const std::vector<float> & style) const {
+    const int64_t  F  = (int64_t) frame_to_token.size();
+    auto           gb = c.new_graph();
+    ggml_context * g  = gb.ctx.get();
+    ggml_tensor *  te = input_2d(g, t_en.C, t_en.T, "t_en");
+    ggml_tensor *  fr = ggml_new_tensor_1d(g, GGML_TYPE_I32, F);
+    ggml_tensor *  fi = input_2d(g, 1, 2 * F, "f0");
+    ggml_tensor *  ni = input_2d(g, 1, 2 * F, "n");
+    ggml_tensor *  s  = style_input(g, "style");
+    ggml_set_input(fr);
+
+    ggml_tensor * asr = ggml_get_rows(g, te, fr);  // [512, F]: each token's frames
+    ggml_tensor * f0d = conv1d_strided(g, fi, c.w(DEC + "F0_conv.weight"), c.w(DEC + "F0_conv.bias"), 2, 1);  // [1, F]
+    ggml_tensor * nd  = conv1d_strided(g, ni, c.w(DEC + "N_conv.weight"), c.w(DEC + "N_conv.bias"), 2, 1);
+    ggml_tensor * x   = ggml_concat(g, ggml_concat(g, asr, f0d, 0), nd, 0);  // [514, F]
+    x                 = adain_res_block(c, g, x, s, DEC + "encode.", false);
+    ggml_tensor * res = conv1d(g, asr, c.w(DEC + "asr_res.0.weight"), c.w(DEC + "asr_res.0.bias"), 1, 0);  // [64, F]
+    for (int i = 0; i < 4; ++i) {
+        x = ggml_concat(g, ggml_concat(g, ggml_concat(g, x, res, 0), f0d, 0), nd, 0);  // [1090, F]
+        x = adain_res_block(c, g, x, s, DEC + "decode." + std::to_string(i) + ".", i == 3);
+    }
+    ggml_set_output(x);
+    ggml_build_forward_expand(gb.gf, x);
+    c.alloc(VS_STAGE_DECODER, gb.gf);
+    set_input(te, t_en.v.data());
+    set_input(fr, frame_to_token.data());
+    set_input(fi, f0.data());
+    set_input(ni, n.data());
+    set_input(s, style.data());
+    c.compute(gb.gf);
+    return read_act(x);
+}
+
+// atan(z) for any finite z: two half-angle reductions bring |z| under tan(pi/8), then
+// a Taylor series (error < 1e-6 there).
+ggml_tensor * atan_all(ggml_context * g, ggml_tensor * z) {
+    z = ggml_clamp(g, z, -1e18f, 1e18f);
+    for (int i = 0; i < 2; ++i) {
+        ggml_tensor * den =
+            ggml_scale_bias(g, ggml_sqrt(g, ggml_scale_bias(g, ggml_sqr(g, z), 1.0f, 1.0f)), 1.0f, 1.0f);
+        z = ggml_div(g, z, den);
+    }
+    ggml_tensor * z2  = ggml_sqr(g, z);
+    ggml_tensor * acc = ggml_scale_bias(g, z2, -1.0f / 11.0f, 1.0f / 9.0f);
+    for (int k : { 7, 5, 3 }) {
+        acc = ggml_scale_bias(g, ggml_mul(g, acc, z2), -1.0f, 1.0f / (float) k);
+    }
+    acc = ggml_scale_bias(g, ggml_mul(g, acc, z2), -1.0f, 1.0f);
+    return ggml_scale(g, ggml_mul(g, acc, z), 4.0f);
+}
+
+std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, const std::vector<float> & f0,
+                                               const std::vector<float> & style, act & har_out) const {
+    const int64_t  F2       = (int64_t) f0.size();  // F0 frames (twice the token frames)
+    const int64_t  L        = F2 * SAMPLES_PER_F0;  // samples
+    const int64_t  n_frames = L / HOP + 1;          // STFT frames of the source
+    auto           gb       = c.new_graph(16384);
+    ggml_context * g        = gb.ctx.get();
+    ggml_tensor *  x_in     = input_2d(g, xin.C, xin.T, "x");
+    ggml_tensor *  x        = x_in;
+    ggml_tensor *  fi       = input_2d(g, F2, 1, "f0");
+    ggml_tensor *  hm       = input_2d(g, 1, N_HARMONICS, "harmonics");
+    ggml_tensor *  sr       = input_2d(g, 1, 1, "sample_rate");
+    ggml_tensor *  basis    = input_2d(g, N_FFT, 2 * (N_FFT / 2 + 1), "stft_basis");
+    ggml_tensor *  gain     = input_2d(g, N_FFT / 2, 1, "istft_head_gain");
+    ggml_tensor *  s        = style_input(g, "style");
+
+    // Harmonic source, as the export computes it: per harmonic h the phase increment
+    // frac(h f0 / sr) of each F0 frame, summed over frames, scaled to radians per
+    // upsampled sample, linearly interpolated to the sample rate; sin, gated by voicing.
+    ggml_tensor * fh   = ggml_mul(g, ggml_repeat(g, fi, ggml_new_tensor_2d(g, GGML_TYPE_F32, F2, N_HARMONICS)), hm);
+    ggml_tensor * rad  = ggml_div(g, fh, sr);  // [F2, 9]
+    rad                = ggml_sub(g, rad, ggml_floor(g, rad));
+    ggml_tensor * ph   = ggml_cumsum(g, rad);
+    ph                 = ggml_scale(g, ggml_scale(g, ggml_scale(g, ph, 2.0f), (float) M_PI), (float) SAMPLES_PER_F0);
+    ph                 = ggml_interpolate(g, ph, L, N_HARMONICS, 1, 1, GGML_SCALE_MODE_BILINEAR);  // [L, 9]
+    ggml_tensor * uv   = ggml_step(g, ggml_scale_bias(g, fi, 1.0f, -VOICED_F0));                   // [F2, 1]
+    uv                 = ggml_interpolate(g, uv, L, 1, 1, 1, GGML_SCALE_MODE_NEAREST);             // [L, 1]
+    ggml_tensor * sine = ggml_mul(g, ggml_scale(g, ggml_sin(g, ph), SINE_AMP), uv);
+    sine               = ggml_cont(g, ggml_transpose(g, sine));                        // [9, L]
+    ggml_tensor * src  = ggml_tanh(g, linear(c, g, sine, GEN + "m_source.l_linear"));  // [1, L]
+
+    // Its STFT (reflect-padded, Hann window): a DFT basis over windows of N_FFT samples
+    // every HOP samples. Magnitude and phase (atan of im/re, moved to the quadrant).
+    ggml_tensor * padded = ggml_pad_reflect_1d(g, ggml_reshape_2d(g, src, L, 1), N_FFT / 2, N_FFT / 2);
+    ggml_tensor * frames = conv1d_strided(g, ggml_reshape_2d(g, padded, 1, L + N_FFT),
+                                          ggml_reshape_3d(g, basis, 1, N_FFT, basis->ne[1]), nullptr, HOP, 0);
+    const int64_t bins   = N_FFT / 2 + 1;
+    ggml_tensor * re     = ggml_view_2d(g, frames, bins, n_frames, frames->nb[1], 0);
+    ggml_tensor * im     = ggml_view_2d(g, frames, bins, n_frames, frames->nb[1], bins * sizeof(float));
+    ggml_tensor * mag    = ggml_sqrt(g, ggml_add(g, ggml_sqr(g, re), ggml_sqr(g, im)));
+    ggml_tensor * at     = atan_all(g, ggml_div(g, im, re));
+    // re < 0: + pi if im > 0, else - pi.
+    ggml_tensor * quad = ggml_mul(g, ggml_step(g, ggml_neg(g, re)),
+                                  ggml_scale_bias(g, ggml_step(g, im), 2.0f * (float) M_PI, -(float) M_PI));
+    ggml_tensor * har  = ggml_concat(g, mag, ggml_add(g, at, quad), 0);  // [22, n_frames]
+    ggml_set_output(har);
+
+    for (size_t i = 0; i < hp_.gen_rates.size(); ++i) {
+        const std::string n    = std::to_string(i);
+        const bool        last = i + 1 == hp_.gen_rates.size();
+        x                      = ggml_leaky_relu(g, x, 0.1f, false);
+        ggml_tensor * nw       = c.w(GEN + "noise_convs." + n + ".weight");
+        ggml_tensor * xs;
+        if (!last) {
+            int stride = 1;
+            for (size_t j = i + 1; j < hp_.gen_rates.size(); ++j) {
+                stride *= hp_.gen_rates[j];
+            }
+            xs = conv1d_strided(g, har, nw, c.w(GEN + "noise_convs." + n + ".bias"), stride, (stride + 1) / 2);
+        } else {
+            xs = conv1d(g, har, nw, c.w(GEN + "noise_convs." + n + ".bias"), 1, 0);
+        }
+        xs          = snake_res_block(c, g, xs, s, GEN + "noise_res." + n + ".", last ? 11 : 7);
+        const int r = hp_.gen_rates[i];
+        x           = conv_transpose1d(g, x, c.w(GEN + "ups." + n + ".weight"), c.w(GEN + "ups." + n + ".bias"), r,
+                                       (hp_.gen_kernels[i] - r) / 2);
+        if (last) {
+            // Reflection pad of one frame on the left: frame 1 repeated before frame 0.
+            ggml_tensor * f1 = ggml_view_2d(g, x, x->ne[0], 1, x->nb[1], x->nb[1]);
+            x                = ggml_concat(g, ggml_cont(g, f1), x, 1);
+        }
+        x                 = ggml_add(g, x, xs);
+        ggml_tensor * sum = nullptr;
+        for (size_t j = 0; j < hp_.res_kernels.size(); ++j) {
+            ggml_tensor * y =
+                snake_res_block(c, g, x, s, GEN + "resblocks." + std::to_string(i * hp_.res_kernels.size() + j) + ".",
+                                hp_.res_kernels[j]);
+            sum = sum ? ggml_add(g, sum, y) : y;
+        }
+        x = ggml_scale(g, sum, 1.0f / (float) hp_.res_kernels.size());
+    }
+    x = ggml_leaky_relu(g, x, 0.01f, false);
+    x = conv1d(g, x, c.w(GEN + "conv_post.weight"), c.w(GEN + "conv_post.bias"), 1, 3);  // [22, n_frames]
+    ggml_tensor * spec  = ggml_exp(g, ggml_view_2d(g, x, bins, n_frames, x->nb[1], 0));
+    ggml_tensor * phase = ggml_sin(g, ggml_view_2d(g, x, bins, n_frames, x->nb[1], bins * sizeof(float)));
+    ggml_tensor * cplx =
+        ggml_concat(g, ggml_mul(g, spec, ggml_cos(g, phase)), ggml_mul(g, spec, ggml_sin(g, phase)), 0);
+    // Inverse: each frame's N_FFT samples from the synthesis basis ([22, N_FFT]), overlap-added.
+    ggml_tensor * cols    = ggml_mul_mat(g, c.w(GEN + "stft.istft.stft.inverse_basis"), cplx);  // [N_FFT, n_frames]
+    const int64_t raw_len = (n_frames - 1) * HOP + N_FFT;
+    ggml_tensor * wav     = nullptr;
+    for (int q = 0; q < N_FFT / HOP; ++q) {
+        ggml_tensor * part = ggml_cont(g, ggml_view_2d(g, cols, HOP, n_frames, cols->nb[1], q * HOP * sizeof(float)));
+        part               = ggml_reshape_1d(g, part, HOP * n_frames);
+        if (!wav) {
+            wav = ggml_pad_ext(g, part, q * HOP, (int) (raw_len - HOP * n_frames - q * HOP), 0, 0, 0, 0, 0, 0);
+        } else {
+            wav = ggml_acc(g, wav, part, wav->nb[1], wav->nb[2], wav->nb[3], q * HOP * sizeof(float));
+        }
+    }
+    // The export scales by 4, dividing its first N_FFT samples by one frame's squared
+    // window (a constant it traced); then drops N_FFT / 2 samples at each end.
+    ggml_tensor * head =
+        ggml_mul(g, ggml_view_1d(g, wav, N_FFT / 2, N_FFT / 2 * sizeof(float)), ggml_reshape_1d(g, gain, N_FFT / 2));
+    ggml_tensor * body  = ggml_scale(g, ggml_view_1d(g, wav, L - N_FFT / 2, N_FFT * sizeof(float)), 4.0f);
+    ggml_tensor * audio = ggml_concat(g, head, body, 0);  // [L]
+    ggml_set_output(audio);
+    ggml_build_forward_expand(gb.gf, har);
+    ggml_build_forward_expand(gb.gf, audio);
+    c.alloc(VS_STAGE_GENERATOR, gb.gf);
+
+    set_input(x_in, xin.v.data());
+    set_input(fi, f0.data());
+    std::vector<float> h(N_HARMONICS);
+    for (int k = 0; k < N_HARMONICS; ++k) {
+        h[k] = (float) (k + 1);
+    }
+    set_input(hm, h.data());
+    const float rate = (float) hp_.sample_rate;
+    set_input(sr, &rate);
+    // Forward DFT basis over the Hann window: rows re_0..re_10, im_0..im_10.
+    ggml_tensor *      win = model_.tensor(GEN + "stft.window");
+    const float *      wv  = (const float *) win->data;
+    std::vector<float> bv((size_t) (N_FFT * 2 * bins));
+    for (int64_t k = 0; k < bins; ++k) {
+        for (int t = 0; t < N_FFT; ++t) {
+            const double a             = 2.0 * M_PI * (double) (k * t) / N_FFT;
+            bv[k * N_FFT + t]          = (float) (wv[t] * std::cos(a));
+            bv[(bins + k) * N_FFT + t] = (float) (-wv[t] * std::sin(a));
+        }
+    }
+    set_input(basis, bv.data());
+    ggml_tensor *      ws  = model_.tensor(GEN + "stft.istft.stft.window_sum");
+    const float *      wsv = (const float *) ws->data;
+    std::vector<float> gv(N_FFT / 2);
+    for (int j = 0; j < N_FFT / 2; ++j) {
+        const float w = wsv[N_FFT / 2 + j];
+        gv[j]         = w > 1.1754944e-38f ? 4.0f / w : 4.0f;
+    }
+    set_input(gain, gv.data());
+    set_input(s, style.data());
+    c.compute(gb.gf);
+    har_out = read_act(har);
+    return read_act(audio).v;
+}
+
+std::vector<float> kokoro_voice::synthesize(vs_context & c, const std::vector<int32_t> & ids, const vs_synth_params & p,
+                                            int chunk) {
+    const float          speed = p.length_scale > 0 ? 1.0f / p.length_scale : 1.0f;
+    std::vector<int32_t> tokens;
+    tokens.reserve(ids.size() + 2);
+    tokens.push_back(0);
+    tokens.insert(tokens.end(), ids.begin(), ids.end());
+    tokens.push_back(0);
+    const int64_t            T     = (int64_t) tokens.size();
+    const std::vector<float> style = style_row(p, ids.size());
+
+    auto stage = [&](int id, auto && fn) {
+        c.check_abort();
+        auto t0 = std::chrono::steady_clock::now();
+        fn();
+        double ms = ms_since(t0);
+        c.timings.stage_ms[id] += ms;
+        if (p.on_stage) {
+            p.on_stage(id, chunk, ms, p.on_stage_user_data);
+        }
+    };
+
+    act                  d_en, d, t_en, dec, har;
+    std::vector<float>   logits, dur, f0, n, audio;
+    std::vector<int32_t> frame_to_token;
+    stage(VS_STAGE_BERT, [&] { d_en = run_bert(c, tokens); });
+    stage(VS_STAGE_DURATION, [&] {
+        d = run_duration(c, d_en, style, speed, logits, dur);
+        if (p.durations) {
+            if ((int64_t) p.n_durations != T) {
+                throw error(VS_ERR_INVALID_ARG, "forced durations: " + std::to_string(p.n_durations) + " given for " +
+                                                    std::to_string(T) + " tokens");
+            }
+        }
+        for (int64_t t = 0; t < T; ++t) {
+            // Round half to even, as the export's Round; at least one frame a token.
+            const int frames = p.durations ? p.durations[t] : std::max(1, (int) std::nearbyint(dur[t]));
+            for (int k = 0; k < frames; ++k) {
+                frame_to_token.push_back((int32_t) t);
+            }
+        }
+        if (frame_to_token.empty()) {
+            throw error(VS_ERR_INVALID_ARG, "forced durations give no frames");
+        }
+    });
+    stage(VS_STAGE_PROSODY, [&] { run_prosody(c, d, frame_to_token, style, f0, n); });
+    stage(VS_STAGE_TEXT_ENCODER, [&] { t_en = run_text_encoder(c, tokens); });
+    stage(VS_STAGE_DECODER, [&] { dec = run_decoder(c, t_en, frame_to_token, f0, n, style); });
+    stage(VS_STAGE_GENERATOR, [&] { audio = run_generator(c, dec, f0, style, har); });
+
+    const int64_t F = (int64_t) frame_to_token.size();
+    c.timings.n_phoneme_ids += (int32_t) T;
+    c.timings.n_frames += (int32_t) F;
+    std::vector<float> frames_f(T, 0.0f);
+    for (int32_t t : frame_to_token) {
+        frames_f[t] += 1.0f;
+    }
+    c.set_output("bert", std::move(d_en.v), T, d_en.C);
+    c.set_output("duration_logits", std::move(logits), T, 50);
+    c.set_output("durations", std::move(frames_f), T, 1);
+    c.set_output("F0", std::move(f0), 2 * F, 1);
+    c.set_output("N", std::move(n), 2 * F, 1);
+    c.set_output("text_encoder", std::move(t_en.v), T, t_en.C);
+    c.set_output("decoder", std::move(dec.v), dec.T, dec.C);
+    c.set_output("har", std::move(har.v), har.T, har.C);
+    return audio;
+}
+
+}  // namespace
+
+void kokoro_validate(const vs_model & model) {
+    kokoro_hparams hp = read_hparams(model);
+    for (const auto & v : hp.voices) {
+        model.tensor("voice." + v);
+    }
+    for (const char * name :
+         { "bert.embeddings.word_embeddings.weight", "bert_encoder.weight", "predictor.lstm.weight_ih",
+           "predictor.shared.weight_hh", "text_encoder.lstm.bias", "decoder.encode.conv1.weight",
+           "generator.conv_post.weight", "generator.stft.istft.stft.inverse_basis", "generator.stft.window" }) {
+        model.tensor(name);
+    }
+}
+
+std::unique_ptr<voice> make_kokoro_voice(vs_model & model) {
+    return std::make_unique<kokoro_voice>(model);
+}
+
+}  // namespace vs

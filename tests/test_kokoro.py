@@ -1,0 +1,142 @@
+"""Kokoro-82M in the engine against onnxruntime's int8 export, on the same phonemes."""
+
+import numpy as np
+import pytest
+
+from app.core import models
+from app.core.dsp import log_mel_cosine
+from app.core.engine import Engine
+from app.core.errors import CancelledError, InvalidArgumentError, NothingToSpeakError
+from app.core.reference import KokoroReference, kokoro_bert_float
+
+SAMPLES_PER_FRAME = 600  # 24 kHz audio, 40 duration frames a second
+
+
+@pytest.fixture(scope="module")
+def kokoro():
+    with Engine.open("kokoro:jf_alpha", device="cpu", threads=2) as eng:
+        yield eng
+
+
+@pytest.fixture(scope="module")
+def kokoro_ref():
+    return KokoroReference(threads=2, stages=True)
+
+
+def cosine(a, b) -> float:
+    a = np.asarray(a, np.float64).reshape(-1)
+    b = np.asarray(b, np.float64).reshape(-1)
+    assert a.shape == b.shape
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+# Bounds against the export. It quantizes every activation to uint8 before each matrix
+# product; the engine computes in float. Where that noise accumulates over many products
+# (BERT: 72; the decoder: 10 convolutions of 1024 channels) the bound is the noise's,
+# and the stage is checked against a float computation of the same weights as well.
+STAGE_BOUNDS = {
+    "bert": 0.985,
+    "duration_logits": 0.999,
+    "F0": 0.999,
+    "N": 0.999,
+    "text_encoder": 0.999,
+    "decoder": 0.998,
+}
+
+
+def test_stages_match_reference_with_its_durations(kokoro, kokoro_ref, sentences):
+    for text in sentences[:3]:
+        for line in kokoro.phonemize(text):
+            want_audio, _, want = kokoro_ref.synthesize(line, "jf_alpha")
+            take = kokoro.synthesize(phonemes=line, durations=want["durations"])
+            assert take.timings["chunks"] == 1
+            for stage, bound in STAGE_BOUNDS.items():
+                got = kokoro.output(stage)
+                assert got.shape == want[stage].shape, stage
+                value = cosine(got, want[stage])
+                assert value >= bound, f"stage {stage}: cosine {value:.5f} < {bound} for {line!r}"
+            bert_float = kokoro_bert_float(models.kokoro_path(), [0, *kokoro_ref.ids(line), 0])
+            assert cosine(kokoro.output("bert"), bert_float) >= 0.99999, "stage bert against the float model"
+            lm = log_mel_cosine(take.audio, want_audio, take.sample_rate)
+            assert len(take.audio) == len(want_audio)
+            assert lm >= 0.99, f"audio log-mel cosine {lm:.4f} for {line!r}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("voice", models.KOKORO_VOICES)
+def test_free_running_matches_reference(voice, kokoro_ref, sentences):
+    assert len(sentences) >= 10
+    total_got = total_want = 0
+    with Engine.open(f"kokoro:{voice}", device="cpu", threads=2) as engine:
+        for text in sentences:
+            lines = engine.phonemize(text)
+            want = np.concatenate([kokoro_ref.synthesize(line, voice)[0] for line in lines])
+            got = engine.synthesize(phonemes="\n".join(lines)).audio
+            total_got, total_want = total_got + len(got), total_want + len(want)
+            lm = log_mel_cosine(got, want, 24000)
+            assert lm >= 0.93, f"{voice}: log-mel cosine {lm:.4f} for {text!r}"
+    assert abs(total_got - total_want) <= 0.01 * total_want, f"{voice}: {total_got} vs {total_want} samples"
+
+
+def test_durations_and_speed(kokoro):
+    line = kokoro.phonemize("The quick brown fox jumps over the lazy dog.")[0]
+    base = kokoro.synthesize(phonemes=line)
+    frames = kokoro.output("durations").reshape(-1)
+    assert frames.min() >= 1 and len(base.audio) == frames.sum() * SAMPLES_PER_FRAME
+    slow = kokoro.synthesize(phonemes=line, length_scale=2.0)  # speed 0.5
+    fast = kokoro.synthesize(phonemes=line, length_scale=0.5)  # speed 2.0
+    assert 1.8 <= len(slow.audio) / len(base.audio) <= 2.2
+    assert 0.45 <= len(fast.audio) / len(base.audio) <= 0.62  # every token keeps at least one frame
+
+
+def test_text_is_mapped_onto_the_vocabulary(kokoro, kokoro_ref):
+    lines = kokoro.phonemize("Hello there! I bought a house, you know.")
+    assert len(lines) == 2
+    text = "".join(lines)
+    assert "^" not in text and "O" in text and "I" in text and "W" in text  # oʊ, aɪ, aʊ
+    assert all(c in kokoro_ref.vocab for c in text)
+    take = kokoro.synthesize(text="Hello there! I bought a house, you know.")
+    assert take.timings["skipped_symbols"] == 0 and take.timings["chunks"] == 2
+
+
+def test_long_sentences_are_split_at_510_tokens(kokoro):
+    word = "hˈɛlO, "
+    exact = (word * 80)[:510]
+    take = kokoro.synthesize(phonemes=exact)
+    assert take.timings["chunks"] == 1 and take.timings["phoneme_ids"] == 512  # 510 and two pads
+    longer = word * 80  # 560 symbols
+    take = kokoro.synthesize(phonemes=longer)
+    assert take.timings["chunks"] == 2
+    assert take.timings["phoneme_ids"] == len(longer.rstrip()) + 4 - 1  # the space at the cut is dropped
+    assert np.all(np.isfinite(take.audio)) and np.abs(take.audio).max() > 0.01
+
+
+def test_bad_input_is_refused_with_a_reason(kokoro):
+    with pytest.raises(NothingToSpeakError):
+        kokoro.synthesize(phonemes=" , . ")
+    with pytest.raises(InvalidArgumentError, match="forced durations"):
+        kokoro.synthesize(phonemes="hˈɛlO", durations=np.ones(3, np.int32))
+    with pytest.raises(InvalidArgumentError, match="256 columns"):
+        kokoro.synthesize(phonemes="hˈɛlO", style=np.zeros((510, 128), np.float32))
+    odd = kokoro.synthesize(phonemes="hˈɛlO ☃ wˈɜɹld")
+    assert odd.timings["skipped_symbols"] == 1
+    own = kokoro.synthesize(phonemes="hˈɛlO", style=np.zeros((1, 256), np.float32))
+    assert np.all(np.isfinite(own.audio))
+
+
+def test_unknown_voice_pack_is_named(kokoro):
+    with Engine.open("kokoro:jf_alpha", device="cpu", threads=2) as engine:
+        engine.style = "nobody"
+        with pytest.raises(InvalidArgumentError, match="jf_alpha"):
+            engine.synthesize(phonemes="hˈɛlO")
+
+
+def test_cancel_between_chunks(kokoro):
+    chunks = []
+    with pytest.raises(CancelledError):
+        kokoro.synthesize(
+            phonemes="hˈɛlO.\nwˈɜɹld.\nəɡˈɛn.",
+            on_chunk=lambda i, audio: chunks.append(i),
+            cancelled=lambda: len(chunks) >= 1,
+        )
+    assert chunks == [0]
