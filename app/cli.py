@@ -62,7 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     msub = m.add_subparsers(dest="action", required=True)
     mi = msub.add_parser("install")
     mi.add_argument("voices", nargs="*", help="voice ids (default: every stock voice)")
-    mi.add_argument("--weights", choices=["f32", "f16", "q8_0"], default="f32")
+    mi.add_argument(
+        "--weights", choices=["f32", "f16", "q8_0"], default=None, help="default: f32 for Piper, f16 for Kokoro"
+    )
     mi.add_argument("--force", action="store_true")
     return parser
 
@@ -177,16 +179,22 @@ def cmd_bench(args) -> int:
 
 
 def _bench_reference(args, ipa: list[str], ours: list[dict]) -> dict:
-    from app.core.reference import PiperReference
+    from app.core import models
+    from app.core.reference import KokoroReference, PiperReference
 
     threads = args.threads if args.threads > 0 else len(os.sched_getaffinity(0))
-    ref = PiperReference(args.voice, threads=threads)
+    if models.is_kokoro(args.voice):
+        kokoro, style = KokoroReference(threads=threads), models.style_name(args.voice)
+        ref, synthesize = kokoro, lambda line: kokoro.synthesize(line, style)[:2]
+    else:
+        ref = PiperReference(args.voice, threads=threads)
+        synthesize = ref.synthesize
     items = []
     for item, mine in zip(ipa, ours, strict=True):
         times, audio = [], None
         for r in range(args.warmup + args.runs):
             # One sentence a line: the reference runs each line as its own utterance, as the engine does.
-            chunks = [ref.synthesize(line) for line in item.split("\n") if line.strip()]
+            chunks = [synthesize(line) for line in item.split("\n") if line.strip()]
             if r >= args.warmup:
                 times.append(sum(ms for _, ms in chunks))
                 audio = sum(len(a) for a, _ in chunks)

@@ -23,3 +23,24 @@ def test_gpu_speaks_like_the_cpu_with_every_stage_on_the_device(device, sentence
             assert np.isfinite(got.audio).all()
             assert log_mel_cosine(got.audio, want.audio, want.sample_rate) >= 0.99, text
         assert gpu.fallback_stages == []
+
+
+@pytest.mark.parametrize("device", GPUS)
+def test_gpu_runs_all_of_kokoro(device, sentences):
+    from app.core import models
+
+    if not models.kokoro_installed():
+        pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
+    voice = "kokoro:jf_alpha"
+    with Engine.open(voice, device="cpu", threads=2) as cpu, Engine.open(voice, device=device) as gpu:
+        assert gpu.device == device
+        for text in sentences[:6]:
+            for line in cpu.phonemize(text):
+                want = cpu.synthesize(phonemes=line)
+                # The CPU's durations, so that a token near a .5 boundary cannot shift the rest.
+                got = gpu.synthesize(phonemes=line, durations=cpu.output("durations").reshape(-1).astype(np.int32))
+                assert len(got.audio) == len(want.audio) and np.isfinite(got.audio).all()
+                assert log_mel_cosine(got.audio, want.audio, want.sample_rate) >= 0.99, line
+                free = gpu.synthesize(phonemes=line)
+                assert abs(len(free.audio) - len(want.audio)) <= 2 * 600, line  # at most two frames
+        assert gpu.fallback_stages == []

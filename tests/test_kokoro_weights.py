@@ -160,3 +160,30 @@ def test_damaged_export_is_refused(tmp_path):
     bad.write_bytes(b"\x08\x01garbage")
     with pytest.raises(convert_kokoro.ConversionError, match="kokoro.onnx"):
         convert_kokoro.dequantized_tensors(bad)
+
+
+def test_the_exports_istft_has_one_and_a_half_times_torch_istfts_gain(kokoro_gguf):
+    """The export overlap-adds its synthesis basis and multiplies by 4; torch.istft divides
+    by the overlap-added squared window (1.5 for a Hann window of 20 at hop 5). The engine
+    matches the export, so its audio is 1.5x what the PyTorch code would give."""
+    reader, _ = kokoro_gguf
+    wanted = ("generator.stft.istft.stft.inverse_basis", "generator.stft.window")
+    tensors = {t.name: np.asarray(t.data, dtype=np.float64) for t in reader.tensors if t.name in wanted}
+    basis = tensors["generator.stft.istft.stft.inverse_basis"]  # [n_fft, 22]: taps x (11 re, 11 im)
+    window = tensors["generator.stft.window"]
+    n_fft, hop, frames = 20, 5, 40
+    spec = np.random.default_rng(0).standard_normal((frames, 11)) + 1j * np.random.default_rng(1).standard_normal(
+        (frames, 11)
+    )
+    spec[:, 0] = spec[:, 0].real  # a real signal's DC and Nyquist bins are real
+    spec[:, -1] = spec[:, -1].real
+    out_len = (frames - 1) * hop + n_fft
+    export, torch_like, wsum = np.zeros(out_len), np.zeros(out_len), np.zeros(out_len)
+    for t in range(frames):
+        cols = basis @ np.concatenate([spec[t].real, spec[t].imag])
+        export[t * hop : t * hop + n_fft] += 4.0 * cols
+        torch_like[t * hop : t * hop + n_fft] += np.fft.irfft(spec[t], n_fft) * window
+        wsum[t * hop : t * hop + n_fft] += window**2
+    interior = slice(n_fft, out_len - n_fft)  # where every sample has its four frames
+    assert np.allclose(wsum[interior], 1.5)
+    np.testing.assert_allclose(export[interior], 1.5 * torch_like[interior] / wsum[interior], rtol=1e-4, atol=1e-6)

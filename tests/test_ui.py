@@ -303,3 +303,17 @@ def test_playback_started_during_a_job_plays_every_sentence(qtbot, window, null_
     audio, _, segments = timeline(window.project, gap_s=window.settings["gap_s"])
     assert len(segments) == 4
     assert window.player.frames_written == len(audio)  # later sentences were appended as they came
+
+
+def test_a_kokoro_voice_synthesizes_with_its_own_stages(qtbot, window):
+    window.voices.voice_chosen.emit("kokoro:jm_kumo")
+    assert window.inspector.voice.currentText() == "kokoro:jm_kumo"
+    set_script(window, "Kokoro speaks in the studio.")
+    job, events, (_, state) = run_job(qtbot, window)
+    assert state == "done"
+    kokoro = STAGES_BY_FAMILY["kokoro"]
+    first = events.index("sentence 0")
+    assert [e for e in events[first : events.index("done 0")] if e in kokoro] == list(kokoro)
+    assert window.timings.stages == kokoro and all(window.timings.stage_ms[s] > 0 for s in kokoro[1:])
+    take = window.project.sentences[0].take
+    assert take.sample_rate == 24000 and take.voice == "kokoro:jm_kumo"

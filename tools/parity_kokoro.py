@@ -64,14 +64,16 @@ def main() -> int:
     print("(b) free running:")
     for voice in voices:
         with Engine.open(f"kokoro:{voice}", device="cpu", threads=2) as engine:
-            lengths, cosines = [], []
+            lengths, cosines, total = [], [], [0, 0]
             for lines_ in ipa:
                 want = np.concatenate([ref.synthesize(line, voice)[0] for line in lines_])
                 got = engine.synthesize(phonemes="\n".join(lines_)).audio
                 lengths.append(abs(len(got) - len(want)) / len(want))
+                total[0], total[1] = total[0] + len(got), total[1] + len(want)
                 cosines.append(log_mel_cosine(got, want, 24000))
         print(
-            f"    {voice:<14} length diff max {max(lengths):.2%}  log-mel min {min(cosines):.4f}"
+            f"    {voice:<14} length diff max {max(lengths):.2%}, in total {abs(total[0] - total[1]) / total[1]:.2%}"
+            f"  log-mel min {min(cosines):.4f}"
             f" mean {np.mean(cosines):.4f}"
         )
     return 0

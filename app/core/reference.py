@@ -142,9 +142,14 @@ def kokoro_bert_float(gguf_path: Path, tokens: list[int]) -> np.ndarray:
     The export quantizes every activation to uint8 before its matrix products, so its
     BERT output is itself about 0.7% off the float model; this is the float model."""
     import gguf
+    from gguf.quants import dequantize
 
     reader = gguf.GGUFReader(str(gguf_path))
-    w = {t.name: np.asarray(t.data, dtype=np.float64) for t in reader.tensors if t.name.startswith("bert")}
+    w = {
+        t.name: dequantize(t.data, t.tensor_type).astype(np.float64).reshape([int(n) for n in reversed(t.shape)])
+        for t in reader.tensors
+        if t.name.startswith("bert")
+    }
 
     def linear(x, name):
         return x @ w[name + ".weight"].T + w[name + ".bias"]

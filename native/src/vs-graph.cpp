@@ -8,6 +8,9 @@ namespace {
 
 thread_local bool g_device_is_cpu = true;
 
+// Largest im2col matrix (as F32) one convolution's mul_mat takes at once.
+constexpr size_t MAX_IM2COL_BYTES = 64u << 20;
+
 // A view whose rows overlap: row i starts `row_stride` bytes after row i - 1 but is
 // `row_len` elements long. Over a [C, T] activation with row_len = C * K and
 // row_stride = C it is the im2col matrix of a dilation-1 convolution, for free.
@@ -89,7 +92,21 @@ ggml_tensor * conv1d_window(ggml_context * ctx, ggml_tensor * xp, int64_t start,
         return b ? ggml_add(ctx, y, b) : y;
     }
     // Other weight types convert src1 row by row anyway, so overlapping rows cost
-    // nothing extra: one mul_mat with the taps folded into the contraction.
+    // nothing extra: one mul_mat with the taps folded into the contraction. That
+    // conversion (or, off the CPU, the materialized im2col) holds K times the input,
+    // so long outputs go in tiles of time.
+    const int64_t tile =
+        std::max<int64_t>(64, (int64_t) (MAX_IM2COL_BYTES / (IC * K * sizeof(float))) / dilation) * dilation;
+    if (T_out > tile) {
+        ggml_tensor * y = nullptr;
+        for (int64_t t0 = 0; t0 < T_out; t0 += tile) {
+            const int64_t n    = std::min(tile, T_out - t0);
+            ggml_tensor * part = conv1d_window(ctx, xp, start + t0, n, w, b, dilation);
+            y = y ? ggml_acc_inplace(ctx, y, part, y->nb[1], ggml_nbytes(y), ggml_nbytes(y), t0 * y->nb[1])
+                  : pad_time(ctx, part, 0, T_out - n);
+        }
+        return y;
+    }
     ggml_tensor * w2 = ggml_reshape_2d(ctx, w, IC * K, OC);
     if (dilation == 1) {
         ggml_tensor * cols = overlapping_rows(ctx, xp, IC * K, T_out, fb, 1, fb * xp->ne[1], start * fb);

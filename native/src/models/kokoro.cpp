@@ -164,7 +164,10 @@ class kokoro_voice final : public voice {
     std::vector<float>                style_row(const vs_synth_params & p, size_t n_phonemes) const;
 
     act run_lstm(vs_context & c, int stage, const std::string & prefix, const act & x) const;
-    act run_bert(vs_context & c, const std::vector<int32_t> & tokens) const;
+    // BERT's projection d_en [512, T]; with the prosody style appended, the duration
+    // encoder's input [640, T].
+    act run_bert(vs_context & c, const std::vector<int32_t> & tokens, const std::vector<float> & style,
+                 act & d_in) const;
     // Duration encoder output d [640, T] and the frames per token.
     act                run_duration(vs_context & c, const act & d_en, const std::vector<float> & style, float speed,
                                     std::vector<float> & logits, std::vector<float> & durations) const;
@@ -177,9 +180,9 @@ class kokoro_voice final : public voice {
     std::vector<float> run_generator(vs_context & c, const act & x, const std::vector<float> & f0,
                                      const std::vector<float> & style, act & har) const;
 
-    ggml_tensor * adain_res_block(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * s,
+    ggml_tensor * adain_res_block(vs_context & c, ggml_context * g, ggml_tensor * x, const struct cond & k,
                                   const std::string & pre, bool upsample) const;
-    ggml_tensor * snake_res_block(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * s,
+    ggml_tensor * snake_res_block(vs_context & c, ggml_context * g, ggml_tensor * x, const struct cond & k,
                                   const std::string & pre, int kernel) const;
 };
 
@@ -383,14 +386,64 @@ void style_affine(vs_context & c, ggml_context * g, ggml_tensor * s, const std::
     shift           = ggml_view_2d(g, h, C, 1, h->nb[1], C * ggml_element_size(h));
 }
 
-// AdaIN: instance norm over time per channel, then the style's affine.
-ggml_tensor * adain(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * s, const std::string & fc) {
+// What a graph's AdaIN layers share: the style half they read and a row of ones (their
+// statistics over time are products with it: no transposes of long activations).
+struct cond {
+    ggml_tensor * s    = nullptr;  // [128, 1]
+    ggml_tensor * ones = nullptr;  // [1, n]
+};
+
+cond make_cond(ggml_context * g, int64_t max_frames) {
+    cond k;
+    k.s    = style_input(g, "style");
+    k.ones = input_2d(g, 1, std::max<int64_t>(max_frames, 1024), "ones");
+    return k;
+}
+
+void fill_cond(const cond & k, const float * style) {
+    set_input(k.s, style);
+    std::vector<float> ones((size_t) ggml_nelements(k.ones), 1.0f);
+    set_input(k.ones, ones.data());
+}
+
+// AdaIN (instance norm over time per channel, then the style's affine) as one per-channel
+// affine y = a x + b: mean and variance from sums of x and x^2 over time.
+void adain_affine(vs_context & c, ggml_context * g, ggml_tensor * x, const cond & k, const std::string & fc,
+                  ggml_tensor *& a, ggml_tensor *& b) {
     ggml_tensor *scale, *shift;
-    style_affine(c, g, s, fc, x->ne[0], scale, shift);
-    ggml_tensor * xt = ggml_cont(g, ggml_transpose(g, x));  // [T, C]
-    xt               = ggml_norm(g, xt, 1e-5f);
-    ggml_tensor * y  = ggml_cont(g, ggml_transpose(g, xt));  // [C, T]
-    return ggml_add(g, ggml_mul(g, y, scale), shift);
+    style_affine(c, g, k.s, fc, x->ne[0], scale, shift);
+    const int64_t T    = x->ne[1];
+    ggml_tensor * ones = ggml_view_2d(g, k.ones, 1, T, k.ones->nb[1], 0);
+    ggml_tensor * mean = ggml_scale(g, ggml_out_prod(g, x, ones), 1.0f / (float) T);  // [C, 1]
+    // Two passes (E[(x - mean)^2], not E[x^2] - mean^2): some channels' means dwarf their spread.
+    ggml_tensor * var = ggml_scale(g, ggml_out_prod(g, ggml_sqr(g, ggml_sub(g, x, mean)), ones), 1.0f / (float) T);
+    a                 = ggml_div(g, scale, ggml_sqrt(g, ggml_scale_bias(g, var, 1.0f, 1e-5f)));
+    b                 = ggml_sub(g, shift, ggml_mul(g, mean, a));
+}
+
+ggml_tensor * adain(vs_context & c, ggml_context * g, ggml_tensor * x, const cond & k, const std::string & fc) {
+    if (!ggml_is_contiguous(x)) {
+        x = ggml_cont(g, x);
+    }
+    ggml_tensor *a, *b;
+    adain_affine(c, g, x, k, fc, a, b);
+    return ggml_add(g, ggml_mul(g, x, a), b);
+}
+
+// AdaIN then Snake (y + sin^2(alpha y) / alpha, alpha per channel, [1, C, 1] in the file).
+// With u = alpha y, a per-channel affine of x: Snake(y) = (u + sin^2 u) / alpha.
+ggml_tensor * adain_snake(vs_context & c, ggml_context * g, ggml_tensor * x, const cond & k, const std::string & fc,
+                          ggml_tensor * alpha) {
+    if (!ggml_is_contiguous(x)) {
+        x = ggml_cont(g, x);
+    }
+    const int64_t C = x->ne[0];
+    ggml_tensor * a, *b;
+    adain_affine(c, g, x, k, fc, a, b);
+    ggml_tensor * al  = ggml_reshape_2d(g, alpha, C, 1);
+    ggml_tensor * inv = ggml_div(g, ggml_view_2d(g, k.ones, C, 1, C * sizeof(float), 0), al);  // 1 / alpha
+    ggml_tensor * u   = ggml_add(g, ggml_mul(g, x, ggml_mul(g, a, al)), ggml_mul(g, b, al));
+    return ggml_mul(g, ggml_add(g, u, ggml_sqr(g, ggml_sin(g, u))), inv);
 }
 
 // Frames repeated twice: [C, T] -> [C, 2T].
@@ -412,14 +465,14 @@ ggml_tensor * depthwise_upsample(ggml_context * g, ggml_tensor * x, ggml_tensor 
 }
 
 // StyleTTS 2's AdainResBlk1d (LeakyReLU 0.2, optional 2x upsampling), scaled by 1/sqrt(2).
-ggml_tensor * kokoro_voice::adain_res_block(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * s,
+ggml_tensor * kokoro_voice::adain_res_block(vs_context & c, ggml_context * g, ggml_tensor * x, const cond & k,
                                             const std::string & pre, bool upsample) const {
-    ggml_tensor * r = ggml_leaky_relu(g, adain(c, g, x, s, pre + "norm1.fc"), 0.2f, false);
+    ggml_tensor * r = ggml_leaky_relu(g, adain(c, g, x, k, pre + "norm1.fc"), 0.2f, false);
     if (upsample) {
         r = depthwise_upsample(g, r, c.w(pre + "pool.weight"), c.w(pre + "pool.bias"));
     }
     r = conv1d(g, r, c.w(pre + "conv1.weight"), c.w(pre + "conv1.bias"), 1, 1);
-    r = ggml_leaky_relu(g, adain(c, g, r, s, pre + "norm2.fc"), 0.2f, false);
+    r = ggml_leaky_relu(g, adain(c, g, r, k, pre + "norm2.fc"), 0.2f, false);
     r = conv1d(g, r, c.w(pre + "conv2.weight"), c.w(pre + "conv2.bias"), 1, 1);
 
     ggml_tensor * sc = upsample ? upsample2(g, x) : x;
@@ -430,22 +483,16 @@ ggml_tensor * kokoro_voice::adain_res_block(vs_context & c, ggml_context * g, gg
     return ggml_scale(g, ggml_add(g, r, sc), 1.0f / std::sqrt(2.0f));
 }
 
-// Snake: x + sin(alpha x)^2 / alpha, alpha per channel ([1, C, 1] in the file).
-ggml_tensor * snake(ggml_context * g, ggml_tensor * x, ggml_tensor * alpha) {
-    ggml_tensor * a = ggml_reshape_1d(g, alpha, x->ne[0]);
-    return ggml_add(g, x, ggml_div(g, ggml_sqr(g, ggml_sin(g, ggml_mul(g, x, a))), a));
-}
-
 // iSTFTNet's AdaINResBlock1: three (AdaIN, Snake, dilated conv, AdaIN, Snake, conv) residuals.
-ggml_tensor * kokoro_voice::snake_res_block(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * s,
+ggml_tensor * kokoro_voice::snake_res_block(vs_context & c, ggml_context * g, ggml_tensor * x, const cond & k,
                                             const std::string & pre, int kernel) const {
     for (int i = 0; i < 3; ++i) {
         const std::string n = std::to_string(i);
         const int         d = hp_.res_dilations[i];
-        ggml_tensor *     y = snake(g, adain(c, g, x, s, pre + "adain1." + n + ".fc"), c.w(pre + "alpha1." + n));
+        ggml_tensor *     y = adain_snake(c, g, x, k, pre + "adain1." + n + ".fc", c.w(pre + "alpha1." + n));
         y                   = conv1d(g, y, c.w(pre + "convs1." + n + ".weight"), c.w(pre + "convs1." + n + ".bias"), d,
                                      (kernel * d - d) / 2);
-        y                   = snake(g, adain(c, g, y, s, pre + "adain2." + n + ".fc"), c.w(pre + "alpha2." + n));
+        y                   = adain_snake(c, g, y, k, pre + "adain2." + n + ".fc", c.w(pre + "alpha2." + n));
         y = conv1d(g, y, c.w(pre + "convs2." + n + ".weight"), c.w(pre + "convs2." + n + ".bias"), 1, (kernel - 1) / 2);
         x = ggml_add(g, x, y);
     }
@@ -484,13 +531,9 @@ act kokoro_voice::run_lstm(vs_context & c, int stage, const std::string & prefix
         ggml_tensor * w_ih = c.w(prefix + ".weight_ih"), *w_hh = c.w(prefix + ".weight_hh");
         ggml_tensor * bias = c.w(prefix + ".bias");
         // Input projections of every step of the chunk at once: [4H, n, D].
-        ggml_tensor * gx = ggml_add(g, ggml_mul_mat(g, w_ih, xs), ggml_reshape_3d(g, bias, H4, 1, D));
-        // Each step's hidden state is copied into its slice of `out` (a graph input, so that
-        // the scheduler gives it memory of its own).
-        ggml_tensor * out = ggml_new_tensor_3d(g, GGML_TYPE_F32, H, D, n);
-        ggml_set_input(out);
-        ggml_set_output(out);
-        ggml_tensor *hs = h0, *cc = c0;
+        ggml_tensor *              gx = ggml_add(g, ggml_mul_mat(g, w_ih, xs), ggml_reshape_3d(g, bias, H4, 1, D));
+        std::vector<ggml_tensor *> steps;
+        ggml_tensor *              hs = h0, *cc = c0;
         for (int64_t j = 0; j < n; ++j) {
             ggml_tensor * gj   = ggml_view_3d(g, gx, H4, 1, D, gx->nb[1], gx->nb[2], j * gx->nb[1]);
             ggml_tensor * rec  = ggml_mul_mat(g, w_hh, ggml_reshape_3d(g, hs, H, 1, D));  // [4H, 1, D]
@@ -499,11 +542,25 @@ act kokoro_voice::run_lstm(vs_context & c, int stage, const std::string & prefix
             auto          gate = [&](ggml_tensor * t, int k) {
                 return ggml_view_2d(g, t, H, D, t->nb[1], k * H * sizeof(float));
             };
-            ggml_tensor * cell = ggml_tanh(g, gate(z, 2));
+            ggml_tensor * cell = ggml_tanh(g, ggml_cont(g, gate(z, 2)));
             cc                 = ggml_add(g, ggml_mul(g, gate(sg, 1), cc), ggml_mul(g, gate(sg, 0), cell));
             hs                 = ggml_mul(g, gate(sg, 3), ggml_tanh(g, cc));
-            ggml_build_forward_expand(gb.gf, ggml_cpy(g, hs, ggml_view_2d(g, out, H, D, out->nb[1], j * out->nb[2])));
+            steps.push_back(ggml_reshape_3d(g, hs, H, D, 1));
         }
+        // The steps' hidden states side by side, [H, D, n]: pairwise concatenation (log n copies).
+        while (steps.size() > 1) {
+            std::vector<ggml_tensor *> next;
+            for (size_t i = 0; i + 1 < steps.size(); i += 2) {
+                next.push_back(ggml_concat(g, steps[i], steps[i + 1], 2));
+            }
+            if (steps.size() % 2) {
+                next.push_back(steps.back());
+            }
+            steps.swap(next);
+        }
+        ggml_tensor * out = steps[0];
+        ggml_set_output(out);
+        ggml_build_forward_expand(gb.gf, out);
         ggml_set_output(hs);
         ggml_set_output(cc);
         ggml_build_forward_expand(gb.gf, hs);
@@ -538,7 +595,16 @@ act kokoro_voice::run_lstm(vs_context & c, int stage, const std::string & prefix
 
 // ---------------------------------------------------------------- stages
 
-act kokoro_voice::run_bert(vs_context & c, const std::vector<int32_t> & tokens) const {
+// x [C, T] with the style [128] appended to every frame -> [C + 128, T] (the style's
+// copies as an outer product with a row of ones).
+ggml_tensor * with_style(ggml_context * g, ggml_tensor * x, const cond & k) {
+    const int64_t T    = x->ne[1];
+    ggml_tensor * ones = ggml_reshape_2d(g, ggml_view_1d(g, k.ones, T, 0), T, 1);
+    return ggml_concat(g, x, ggml_out_prod(g, k.s, ones), 0);
+}
+
+act kokoro_voice::run_bert(vs_context & c, const std::vector<int32_t> & tokens, const std::vector<float> & style,
+                           act & d_in) const {
     const int64_t  T = (int64_t) tokens.size(), Hd = hp_.bert_hidden, nh = Hd / BERT_HEAD_DIM;
     auto           gb  = c.new_graph();
     ggml_context * g   = gb.ctx.get();
@@ -577,46 +643,42 @@ act kokoro_voice::run_bert(vs_context & c, const std::vector<int32_t> & tokens) 
         x                = layer_norm(g, ggml_add(g, x, f), c.w(LAYER + "full_layer_layer_norm.weight"),
                                       c.w(LAYER + "full_layer_layer_norm.bias"), 1e-12f);
     }
-    x = linear(c, g, x, "bert_encoder");  // [512, T]
+    x                = linear(c, g, x, "bert_encoder");  // [512, T]
+    const cond    k  = make_cond(g, T);
+    ggml_tensor * xs = with_style(g, x, k);
     ggml_set_output(x);
+    ggml_set_output(xs);
     ggml_build_forward_expand(gb.gf, x);
+    ggml_build_forward_expand(gb.gf, xs);
     c.alloc(VS_STAGE_BERT, gb.gf);
     set_input(ids, tokens.data());
+    fill_cond(k, style.data() + STYLE_DIM);
     c.compute(gb.gf);
+    d_in = read_act(xs);
     return read_act(x);
 }
 
-// x [C, T] with the style [128] appended to every frame -> [C + 128, T].
-ggml_tensor * with_style(ggml_context * g, ggml_tensor * x, ggml_tensor * s) {
-    ggml_tensor * rep = ggml_repeat(g, s, ggml_new_tensor_2d(g, GGML_TYPE_F32, s->ne[0], x->ne[1]));
-    return ggml_concat(g, x, rep, 0);
-}
-
-act kokoro_voice::run_duration(vs_context & c, const act & d_en, const std::vector<float> & style, float speed,
+act kokoro_voice::run_duration(vs_context & c, const act & d_in, const std::vector<float> & style, float speed,
                                std::vector<float> & logits, std::vector<float> & durations) const {
     const float * s_pros = style.data() + STYLE_DIM;
-    // A small graph: optionally AdaLayerNorm (module `norm`), then the style appended.
+    // AdaLayerNorm (module `norm`), then the style appended.
     auto styled = [&](const act & in, const std::string & norm) {
         auto           gb = c.new_graph();
         ggml_context * g  = gb.ctx.get();
         ggml_tensor *  x  = input_2d(g, in.C, in.T, "x");
-        ggml_tensor *  s  = style_input(g, "style");
-        ggml_tensor *  y  = x;
-        if (!norm.empty()) {
-            ggml_tensor *scale, *shift;
-            style_affine(c, g, s, norm, in.C, scale, shift);
-            y = ggml_add(g, ggml_mul(g, ggml_norm(g, x, 1e-5f), scale), shift);
-        }
-        y = with_style(g, y, s);
+        const cond     k  = make_cond(g, in.T);
+        ggml_tensor *  scale, *shift;
+        style_affine(c, g, k.s, norm, in.C, scale, shift);
+        ggml_tensor * y = with_style(g, ggml_add(g, ggml_mul(g, ggml_norm(g, x, 1e-5f), scale), shift), k);
         ggml_set_output(y);
         ggml_build_forward_expand(gb.gf, y);
         c.alloc(VS_STAGE_DURATION, gb.gf);
         set_input(x, in.v.data());
-        set_input(s, s_pros);
+        fill_cond(k, s_pros);
         c.compute(gb.gf);
         return read_act(y);
     };
-    act d = styled(d_en, "");
+    act d = d_in;
     for (int l = 0; l < 3; ++l) {
         const std::string base = PRED + "text_encoder.lstms.";
         act               h    = run_lstm(c, VS_STAGE_DURATION, base + std::to_string(2 * l), d);
@@ -657,13 +719,13 @@ void kokoro_voice::run_prosody(vs_context & c, const act & d, const std::vector<
     auto           gb = c.new_graph();
     ggml_context * g  = gb.ctx.get();
     ggml_tensor *  xi = input_2d(g, x.C, x.T, "x");
-    ggml_tensor *  s  = style_input(g, "style");
+    const cond     k  = make_cond(g, 2 * x.T);
     ggml_tensor *  outs[2];
     const char *   branch[2] = { "F0", "N" };
     for (int b = 0; b < 2; ++b) {
         ggml_tensor * y = xi;
         for (int i = 0; i < 3; ++i) {
-            y = adain_res_block(c, g, y, s, PRED + branch[b] + "." + std::to_string(i) + ".", i == 1);
+            y = adain_res_block(c, g, y, k, PRED + branch[b] + "." + std::to_string(i) + ".", i == 1);
         }
         y = conv1d(g, y, c.w(PRED + branch[b] + "_proj.weight"), c.w(PRED + branch[b] + "_proj.bias"), 1, 0);
         ggml_set_output(y);
@@ -672,7 +734,7 @@ void kokoro_voice::run_prosody(vs_context & c, const act & d, const std::vector<
     }
     c.alloc(VS_STAGE_PROSODY, gb.gf);
     set_input(xi, x.v.data());
-    set_input(s, style.data() + STYLE_DIM);
+    fill_cond(k, style.data() + STYLE_DIM);
     c.compute(gb.gf);
     f0 = read_act(outs[0]).v;
     n  = read_act(outs[1]).v;
@@ -710,18 +772,18 @@ act kokoro_voice::run_decoder(vs_context & c, const act & t_en, const std::vecto
     ggml_tensor *  fr = ggml_new_tensor_1d(g, GGML_TYPE_I32, F);
     ggml_tensor *  fi = input_2d(g, 1, 2 * F, "f0");
     ggml_tensor *  ni = input_2d(g, 1, 2 * F, "n");
-    ggml_tensor *  s  = style_input(g, "style");
+    const cond     k  = make_cond(g, 2 * F);
     ggml_set_input(fr);
 
     ggml_tensor * asr = ggml_get_rows(g, te, fr);  // [512, F]: each token's frames
     ggml_tensor * f0d = conv1d_strided(g, fi, c.w(DEC + "F0_conv.weight"), c.w(DEC + "F0_conv.bias"), 2, 1);  // [1, F]
     ggml_tensor * nd  = conv1d_strided(g, ni, c.w(DEC + "N_conv.weight"), c.w(DEC + "N_conv.bias"), 2, 1);
     ggml_tensor * x   = ggml_concat(g, ggml_concat(g, asr, f0d, 0), nd, 0);  // [514, F]
-    x                 = adain_res_block(c, g, x, s, DEC + "encode.", false);
+    x                 = adain_res_block(c, g, x, k, DEC + "encode.", false);
     ggml_tensor * res = conv1d(g, asr, c.w(DEC + "asr_res.0.weight"), c.w(DEC + "asr_res.0.bias"), 1, 0);  // [64, F]
     for (int i = 0; i < 4; ++i) {
         x = ggml_concat(g, ggml_concat(g, ggml_concat(g, x, res, 0), f0d, 0), nd, 0);  // [1090, F]
-        x = adain_res_block(c, g, x, s, DEC + "decode." + std::to_string(i) + ".", i == 3);
+        x = adain_res_block(c, g, x, k, DEC + "decode." + std::to_string(i) + ".", i == 3);
     }
     ggml_set_output(x);
     ggml_build_forward_expand(gb.gf, x);
@@ -730,7 +792,7 @@ act kokoro_voice::run_decoder(vs_context & c, const act & t_en, const std::vecto
     set_input(fr, frame_to_token.data());
     set_input(fi, f0.data());
     set_input(ni, n.data());
-    set_input(s, style.data());
+    fill_cond(k, style.data());
     c.compute(gb.gf);
     return read_act(x);
 }
@@ -767,13 +829,13 @@ std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, 
     ggml_tensor *  sr       = input_2d(g, 1, 1, "sample_rate");
     ggml_tensor *  basis    = input_2d(g, N_FFT, 2 * (N_FFT / 2 + 1), "stft_basis");
     ggml_tensor *  gain     = input_2d(g, N_FFT / 2, 1, "istft_head_gain");
-    ggml_tensor *  s        = style_input(g, "style");
+    const cond     k        = make_cond(g, n_frames);
 
     // Harmonic source, as the export computes it: per harmonic h the phase increment
     // frac(h f0 / sr) of each F0 frame, summed over frames, scaled to radians per
     // upsampled sample, linearly interpolated to the sample rate; sin, gated by voicing.
-    ggml_tensor * fh   = ggml_mul(g, ggml_repeat(g, fi, ggml_new_tensor_2d(g, GGML_TYPE_F32, F2, N_HARMONICS)), hm);
-    ggml_tensor * rad  = ggml_div(g, fh, sr);  // [F2, 9]
+    ggml_tensor * fh   = ggml_out_prod(g, fi, ggml_reshape_2d(g, hm, N_HARMONICS, 1));  // [F2, 9]: f0 * h
+    ggml_tensor * rad  = ggml_div(g, fh, sr);                                           // [F2, 9]
     rad                = ggml_sub(g, rad, ggml_floor(g, rad));
     ggml_tensor * ph   = ggml_cumsum(g, rad);
     ph                 = ggml_scale(g, ggml_scale(g, ggml_scale(g, ph, 2.0f), (float) M_PI), (float) SAMPLES_PER_F0);
@@ -790,8 +852,8 @@ std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, 
     ggml_tensor * frames = conv1d_strided(g, ggml_reshape_2d(g, padded, 1, L + N_FFT),
                                           ggml_reshape_3d(g, basis, 1, N_FFT, basis->ne[1]), nullptr, HOP, 0);
     const int64_t bins   = N_FFT / 2 + 1;
-    ggml_tensor * re     = ggml_view_2d(g, frames, bins, n_frames, frames->nb[1], 0);
-    ggml_tensor * im     = ggml_view_2d(g, frames, bins, n_frames, frames->nb[1], bins * sizeof(float));
+    ggml_tensor * re     = channels(g, frames, 0, bins);
+    ggml_tensor * im     = channels(g, frames, bins, bins);
     ggml_tensor * mag    = ggml_sqrt(g, ggml_add(g, ggml_sqr(g, re), ggml_sqr(g, im)));
     ggml_tensor * at     = atan_all(g, ggml_div(g, im, re));
     // re < 0: + pi if im > 0, else - pi.
@@ -815,7 +877,7 @@ std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, 
         } else {
             xs = conv1d(g, har, nw, c.w(GEN + "noise_convs." + n + ".bias"), 1, 0);
         }
-        xs          = snake_res_block(c, g, xs, s, GEN + "noise_res." + n + ".", last ? 11 : 7);
+        xs          = snake_res_block(c, g, xs, k, GEN + "noise_res." + n + ".", last ? 11 : 7);
         const int r = hp_.gen_rates[i];
         x           = conv_transpose1d(g, x, c.w(GEN + "ups." + n + ".weight"), c.w(GEN + "ups." + n + ".bias"), r,
                                        (hp_.gen_kernels[i] - r) / 2);
@@ -828,7 +890,7 @@ std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, 
         ggml_tensor * sum = nullptr;
         for (size_t j = 0; j < hp_.res_kernels.size(); ++j) {
             ggml_tensor * y =
-                snake_res_block(c, g, x, s, GEN + "resblocks." + std::to_string(i * hp_.res_kernels.size() + j) + ".",
+                snake_res_block(c, g, x, k, GEN + "resblocks." + std::to_string(i * hp_.res_kernels.size() + j) + ".",
                                 hp_.res_kernels[j]);
             sum = sum ? ggml_add(g, sum, y) : y;
         }
@@ -836,8 +898,8 @@ std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, 
     }
     x = ggml_leaky_relu(g, x, 0.01f, false);
     x = conv1d(g, x, c.w(GEN + "conv_post.weight"), c.w(GEN + "conv_post.bias"), 1, 3);  // [22, n_frames]
-    ggml_tensor * spec  = ggml_exp(g, ggml_view_2d(g, x, bins, n_frames, x->nb[1], 0));
-    ggml_tensor * phase = ggml_sin(g, ggml_view_2d(g, x, bins, n_frames, x->nb[1], bins * sizeof(float)));
+    ggml_tensor * spec  = ggml_exp(g, channels(g, x, 0, bins));
+    ggml_tensor * phase = ggml_sin(g, channels(g, x, bins, bins));
     ggml_tensor * cplx =
         ggml_concat(g, ggml_mul(g, spec, ggml_cos(g, phase)), ggml_mul(g, spec, ggml_sin(g, phase)), 0);
     // Inverse: each frame's N_FFT samples from the synthesis basis ([22, N_FFT]), overlap-added.
@@ -893,7 +955,7 @@ std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, 
         gv[j]         = w > 1.1754944e-38f ? 4.0f / w : 4.0f;
     }
     set_input(gain, gv.data());
-    set_input(s, style.data());
+    fill_cond(k, style.data());
     c.compute(gb.gf);
     har_out = read_act(har);
     return read_act(audio).v;
@@ -921,12 +983,12 @@ std::vector<float> kokoro_voice::synthesize(vs_context & c, const std::vector<in
         }
     };
 
-    act                  d_en, d, t_en, dec, har;
+    act                  d_en, d_in, d, t_en, dec, har;
     std::vector<float>   logits, dur, f0, n, audio;
     std::vector<int32_t> frame_to_token;
-    stage(VS_STAGE_BERT, [&] { d_en = run_bert(c, tokens); });
+    stage(VS_STAGE_BERT, [&] { d_en = run_bert(c, tokens, style, d_in); });
     stage(VS_STAGE_DURATION, [&] {
-        d = run_duration(c, d_en, style, speed, logits, dur);
+        d = run_duration(c, d_in, style, speed, logits, dur);
         if (p.durations) {
             if ((int64_t) p.n_durations != T) {
                 throw error(VS_ERR_INVALID_ARG, "forced durations: " + std::to_string(p.n_durations) + " given for " +
