@@ -29,10 +29,6 @@ STAGES_BY_FAMILY = {
 }
 
 
-def stages_for(voice_id: str) -> tuple[str, ...]:
-    return STAGES_BY_FAMILY["kokoro" if models.is_kokoro(voice_id) else "piper"]
-
-
 MAX_INPUT_CHARS = 1_000_000
 
 _log_lock = threading.Lock()

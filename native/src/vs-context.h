@@ -46,6 +46,20 @@ struct vs_context {
     void check_abort() const;
 
     void set_output(const std::string & name, std::vector<float> data, int64_t rows, int64_t cols);
+
+    // Runs one stage of one chunk: polls abort first, adds its milliseconds to the
+    // timings and reports them through the synthesis's on_stage.
+    template <typename F>
+    void timed_stage(int stage, int chunk, const vs_synth_params & p, F && fn) {
+        check_abort();
+        const auto t0 = std::chrono::steady_clock::now();
+        fn();
+        const double ms = vs::ms_since(t0);
+        timings.stage_ms[stage] += ms;
+        if (p.on_stage) {
+            p.on_stage(stage, chunk, ms, p.on_stage_user_data);
+        }
+    }
 };
 
 namespace vs {

@@ -129,4 +129,7 @@ class phonemizer {
 std::vector<char32_t> utf8_decode(const std::string & s);
 std::string           utf8_encode(char32_t c);
 
+// The lines of phoneme input (one sentence a line), without their newlines.
+std::vector<std::string> split_lines(const std::string & s);
+
 }  // namespace vs

@@ -220,4 +220,17 @@ std::string utf8_encode(char32_t c) {
     return out;
 }
 
+std::vector<std::string> split_lines(const std::string & s) {
+    std::vector<std::string> lines;
+    size_t                   start = 0;
+    while (true) {
+        const size_t nl = s.find('\n', start);
+        lines.push_back(s.substr(start, nl == std::string::npos ? std::string::npos : nl - start));
+        if (nl == std::string::npos) {
+            return lines;
+        }
+        start = nl + 1;
+    }
+}
+
 }  // namespace vs

@@ -127,16 +127,10 @@ class kokoro_voice final : public voice {
 
     std::vector<std::vector<int32_t>> ids_from_phonemes(const std::string & ipa, int & skipped) override {
         std::vector<std::vector<int32_t>> out;
-        size_t                            start = 0;
-        while (start <= ipa.size()) {
-            size_t nl = ipa.find('\n', start);
-            for (auto & ids : chunks(to_ids(ipa.substr(start, nl == std::string::npos ? nl : nl - start), skipped))) {
+        for (const auto & line : split_lines(ipa)) {
+            for (auto & ids : chunks(to_ids(line, skipped))) {
                 out.push_back(std::move(ids));
             }
-            if (nl == std::string::npos) {
-                break;
-            }
-            start = nl + 1;
         }
         return out;
     }
@@ -366,11 +360,6 @@ std::vector<float> kokoro_voice::style_row(const vs_synth_params & p, size_t n_p
 
 // ---------------------------------------------------------------- shared blocks
 
-// The style's halves as a graph input: [128] acoustic (decoder) or prosodic (predictor).
-ggml_tensor * style_input(ggml_context * g, const char * name) {
-    return input_2d(g, STYLE_DIM, 1, name);
-}
-
 // Linear layer: w [in, out] (ggml), x [in, T] -> [out, T].
 ggml_tensor * linear(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & module) {
     return ggml_add(g, ggml_mul_mat(g, c.w(module + ".weight"), x), c.w(module + ".bias"));
@@ -393,7 +382,7 @@ struct cond {
 
 cond make_cond(ggml_context * g, int64_t max_frames) {
     cond k;
-    k.s    = style_input(g, "style");
+    k.s    = input_2d(g, STYLE_DIM, 1, "style");  // one half of the style row
     k.ones = input_2d(g, 1, std::max<int64_t>(max_frames, 1024), "ones");
     return k;
 }
@@ -970,16 +959,7 @@ std::vector<float> kokoro_voice::synthesize(vs_context & c, const std::vector<in
     const int64_t            T     = (int64_t) tokens.size();
     const std::vector<float> style = style_row(p, ids.size());
 
-    auto stage = [&](int id, auto && fn) {
-        c.check_abort();
-        auto t0 = std::chrono::steady_clock::now();
-        fn();
-        double ms = ms_since(t0);
-        c.timings.stage_ms[id] += ms;
-        if (p.on_stage) {
-            p.on_stage(id, chunk, ms, p.on_stage_user_data);
-        }
-    };
+    auto stage = [&](int id, auto && fn) { c.timed_stage(id, chunk, p, fn); };
 
     act                  d_en, d_in, d, t_en, dec, har;
     std::vector<float>   logits, dur, f0, n, audio;

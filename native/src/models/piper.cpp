@@ -124,18 +124,11 @@ class piper_voice final : public voice {
 
     std::vector<std::vector<int32_t>> ids_from_phonemes(const std::string & ipa, int & skipped) override {
         std::vector<std::vector<int32_t>> out;
-        size_t                            start = 0;
-        while (start <= ipa.size()) {
-            size_t nl   = ipa.find('\n', start);
-            auto   line = ipa.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
-            auto   ids  = to_ids(line, skipped);
+        for (const auto & line : split_lines(ipa)) {
+            auto ids = to_ids(line, skipped);
             if (!ids.empty()) {
                 out.push_back(std::move(ids));
             }
-            if (nl == std::string::npos) {
-                break;
-            }
-            start = nl + 1;
         }
         return out;
     }
@@ -674,16 +667,7 @@ std::vector<float> piper_voice::synthesize(vs_context & c, const std::vector<int
     // One stream per chunk so that a chunk's audio does not depend on the ones before it.
     std::mt19937_64 rng(p.seed * 0x9E3779B97F4A7C15ull + (uint64_t) chunk);
 
-    auto stage = [&](int id, auto && fn) {
-        c.check_abort();
-        auto t0 = std::chrono::steady_clock::now();
-        fn();
-        double ms = ms_since(t0);
-        c.timings.stage_ms[id] += ms;
-        if (p.on_stage) {
-            p.on_stage(id, chunk, ms, p.on_stage_user_data);
-        }
-    };
+    auto stage = [&](int id, auto && fn) { c.timed_stage(id, chunk, p, fn); };
 
     std::vector<float>   hidden, m_p, logs_p, logw, z, audio;
     std::vector<int32_t> frame_to_token;
