@@ -256,9 +256,8 @@ def gguf_name(name: str) -> str:
 
 def _feeds_mul_mat(name: str, data: np.ndarray) -> bool:
     """Matrices that take the reduced type: the decoder's and the generator's. BERT, the
-    duration and prosody predictors and the text encoder stay F32: they are a tenth of
-    the time, and durations are rounded to frames, so a reduced front end moves tokens by
-    a frame and shifts everything after them (free-running log-mel 0.86 against 0.95)."""
+    duration and prosody predictors and the text encoder stay F32, as for Piper: they are
+    a tenth of the time, and durations are rounded to frames."""
     if not name.startswith("decoder.decoder."):
         return False
     if data.ndim < 2 or data.size < 64 or not name.endswith((".weight", ".weight_ih", ".weight_hh")):

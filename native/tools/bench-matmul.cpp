@@ -20,7 +20,9 @@ int main(int argc, char ** argv) {
     printf("M %lld  K %lld  N %lld  threads %d\n", (long long) M, (long long) K, (long long) N, n_threads);
     for (ggml_type type : { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0 }) {
         for (bool overlap : { false, true }) {
-            ggml_init_params ip{ (size_t) (2 * M * K + 2 * K * N + M * N) * sizeof(float) + (64 << 20), nullptr,
+            // Weights, src1, the result, and ggml_graph_compute_with_ctx's work buffers (taken
+            // from this context too): sized with room to spare.
+            ggml_init_params ip{ (size_t) (4 * M * K + 6 * K * N + 2 * M * N) * sizeof(float) + (256 << 20), nullptr,
                                  false };
             ggml_context *   ctx = ggml_init(ip);
             ggml_tensor *    w32 = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, K, M);
