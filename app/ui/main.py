@@ -46,6 +46,7 @@ from app.core.project import (
 from app.core.settings import Settings
 from app.ui.editor import ScriptEditor
 from app.ui.panels import Inspector, JobsPanel, TimingsPanel, VoicesPanel
+from app.ui.profile_dialog import NewProfileDialog
 from app.ui.timeline import TimelineView
 from app.ui.workers import OpenEngineJob, SynthesisJob
 
@@ -114,6 +115,8 @@ class StudioWindow(QMainWindow):
         self.inspector.ab_requested.connect(self.play_ab)
         self.voices.voice_chosen.connect(self.inspector.voice.setCurrentText)
         self.voices.preview_requested.connect(self.preview_voice)
+        self.voices.new_profile_requested.connect(self.new_profile_dialog)
+        self.voices.profiles_changed.connect(self.inspector.reload_voices)
         self.jobs_panel.cancel_requested.connect(self.cancel)
         self._timeline_timer = QTimer(self, singleShot=True, interval=250)
         self._timeline_timer.timeout.connect(self._refresh_timeline)
@@ -445,6 +448,24 @@ class StudioWindow(QMainWindow):
             self.synth_pool.start(job)
 
         self.with_engine(start, voice=voice)
+
+    def new_profile_dialog(self) -> NewProfileDialog:
+        """Record or import a reference and make a speaker profile (on the CPU unless a
+        device is chosen in the inspector)."""
+        device = self.inspector.device.currentData() or "cpu"
+        dialog = NewProfileDialog(
+            self, device="cpu" if device == "auto" else device, threads=self.inspector.threads.value(),
+            player=self.player,
+        )  # fmt: skip
+        dialog.saved.connect(self._profile_saved)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.open()
+        return dialog
+
+    def _profile_saved(self, voice_id: str) -> None:
+        self.voices.reload()
+        self.inspector.reload_voices()
+        self.statusBar().showMessage(f"speaker profile {voice_id} saved", 5000)
 
     # -- playback -------------------------------------------------------------
     def _play_clip(self, audio: np.ndarray, rate: int) -> None:

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QListWidget,
     QListWidgetItem,
+    QMessageBox,
     QProgressBar,
     QPushButton,
     QSpinBox,
@@ -29,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core import models
+from app.core import models, profiles
 from app.core.engine import STAGES_BY_FAMILY
 
 
@@ -42,6 +43,8 @@ class VoicesPanel(QWidget):
 
     voice_chosen = Signal(str)
     preview_requested = Signal(str)
+    new_profile_requested = Signal()
+    profiles_changed = Signal()
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -51,12 +54,23 @@ class VoicesPanel(QWidget):
         self.tree.header().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.preview = QPushButton("Preview")
         self.use = QPushButton("Use voice")
+        self.new_profile = QPushButton("New profile…")
+        self.delete_profile = QPushButton("Delete profile")
         buttons = QHBoxLayout()
         buttons.addWidget(self.preview)
         buttons.addWidget(self.use)
+        profile_buttons = QHBoxLayout()
+        profile_buttons.addWidget(self.new_profile)
+        profile_buttons.addWidget(self.delete_profile)
         layout = QVBoxLayout(self)
         layout.addWidget(self.tree)
         layout.addLayout(buttons)
+        layout.addLayout(profile_buttons)
+        self.new_profile.clicked.connect(self.new_profile_requested)
+        self.delete_profile.clicked.connect(self._delete_profile)
+        self.tree.currentItemChanged.connect(
+            lambda item, _: self.delete_profile.setEnabled(item is not None and profiles.is_profile(item.text(0)))
+        )
         self.tree.itemDoubleClicked.connect(lambda item, _: self.voice_chosen.emit(item.text(0)))
         self.use.clicked.connect(self._use)
         self.preview.clicked.connect(self._preview)
@@ -71,6 +85,12 @@ class VoicesPanel(QWidget):
                 [voice_id, info.family, info.language, rate, "installed" if info.installed else "not installed"]
             )
             item.setToolTip(0, f"{info.source_package} ({info.licence})")
+            self.tree.addTopLevelItem(item)
+        for p in profiles.list_profiles():
+            held = p.meta.get("scores", {}).get("heldout")
+            status = f"similarity {held['profile']:.2f}" if held else "profile"
+            item = QTreeWidgetItem([p.voice_id, "kokoro", "", str(models.KOKORO_SAMPLE_RATE), status])
+            item.setToolTip(0, f"speaker profile, created {p.meta.get('created', '')}")
             self.tree.addTopLevelItem(item)
         if self.tree.topLevelItemCount():
             self.tree.setCurrentItem(self.tree.topLevelItem(0))
@@ -90,6 +110,21 @@ class VoicesPanel(QWidget):
         if voice := self._current():
             self.preview_requested.emit(voice)
 
+    def _delete_profile(self) -> None:
+        voice = self._current()
+        if not voice or not profiles.is_profile(voice):
+            return
+        answer = QMessageBox.question(self, "Delete profile", f"Delete the speaker profile '{voice}'?")
+        if answer == QMessageBox.StandardButton.Yes:
+            profiles.delete(voice[len(profiles.PREFIX) :])
+            self.reload()
+            self.profiles_changed.emit()
+
+
+def all_voice_ids() -> list[str]:
+    """Stock voices, then speaker profiles."""
+    return models.voice_ids() + profiles.voice_ids()
+
 
 class Inspector(QWidget):
     """Voice, synthesis settings, device, and the current sentence's takes."""
@@ -103,8 +138,7 @@ class Inspector(QWidget):
     def __init__(self, devices: list[dict], parent=None):
         super().__init__(parent)
         self.voice = QComboBox()
-        for voice_id in models.voice_ids():
-            self.voice.addItem(voice_id)
+        self.reload_voices()
         self.speed = QDoubleSpinBox(minimum=0.25, maximum=4.0, singleStep=0.05, value=1.0, decimals=2)
         self.seed = QSpinBox(minimum=0, maximum=2**31 - 1)
         self.noise_scale = QDoubleSpinBox(minimum=-0.01, maximum=2.0, singleStep=0.05, value=-0.01, decimals=3)
@@ -164,6 +198,19 @@ class Inspector(QWidget):
         self.takes.itemActivated.connect(lambda item: self.take_activated.emit(self.takes.row(item)))
         self.lock.toggled.connect(self.lock_toggled)
         self.ab.clicked.connect(self._ab)
+
+    def reload_voices(self) -> None:
+        """Fill the voice list again (a profile was added or deleted), keeping the choice."""
+        current = self.voice.currentText()
+        self.voice.blockSignals(True)
+        self.voice.clear()
+        for voice_id in all_voice_ids():
+            self.voice.addItem(voice_id)
+        if current and self.voice.findText(current) < 0:
+            self.voice.addItem(current)
+        if current:
+            self.voice.setCurrentText(current)
+        self.voice.blockSignals(False)
 
     def settings(self) -> dict:
         def optional(box):

@@ -56,7 +56,8 @@ enum vs_status {
 
 // Stages of synthesis. Each architecture runs a subset in its own order
 // (vs_model_stages): Piper phonemize, encoder, duration, flow, decoder; Kokoro
-// phonemize, bert, duration, prosody, text_encoder, decoder, generator.
+// phonemize, bert, duration, prosody, text_encoder, decoder, generator. The speaker
+// encoder (vs_embed) runs mel, speaker.
 enum vs_stage {
     VS_STAGE_PHONEMIZE    = 0,
     VS_STAGE_ENCODER      = 1,
@@ -67,7 +68,9 @@ enum vs_stage {
     VS_STAGE_PROSODY      = 6,
     VS_STAGE_TEXT_ENCODER = 7,
     VS_STAGE_GENERATOR    = 8,
-    VS_STAGE_COUNT        = 9,
+    VS_STAGE_MEL          = 9,
+    VS_STAGE_SPEAKER      = 10,
+    VS_STAGE_COUNT        = 11,
 };
 
 enum vs_device_type {
@@ -127,7 +130,7 @@ VS_API struct vs_model_params vs_model_default_params(void);
 VS_API int                    vs_model_load(const char * path, struct vs_model_params params, vs_model ** model);
 VS_API void                   vs_model_free(vs_model * model);
 
-VS_API const char * vs_model_arch(const vs_model * model);  // "piper" or "kokoro"
+VS_API const char * vs_model_arch(const vs_model * model);  // "piper", "kokoro" or "ge2e"
 VS_API const char * vs_model_name(const vs_model * model);
 VS_API int          vs_model_sample_rate(const vs_model * model);
 // A string metadata value of the GGUF file, or NULL (e.g. "piper.espeak_voice").
@@ -152,6 +155,7 @@ VS_API int                      vs_context_init(vs_model * model, struct vs_cont
 VS_API void                     vs_context_free(vs_context * ctx);
 
 VS_API const char * vs_context_device(const vs_context * ctx);  // id of the device it runs on
+VS_API vs_model *   vs_context_model(const vs_context * ctx);
 VS_API int          vs_context_threads(const vs_context * ctx);
 // Stages that had ops placed on the CPU although a GPU was chosen: bit i = stage i.
 VS_API uint32_t vs_context_fallback_stages(const vs_context * ctx);
@@ -218,6 +222,16 @@ VS_API struct vs_timings vs_context_timings(const vs_context * ctx);  // of the 
 // "har" (the generator's source spectrum, [frames, 22]).
 // `shape` receives rows and columns. The pointer is valid until the next call.
 VS_API int vs_context_output(const vs_context * ctx, const char * name, const float ** data, int64_t shape[2]);
+
+// ---------------------------------------------------------------- speaker embeddings
+
+// Values in one embedding of a speaker encoder (architecture "ge2e"); 0 for voices.
+VS_API int vs_model_embedding_size(const vs_model * model);
+// The L2-normalized speaker embedding of mono `samples` at vs_model_sample_rate(model),
+// written to `embedding` (vs_model_embedding_size values). The audio is cut into partial
+// utterances whose embeddings are averaged. Outputs afterwards: "mel" ([frames, bands]) and
+// "partials" ([n, size], each normalized). Timings: stages mel and speaker.
+VS_API int vs_embed(vs_context * ctx, const float * samples, size_t n_samples, float * embedding, int n_embedding);
 
 VS_API const float * vs_audio_samples(const vs_audio * audio);
 VS_API size_t        vs_audio_length(const vs_audio * audio);

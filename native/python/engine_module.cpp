@@ -215,6 +215,23 @@ class Context {
         return audio_array((void *) vs_audio_samples(audio), { vs_audio_length(audio) }, owner);
     }
 
+    audio_array embed(nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> audio) {
+        vs_context * c    = get();
+        const int    size = vs_model_embedding_size(vs_context_model(c));
+        if (size <= 0) {
+            throw engine_error(VS_ERR_INVALID_ARG, "this model is a voice, not a speaker encoder");
+        }
+        float * out = new float[(size_t) size];
+        int     status;
+        {
+            nb::gil_scoped_release release;
+            status = vs_embed(c, audio.data(), audio.shape(0), out, size);
+        }
+        nb::capsule owner(out, [](void * p) noexcept { delete[] (float *) p; });
+        check(status);
+        return audio_array(out, { (size_t) size }, owner);
+    }
+
     std::string phonemize(const std::string & text) {
         vs_context * c   = get();
         char *       out = nullptr;
@@ -343,6 +360,7 @@ NB_MODULE(_engine, m) {
         .def_prop_ro("arch", [](const Model & s) { return std::string(vs_model_arch(s.get())); })
         .def_prop_ro("name", [](const Model & s) { return std::string(vs_model_name(s.get())); })
         .def_prop_ro("sample_rate", [](const Model & s) { return vs_model_sample_rate(s.get()); })
+        .def_prop_ro("embedding_size", [](const Model & s) { return vs_model_embedding_size(s.get()); })
         .def_prop_ro("stages",
                      [](const Model & s) {
                          int      ids[VS_STAGE_COUNT];
@@ -375,6 +393,8 @@ NB_MODULE(_engine, m) {
              "length_scale"_a = -1.0f, "noise_w"_a = -1.0f, "seed"_a = 0, "on_stage"_a = nb::none(),
              "on_chunk"_a = nb::none(), "abort"_a = nb::none(), "decoder_tile"_a = 0, "voice"_a = nb::none(),
              "style"_a = nb::none(), "durations"_a = nb::none())
+        .def("embed", &Context::embed, "audio"_a,
+             "The L2-normalized speaker embedding of mono audio at the model's rate (speaker encoders).")
         .def("phonemize", &Context::phonemize)
         .def("timings", &Context::timings)
         .def("output", &Context::output)

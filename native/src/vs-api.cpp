@@ -53,8 +53,8 @@ const char * vs_last_error(void) {
 }
 
 const char * vs_stage_name(int stage) {
-    static const char * names[VS_STAGE_COUNT] = { "phonemize", "encoder", "duration",     "flow",     "decoder",
-                                                  "bert",      "prosody", "text_encoder", "generator" };
+    static const char * names[VS_STAGE_COUNT] = { "phonemize", "encoder",      "duration",  "flow", "decoder", "bert",
+                                                  "prosody",   "text_encoder", "generator", "mel",  "speaker" };
     return stage >= 0 && stage < VS_STAGE_COUNT ? names[stage] : "unknown";
 }
 
@@ -102,6 +102,8 @@ int vs_model_load(const char * path, struct vs_model_params params, vs_model ** 
         if (m->arch == "kokoro") {
             vs::kokoro_validate(*m);
             m->voices = m->str_array("kokoro.voices");
+        } else if (m->arch == "ge2e") {
+            vs::ge2e_validate(*m);
         } else {
             vs::piper_validate(*m);
         }
@@ -138,8 +140,15 @@ int vs_model_stages(const vs_model * model, int * stages, int max_stages) {
                                   VS_STAGE_DECODER };
     static const int kokoro[] = { VS_STAGE_PHONEMIZE,    VS_STAGE_BERT,    VS_STAGE_DURATION, VS_STAGE_PROSODY,
                                   VS_STAGE_TEXT_ENCODER, VS_STAGE_DECODER, VS_STAGE_GENERATOR };
+    static const int ge2e[]   = { VS_STAGE_MEL, VS_STAGE_SPEAKER };
     if (!model) {
         return 0;
+    }
+    if (model->arch == "ge2e") {
+        for (int i = 0; stages && i < (int) std::size(ge2e) && i < max_stages; ++i) {
+            stages[i] = ge2e[i];
+        }
+        return (int) std::size(ge2e);
     }
     const bool  is_kokoro = model->arch == "kokoro";
     const int * list      = is_kokoro ? kokoro : piper;
@@ -184,6 +193,10 @@ void vs_context_free(vs_context * ctx) {
     delete ctx;
 }
 
+vs_model * vs_context_model(const vs_context * ctx) {
+    return ctx ? ctx->model : nullptr;
+}
+
 const char * vs_context_device(const vs_context * ctx) {
     return ctx ? ctx->device.c_str() : "";
 }
@@ -221,6 +234,9 @@ int vs_synthesize(vs_context * ctx, const char * input, int kind, struct vs_synt
             throw vs::error(VS_ERR_INVALID_ARG, "vs_synthesize: ctx, input and audio are required");
         }
         *audio = nullptr;
+        if (!ctx->voice) {
+            throw vs::error(VS_ERR_INVALID_ARG, "'" + ctx->model->path + "' is a speaker encoder; it cannot speak");
+        }
         struct active_guard {
             vs_context * c;
             ~active_guard() { c->active = nullptr; }
@@ -272,6 +288,9 @@ int vs_phonemize(vs_context * ctx, const char * text, char ** phonemes) {
         if (!ctx || !text || !phonemes) {
             throw vs::error(VS_ERR_INVALID_ARG, "vs_phonemize: ctx, text and phonemes are required");
         }
+        if (!ctx->voice) {
+            throw vs::error(VS_ERR_INVALID_ARG, "'" + ctx->model->path + "' is a speaker encoder; it has no phonemes");
+        }
         std::string ipa = ctx->voice->phonemize(*ctx, text);
         *phonemes       = strdup(ipa.c_str());
     });
@@ -297,6 +316,34 @@ int vs_context_output(const vs_context * ctx, const char * name, const float ** 
         *data    = it->second.first.data();
         shape[0] = it->second.second[0];
         shape[1] = it->second.second[1];
+    });
+}
+
+int vs_model_embedding_size(const vs_model * model) {
+    return model && model->arch == "ge2e" ? (int) vs::ge2e_embedding_size(*model) : 0;
+}
+
+int vs_embed(vs_context * ctx, const float * samples, size_t n_samples, float * embedding, int n_embedding) {
+    if (ctx) {
+        ctx->timings = {};
+        ctx->outputs.clear();
+    }
+    return vs::guarded([&] {
+        if (!ctx || !samples || !embedding) {
+            throw vs::error(VS_ERR_INVALID_ARG, "vs_embed: ctx, samples and embedding are required");
+        }
+        if (ctx->model->arch != "ge2e") {
+            throw vs::error(VS_ERR_INVALID_ARG, "'" + ctx->model->path + "' is a voice, not a speaker encoder");
+        }
+        const int64_t size = vs::ge2e_embedding_size(*ctx->model);
+        if (n_embedding < size) {
+            throw vs::error(VS_ERR_INVALID_ARG, "vs_embed: the embedding needs " + std::to_string(size) + " values");
+        }
+        const auto               t0 = std::chrono::steady_clock::now();
+        const std::vector<float> e  = vs::ge2e_embed(*ctx, samples, n_samples);
+        std::copy(e.begin(), e.end(), embedding);
+        ctx->timings.n_samples = (int64_t) n_samples;
+        ctx->timings.total_ms  = vs::ms_since(t0);
     });
 }
 

@@ -135,7 +135,11 @@ std::unique_ptr<vs_context> make_context(vs_model & model, const vs_context_para
         ctx->phonemizer =
             std::make_unique<phonemizer>(params.espeak_library, params.espeak_data ? params.espeak_data : "");
     }
-    ctx->voice = model.arch == "kokoro" ? make_kokoro_voice(model) : make_piper_voice(model);
+    if (model.arch == "kokoro") {
+        ctx->voice = make_kokoro_voice(model);
+    } else if (model.arch == "piper") {
+        ctx->voice = make_piper_voice(model);
+    }  // a speaker encoder speaks no text
     return ctx;
 }
 

@@ -81,5 +81,9 @@ std::unique_ptr<voice> make_piper_voice(vs_model & model);
 void                   piper_validate(const vs_model & model);
 std::unique_ptr<voice> make_kokoro_voice(vs_model & model);
 void                   kokoro_validate(const vs_model & model);
+void                   ge2e_validate(const vs_model & model);
+int64_t                ge2e_embedding_size(const vs_model & model);
+// Utterance embedding (L2-normalized) of mono audio at the model's sample rate.
+std::vector<float> ge2e_embed(vs_context & ctx, const float * samples, size_t n_samples);
 
 }  // namespace vs

@@ -1,0 +1,186 @@
+"""Make a speaker profile from a reference recording: check it, search a style, measure, save.
+
+    draft = build(*speaker_reference.load("ana.flac"), source={"file": "ana.flac"})
+    draft.preview_audio           # the best candidate speaking the search sentences
+    profile = draft.save("Ana")
+
+Qt-free: the CLI calls it directly, the studio on a worker thread with ``on_event``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from app.core import models, profiles, speaker_reference, style_search
+from app.core.errors import InvalidArgumentError
+from app.core.speaker_encoder import SpeakerEncoder, similarity
+
+
+@dataclass
+class Settings:
+    seconds: float = 60.0
+    seed: int = 0
+    max_evaluations: int | None = None
+    device: str = "cpu"
+    threads: int = 0
+    evaluate: bool = True  # measure profile vs best stock voice on held-out sentences
+
+
+@dataclass
+class Event:
+    """What the builder is doing: ``stage`` (checking, embedding, searching, measuring,
+    saving), a message, and during the search its Progress."""
+
+    stage: str
+    message: str
+    progress: style_search.Progress | None = None
+
+
+def stock_cache(engine) -> style_search.StockCache:
+    """The stock voices' search features, cached per model file, engine version and device."""
+    from app import _engine
+    from app.core import paths
+
+    model = models.kokoro_path()
+    stat = model.stat()
+    identity = {
+        "model": [model.name, stat.st_size, stat.st_mtime_ns],
+        "engine": _engine.version(),
+        "device": engine.device,
+        "sentences": list(style_search.SEARCH_SENTENCES),
+    }
+    return style_search.StockCache(paths.data_dir() / "cache" / "stock_features.json", identity)
+
+
+def heldout_similarity(engine, encoder: SpeakerEncoder, target: np.ndarray, pack: np.ndarray) -> float:
+    """Similarity to ``target`` of ``pack`` speaking the held-out sentences (not used in the search)."""
+    take = engine.synthesize(text=" ".join(style_search.HELDOUT_SENTENCES), style=pack.reshape(-1, 256))
+    return similarity(encoder.embed(take.audio, take.sample_rate), target)
+
+
+@dataclass
+class Draft:
+    """A searched profile not yet saved."""
+
+    reference: speaker_reference.Reference
+    pack: np.ndarray
+    embedding: np.ndarray
+    preview_audio: np.ndarray | None
+    preview_rate: int
+    source: dict
+    scores: dict
+    search: dict
+
+    def save(self, name: str, *, overwrite: bool = False) -> profiles.Profile:
+        ref = self.reference
+        return profiles.save(
+            name,
+            reference=ref.audio,
+            sample_rate=ref.sample_rate,
+            pack=self.pack,
+            embedding=self.embedding,
+            source=self.source,
+            checks=[{"name": c.name, "status": c.status, "value": c.value, "detail": c.detail} for c in ref.checks],
+            scores=self.scores,
+            search=self.search,
+            overwrite=overwrite,
+        )
+
+
+def build(
+    audio: np.ndarray,
+    rate: int,
+    *,
+    source: dict | None = None,
+    settings: Settings | None = None,
+    on_event: Callable[[Event], None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> Draft:
+    """Check the reference, search a style for it and (unless cancelled or told not to)
+    measure it on held-out sentences. Cancelling the search keeps the best so far."""
+    from app.core.engine import Engine
+
+    settings = settings or Settings()
+
+    def emit(stage: str, message: str, progress=None) -> None:
+        if on_event:
+            on_event(Event(stage, message, progress))
+
+    emit("checking", "checking the reference")
+    ref = speaker_reference.prepare(audio, rate)
+    if not ref.usable:
+        reasons = "; ".join(f"{c.name}: {c.detail}" for c in ref.checks if c.status == "fail")
+        raise InvalidArgumentError(f"the reference cannot make a profile: {reasons}")
+    t0 = time.perf_counter()
+    with (
+        SpeakerEncoder.open(device=settings.device, threads=settings.threads) as encoder,
+        Engine.open("kokoro:" + models.KOKORO_VOICES[0], device=settings.device, threads=settings.threads) as engine,
+    ):
+        threads = engine.threads
+        emit("embedding", "embedding the reference")
+        target = style_search.Target.from_audio(encoder, ref.audio, ref.sample_rate)
+        packs = models.kokoro_packs()
+        emit("searching", f"searching for {settings.seconds:g} s")
+        preview: list = [None, engine.sample_rate]
+
+        def on_progress(p: style_search.Progress) -> None:
+            if p.best_audio is not None:
+                preview[0] = p.best_audio
+            emit("searching", f"{p.evaluations} candidates, best similarity {p.best.similarity:.3f}", p)
+
+        result = style_search.search(
+            engine, encoder, target, packs,
+            seconds=settings.seconds, max_evaluations=settings.max_evaluations, seed=settings.seed,
+            on_progress=on_progress, cancelled=cancelled, stock_cache=stock_cache(engine),
+        )  # fmt: skip
+        if preview[0] is None:  # the best is a stock voice whose features were cached
+            take = engine.synthesize(text=" ".join(style_search.SEARCH_SENTENCES), style=result.pack.reshape(-1, 256))
+            preview[0] = take.audio
+        scores: dict = {
+            "search": {
+                "similarity": result.best.similarity,
+                "score": result.best.total,
+                "f0_hz": result.best.f0_hz,
+                "stock": result.stock_scores,
+            },
+            "reference": {"f0_hz": target.f0_hz, "syllables_per_s": target.rate},
+        }
+        if settings.evaluate and not result.cancelled:
+            emit("measuring", "measuring on held-out sentences")
+            best_stock = max(result.stock_scores, key=result.stock_scores.get)
+            stock_sim = heldout_similarity(engine, encoder, target.embedding, packs[best_stock])
+            profile_sim = heldout_similarity(engine, encoder, target.embedding, result.pack)
+            scores["heldout"] = {
+                "sentences": list(style_search.HELDOUT_SENTENCES),
+                "profile": profile_sim,
+                "best_stock": {"voice": f"kokoro:{best_stock}", "similarity": stock_sim},
+                "gain": profile_sim - stock_sim,
+            }
+    return Draft(
+        reference=ref,
+        pack=result.pack,
+        embedding=target.embedding,
+        preview_audio=preview[0],
+        preview_rate=preview[1],
+        source=dict(source or {}, duration_s=ref.duration_s, source_rate=ref.source_rate),
+        scores=scores,
+        search={
+            "seconds": settings.seconds,
+            "seed": settings.seed,
+            "max_evaluations": settings.max_evaluations,
+            "evaluations": result.evaluations,
+            "elapsed_s": result.elapsed_s,
+            "total_s": time.perf_counter() - t0,
+            "cancelled": result.cancelled,
+            "base": result.base,
+            "theta": result.theta,
+            "history": result.history,
+            "sentences": list(style_search.SEARCH_SENTENCES),
+            "device": settings.device,
+            "threads": threads,
+        },
+    )

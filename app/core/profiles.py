@@ -1,0 +1,313 @@
+"""Speaker profiles on disk: a Kokoro style pack made to sound like someone.
+
+One folder per profile under ``<data dir>/profiles/``:
+
+- ``profile.json``: schema_version, name, created, source (file, durations, rates),
+  checks (the reference's pass/warn/fail list), scores (similarities), search (settings
+  and outcome);
+- ``reference.flac``: the prepared reference (48 kHz, trimmed, level-normalized);
+- ``style.npy``: the voice pack [510, 1, 256] float32;
+- ``embedding.npy``: the reference's speaker embedding [256].
+
+A profile is written into a temporary folder and renamed into place, so it appears whole
+or not at all. Export writes the folder as one zip file (``.vsprofile``); import checks it
+like a profile on disk. Voice id: ``profile:<name>``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from app.core import paths
+from app.core.atomic import atomic_path
+from app.core.errors import VoiceStudioError
+
+SCHEMA_VERSION = 1
+PREFIX = "profile:"
+FILES = ("profile.json", "reference.flac", "style.npy", "embedding.npy")
+EXTENSION = ".vsprofile"
+PACK_SHAPE = (510, 1, 256)
+MAX_NAME = 64
+
+
+class ProfileError(VoiceStudioError):
+    """A profile is missing, damaged, or its name is unusable."""
+
+
+@dataclass
+class Profile:
+    name: str
+    folder: Path
+    meta: dict
+    pack: np.ndarray  # [510, 1, 256]
+    embedding: np.ndarray  # [256]
+
+    @property
+    def voice_id(self) -> str:
+        return PREFIX + self.name
+
+    def reference(self) -> tuple[np.ndarray, int]:
+        import soundfile as sf
+
+        audio, rate = sf.read(self.folder / "reference.flac", dtype="float32")
+        return audio, rate
+
+
+def profiles_dir() -> Path:
+    path = paths.data_dir() / "profiles"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def is_profile(voice_id: str) -> bool:
+    return voice_id.startswith(PREFIX)
+
+
+def check_name(name: str) -> str:
+    name = (name or "").strip()
+    if not name:
+        raise ProfileError("a profile needs a name")
+    if len(name) > MAX_NAME:
+        raise ProfileError(f"a profile name has at most {MAX_NAME} characters")
+    if any(ord(c) < 32 for c in name) or "/" in name or "\\" in name:
+        raise ProfileError(f"'{name}': a profile name cannot hold slashes or control characters")
+    return name
+
+
+def _slug(name: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "profile"
+    return slug[:MAX_NAME]
+
+
+def _folder_for(name: str) -> Path:
+    """A free folder for a new profile called ``name``."""
+    base = profiles_dir()
+    slug = _slug(name)
+    candidate, n = base / slug, 2
+    while candidate.exists():
+        candidate, n = base / f"{slug}-{n}", n + 1
+    return candidate
+
+
+def _read(folder: Path) -> Profile:
+    where = folder.name
+    for f in FILES:
+        if not (folder / f).is_file():
+            raise ProfileError(f"profile '{where}' is damaged: {f} is missing")
+    try:
+        meta = json.loads((folder / "profile.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProfileError(f"profile '{where}' is damaged: profile.json is unreadable ({exc})") from exc
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+        raise ProfileError(f"profile '{where}' is damaged: profile.json has no name")
+    version = meta.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ProfileError(
+            f"profile '{meta['name']}' has schema version {version!r}; this version reads {SCHEMA_VERSION}"
+        )
+    try:
+        pack = np.load(folder / "style.npy", allow_pickle=False)
+        embedding = np.load(folder / "embedding.npy", allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise ProfileError(f"profile '{meta['name']}' is damaged: {exc}") from exc
+    if pack.shape != PACK_SHAPE or pack.dtype != np.float32 or not np.all(np.isfinite(pack)):
+        raise ProfileError(
+            f"profile '{meta['name']}' is damaged: its style is {pack.shape} {pack.dtype},"
+            f" expected {PACK_SHAPE} float32"
+        )
+    if embedding.shape != (256,) or not np.all(np.isfinite(embedding)):
+        raise ProfileError(f"profile '{meta['name']}' is damaged: its embedding is {embedding.shape}")
+    return Profile(meta["name"], folder, meta, pack, embedding.astype(np.float32))
+
+
+def list_profiles() -> list[Profile]:
+    """Every readable profile, by name. Damaged ones are left out (``damaged()`` names them)."""
+    out = []
+    for folder in sorted(profiles_dir().iterdir()):
+        if folder.is_dir() and not folder.name.startswith("."):
+            try:
+                out.append(_read(folder))
+            except ProfileError:
+                continue
+    return sorted(out, key=lambda p: p.name.lower())
+
+
+def voice_ids() -> list[str]:
+    return [p.voice_id for p in list_profiles()]
+
+
+def damaged() -> list[tuple[str, str]]:
+    """(folder, reason) of each profile folder that cannot be read."""
+    out = []
+    for folder in sorted(profiles_dir().iterdir()):
+        if folder.is_dir() and not folder.name.startswith("."):
+            try:
+                _read(folder)
+            except ProfileError as exc:
+                out.append((folder.name, str(exc)))
+    return out
+
+
+def _find_folder(name: str) -> Path | None:
+    for folder in sorted(profiles_dir().iterdir()):
+        if not folder.is_dir() or folder.name.startswith("."):
+            continue
+        try:
+            meta = json.loads((folder / "profile.json").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            meta = {}
+        if isinstance(meta, dict) and meta.get("name") == name:
+            return folder
+    return None
+
+
+def load(name_or_id: str) -> Profile:
+    name = name_or_id[len(PREFIX) :] if is_profile(name_or_id) else name_or_id
+    folder = _find_folder(name)
+    if folder is None:
+        known = ", ".join(p.name for p in list_profiles()) or "none yet"
+        raise ProfileError(f"no profile named '{name}' (profiles: {known})")
+    return _read(folder)
+
+
+def exists(name: str) -> bool:
+    return _find_folder(name) is not None
+
+
+def _write_folder(
+    folder: Path, meta: dict, reference: np.ndarray, rate: int, pack: np.ndarray, embedding: np.ndarray
+) -> None:
+    import soundfile as sf
+
+    (folder / "profile.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    sf.write(folder / "reference.flac", np.asarray(reference, dtype=np.float32), rate, subtype="PCM_24")
+    np.save(folder / "style.npy", np.ascontiguousarray(pack, dtype=np.float32))
+    np.save(folder / "embedding.npy", np.ascontiguousarray(embedding, dtype=np.float32))
+
+
+def _place(tmp: Path, folder: Path) -> None:
+    """Move a complete temporary folder into place (one rename)."""
+    for f in tmp.iterdir():
+        with open(f, "rb+") as fh:
+            os.fsync(fh.fileno())
+    os.replace(tmp, folder)
+
+
+def save(
+    name: str,
+    *,
+    reference: np.ndarray,
+    sample_rate: int,
+    pack: np.ndarray,
+    embedding: np.ndarray,
+    source: dict,
+    checks: list[dict],
+    scores: dict,
+    search: dict,
+    overwrite: bool = False,
+) -> Profile:
+    name = check_name(name)
+    pack = np.asarray(pack, dtype=np.float32).reshape(PACK_SHAPE)
+    if not np.all(np.isfinite(pack)):
+        raise ProfileError("the style holds NaN or infinite values")
+    existing = _find_folder(name)
+    if existing is not None and not overwrite:
+        raise ProfileError(f"a profile named '{name}' exists already")
+    meta = {
+        "schema_version": SCHEMA_VERSION,
+        "name": name,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "source": source,
+        "checks": checks,
+        "scores": scores,
+        "search": search,
+    }
+    tmp = Path(tempfile.mkdtemp(prefix=".new-", dir=profiles_dir()))
+    try:
+        _write_folder(tmp, meta, reference, sample_rate, pack, embedding)
+        if existing is not None:
+            trash = Path(tempfile.mkdtemp(prefix=".old-", dir=profiles_dir()))
+            os.replace(existing, trash / "p")
+            _place(tmp, existing)
+            shutil.rmtree(trash, ignore_errors=True)
+            folder = existing
+        else:
+            folder = _folder_for(name)
+            _place(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return _read(folder)
+
+
+def delete(name: str) -> None:
+    folder = _find_folder(name)
+    if folder is None:
+        raise ProfileError(f"no profile named '{name}'")
+    trash = Path(tempfile.mkdtemp(prefix=".del-", dir=profiles_dir()))
+    os.replace(folder, trash / "p")  # gone from the list at once, even if removal is interrupted
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def rename(old: str, new: str) -> Profile:
+    new = check_name(new)
+    profile = load(old)
+    if new != old and exists(new):
+        raise ProfileError(f"a profile named '{new}' exists already")
+    meta = dict(profile.meta, name=new)
+    path = profile.folder / "profile.json"
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    return _read(profile.folder)
+
+
+def export(name: str, dest: Path | str) -> Path:
+    """Write the profile as one file (a zip of its folder)."""
+    profile = load(name)
+    dest = Path(dest)
+    if dest.suffix != EXTENSION:
+        dest = dest.with_name(dest.name + EXTENSION)
+    with atomic_path(dest) as tmp:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            for f in FILES:
+                zf.write(profile.folder / f, f)
+    return dest
+
+
+def import_file(path: Path | str, *, name: str | None = None) -> Profile:
+    """Add the profile in an exported file; ``name`` renames it (needed when taken)."""
+    path = Path(path)
+    try:
+        with zipfile.ZipFile(path) as zf:
+            members = set(zf.namelist())
+            missing = [f for f in FILES if f not in members]
+            if missing:
+                raise ProfileError(f"{path.name}: not a profile file ({', '.join(missing)} missing)")
+            data = {f: zf.read(f) for f in FILES}
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise ProfileError(f"{path.name}: not a profile file ({exc})") from exc
+    tmp = Path(tempfile.mkdtemp(prefix=".imp-", dir=profiles_dir()))
+    try:
+        for f, blob in data.items():
+            (tmp / f).write_bytes(blob)
+        profile = _read(tmp)  # validates everything before it becomes visible
+        new_name = check_name(name or profile.name)
+        if exists(new_name):
+            raise ProfileError(f"a profile named '{new_name}' exists already; import it under another name")
+        if new_name != profile.name:
+            meta = dict(profile.meta, name=new_name)
+            (tmp / "profile.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
+        folder = _folder_for(new_name)
+        _place(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return _read(folder)

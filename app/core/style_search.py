@@ -1,0 +1,304 @@
+"""Find a Kokoro style that sounds like a reference speaker.
+
+Kokoro's voice is a pack of 256-value style rows (row n styles a sentence of n + 1
+phonemes; values 0-127 condition the decoder, i.e. timbre, 128-255 the predictor, i.e.
+durations and pitch). A profile's pack is the most similar stock pack (or a blend of the two
+most similar) plus one offset added to every row, found by a (1+1) evolution strategy:
+
+- the offset lives in the span of the stock packs' 8 principal directions (their rows
+  pooled), in units of each direction's spread, so candidates stay styles the decoder knows;
+- each candidate speaks one short fixed sentence (about 1.9 s of audio: on a 2-core CPU a
+  candidate costs about 1.2 s, so a 60 s budget scores about 45); its score is the GE2E
+  similarity of that audio to the reference, less small penalties for a median F0 and a
+  speaking rate unlike the reference's (``score_features``);
+- the stock voices' features do not depend on the reference and are cached (``StockCache``);
+- deterministic for a seed: two runs with the same seed score the same candidates in the
+  same order (the engine is deterministic for one device and thread count); the time budget
+  (or ``max_evaluations``) only decides how many run. Cancelling keeps the best so far.
+
+Fewer, larger steps generalize better than a longer search of more directions here: the
+similarity measured on the search sentence overstates what other sentences get
+(tools/profile_similarity.py measures on held-out sentences).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from app.core import prosody
+from app.core.errors import CancelledError, InvalidArgumentError
+from app.core.speaker_encoder import SpeakerEncoder, similarity
+
+# Sentences each candidate speaks (search) and those only the final report uses (held out).
+SEARCH_SENTENCES = ("Good morning, Sam.",)
+HELDOUT_SENTENCES = (
+    "The weather turned cold just before the long weekend.",
+    "We walked along the river until the lights came on.",
+    "Every morning he reads the news with a cup of tea.",
+)
+N_DIRECTIONS = 8  # principal directions of the stock styles searched over
+F0_WEIGHT = 0.05  # score lost per octave between the candidate's median F0 and the reference's
+RATE_WEIGHT = 0.05  # score lost per e-fold between speaking rates
+PACK_ROWS, STYLE_DIM = 510, 256
+
+
+@dataclass
+class Target:
+    """What a candidate is compared with: the reference's embedding, median F0, speaking rate."""
+
+    embedding: np.ndarray
+    f0_hz: float | None
+    rate: float | None
+
+    @classmethod
+    def from_audio(cls, encoder: SpeakerEncoder, audio: np.ndarray, rate: int) -> Target:
+        return cls(encoder.embed(audio, rate), prosody.median_f0(audio, rate), prosody.speaking_rate(audio, rate))
+
+
+@dataclass
+class Score:
+    total: float
+    similarity: float
+    f0_hz: float | None
+    rate: float | None
+
+
+@dataclass(frozen=True)
+class Features:
+    """What a candidate's audio is scored on."""
+
+    embedding: np.ndarray
+    f0_hz: float | None
+    rate: float | None
+
+    @classmethod
+    def of(cls, encoder: SpeakerEncoder, audio: np.ndarray, rate: int) -> Features:
+        return cls(encoder.embed(audio, rate), prosody.median_f0(audio, rate), prosody.speaking_rate(audio, rate))
+
+
+def score(encoder: SpeakerEncoder, target: Target, audio: np.ndarray, rate: int) -> Score:
+    return score_features(target, Features.of(encoder, audio, rate))
+
+
+def score_features(target: Target, features: Features) -> Score:
+    sim = similarity(features.embedding, target.embedding)
+    f0, speed = features.f0_hz, features.rate
+    total = sim
+    if target.f0_hz and f0:
+        total -= F0_WEIGHT * abs(np.log2(f0 / target.f0_hz))
+    if target.rate and speed:
+        total -= RATE_WEIGHT * abs(np.log(speed / target.rate))
+    return Score(float(total), float(sim), f0, speed)
+
+
+def style_basis(packs: dict[str, np.ndarray], n: int = N_DIRECTIONS, dims: slice = slice(None)) -> np.ndarray:
+    """[n, 256]: the stock styles' principal directions within ``dims`` (zero elsewhere), each
+    scaled to its standard deviation."""
+    rows = np.concatenate([p.reshape(-1, STYLE_DIM) for p in packs.values()]).astype(np.float64)[:, dims]
+    rows -= rows.mean(axis=0)
+    _, s, vt = np.linalg.svd(rows, full_matrices=False)
+    std = s / np.sqrt(len(rows) - 1)
+    basis = np.zeros((n, STYLE_DIM), dtype=np.float32)
+    basis[:, dims] = vt[:n] * std[:n, None]
+    return basis
+
+
+@dataclass
+class Progress:
+    evaluations: int
+    elapsed_s: float
+    best: Score
+    current: Score
+    best_audio: np.ndarray | None = None  # the best candidate's search audio, when it improved
+    improved: bool = False
+
+
+@dataclass
+class Result:
+    pack: np.ndarray  # [510, 1, 256]
+    base: str  # the stock voice (or "a+b" blend) the offset starts from
+    stock_scores: dict[str, float]
+    best: Score
+    history: list[tuple[float, float]] = field(default_factory=list)  # (elapsed s, best score)
+    evaluations: int = 0
+    elapsed_s: float = 0.0
+    cancelled: bool = False
+    theta: list[float] = field(default_factory=list)
+
+
+class StockCache:
+    """Features of fixed packs speaking fixed sentences, kept in a JSON file. Entries are
+    valid for one model file, engine, device and sentence list (``identity``)."""
+
+    def __init__(self, path, identity: dict):
+        import hashlib
+        import json
+
+        self.path = path
+        self.key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+        self.entries: dict[str, Features] = {}
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if data.get("key") == self.key:
+                for name, e in data.get("entries", {}).items():
+                    self.entries[name] = Features(np.asarray(e["embedding"], dtype=np.float32), e["f0_hz"], e["rate"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            self.entries = {}
+
+    def get(self, name: str) -> Features | None:
+        return self.entries.get(name)
+
+    def put(self, name: str, features: Features) -> None:
+        import json
+
+        from app.core.atomic import write_bytes_atomic
+
+        self.entries[name] = features
+        data = {
+            "key": self.key,
+            "entries": {
+                n: {"embedding": [float(v) for v in f.embedding], "f0_hz": f.f0_hz, "rate": f.rate}
+                for n, f in self.entries.items()
+            },
+        }
+        try:
+            write_bytes_atomic(self.path, json.dumps(data).encode())
+        except OSError:
+            pass  # a cache that cannot be written only costs time
+
+
+class OnePlusOne:
+    """(1+1)-ES with the one-fifth success rule: one candidate at a time around the best;
+    the step grows by 1.5 on a success and shrinks by 1.5^(1/4) on a failure."""
+
+    def __init__(self, dim: int, sigma: float, rng: np.random.Generator, best: float = -np.inf):
+        self.n, self.sigma, self.rng = dim, sigma, rng
+        self.mean = np.zeros(dim)
+        self.best = best
+
+    def ask(self) -> np.ndarray:
+        return self.mean + self.sigma * self.rng.standard_normal(self.n)
+
+    def tell(self, x: np.ndarray, fitness: float) -> None:
+        if fitness > self.best:
+            self.best, self.mean = float(fitness), x
+            self.sigma *= 1.5
+        else:
+            self.sigma *= 1.5**-0.25
+
+
+def make_pack(base: np.ndarray, basis: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """[510, 1, 256]: every row of ``base`` plus the offset ``theta @ basis``."""
+    offset = np.asarray(theta, dtype=np.float32) @ basis
+    return (base.reshape(PACK_ROWS, STYLE_DIM) + offset).astype(np.float32).reshape(PACK_ROWS, 1, STYLE_DIM)
+
+
+def search(
+    engine,
+    encoder: SpeakerEncoder,
+    target: Target,
+    packs: dict[str, np.ndarray],
+    *,
+    seconds: float = 60.0,
+    max_evaluations: int | None = None,
+    seed: int = 0,
+    sigma: float = 1.0,
+    sentences: tuple[str, ...] = SEARCH_SENTENCES,
+    on_progress: Callable[[Progress], None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+    stock_cache: StockCache | None = None,
+    basis: np.ndarray | None = None,
+) -> Result:
+    """Search a pack for ``target``. ``engine``: an open Kokoro Engine. ``packs``: the stock
+    packs by name ([510, 1, 256] or [510, 256]). ``stock_cache``: features of the stock
+    voices speaking ``sentences`` from earlier searches (they do not depend on the target);
+    a cached stock voice costs no synthesis."""
+    if not packs:
+        raise InvalidArgumentError("no stock styles to start from")
+    if seconds <= 0 and not max_evaluations:
+        raise InvalidArgumentError("the search needs a time budget or a number of evaluations")
+    text = " ".join(sentences)
+    t0 = time.perf_counter()
+    history: list[tuple[float, float]] = []
+    evaluations = 0
+    best: Score | None = None
+    best_pack: np.ndarray | None = None
+    best_theta = np.zeros(0)
+
+    def out_of_budget() -> bool:
+        if max_evaluations is not None and evaluations >= max_evaluations:
+            return True
+        return seconds > 0 and time.perf_counter() - t0 >= seconds
+
+    def features_of(pack: np.ndarray, key: str | None) -> tuple[Features, np.ndarray | None]:
+        features, audio = (stock_cache.get(key) if stock_cache is not None and key else None), None
+        if features is None:
+            take = engine.synthesize(text=text, style=pack.reshape(PACK_ROWS, STYLE_DIM), cancelled=cancelled)
+            audio = take.audio
+            features = Features.of(encoder, take.audio, take.sample_rate)
+            if stock_cache is not None and key:
+                stock_cache.put(key, features)
+        return features, audio
+
+    def evaluate(pack: np.ndarray, theta: np.ndarray, key: str | None = None) -> Score:
+        """Score a candidate; ``key`` names a stock voice whose features may be cached."""
+        nonlocal evaluations, best, best_pack, best_theta
+        if cancelled and cancelled():
+            raise CancelledError("style search cancelled")
+        features, audio = features_of(pack, key)
+        s = score_features(target, features)
+        evaluations += 1
+        improved = best is None or s.total > best.total
+        if improved:
+            best, best_pack, best_theta = s, pack, np.asarray(theta, dtype=np.float64)
+        elapsed = time.perf_counter() - t0
+        history.append((elapsed, best.total))
+        if on_progress:
+            on_progress(Progress(evaluations, elapsed, best, s, audio if improved else None, improved))
+        return s
+
+    stock_scores: dict[str, float] = {}
+    base_name, base = "", None
+    was_cancelled = False
+    try:
+        # 1. The stock voices, then a blend of the two closest.
+        for name in sorted(packs):
+            pack = np.asarray(packs[name], dtype=np.float32).reshape(PACK_ROWS, 1, STYLE_DIM)
+            s = evaluate(pack, np.zeros(0), key=name)
+            stock_scores[name] = s.total
+            if best_pack is pack:
+                base_name, base = name, pack
+        ranked = sorted(stock_scores, key=stock_scores.get, reverse=True)
+        if len(ranked) > 1 and not out_of_budget():
+            a, b = ranked[:2]
+            blend = 0.5 * (packs[a].reshape(PACK_ROWS, 1, STYLE_DIM) + packs[b].reshape(PACK_ROWS, 1, STYLE_DIM))
+            before = best_pack
+            evaluate(blend.astype(np.float32), np.zeros(0), key=f"{a}+{b}")
+            if best_pack is not before:
+                base_name, base = f"{a}+{b}", best_pack
+        # 2. A (1+1)-ES over an offset to every row of the base.
+        basis = style_basis(packs) if basis is None else basis
+        es = OnePlusOne(len(basis), sigma, np.random.default_rng(seed), best.total)  # the base is the best so far
+        best_theta = np.zeros(len(basis))
+        while not out_of_budget():
+            x = es.ask()
+            es.tell(x, evaluate(make_pack(base, basis, x), x).total)
+    except CancelledError:
+        was_cancelled = True
+        if best_pack is None:
+            raise
+    return Result(
+        pack=best_pack,
+        base=base_name,
+        stock_scores=stock_scores,
+        best=best,
+        history=history,
+        evaluations=evaluations,
+        elapsed_s=time.perf_counter() - t0,
+        cancelled=was_cancelled,
+        theta=[float(v) for v in best_theta],
+    )

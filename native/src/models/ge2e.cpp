@@ -1,0 +1,224 @@
+// GE2E speaker encoder (Resemblyzer's d-vector model): mel front end, a 3-layer LSTM over
+// partial utterances of 160 frames, a linear layer with ReLU, and the L2-normalized mean of
+// the partials' embeddings. Parameters and tensor layouts: app/core/convert_ge2e.py.
+#include <algorithm>
+#include <cmath>
+
+#include "../vs-context.h"
+
+namespace vs {
+
+namespace {
+
+struct ge2e_hparams {
+    int64_t n_fft = 400, hop = 160, n_mels = 40, partial_frames = 160, layers = 3, hidden = 256;
+    float   partial_rate = 1.3f, min_coverage = 0.75f;
+};
+
+ge2e_hparams read_hparams(const vs_model & m) {
+    ge2e_hparams h;
+    h.n_fft          = m.u32("ge2e.n_fft");
+    h.hop            = m.u32("ge2e.hop");
+    h.n_mels         = m.u32("ge2e.n_mels");
+    h.partial_frames = m.u32("ge2e.partial_frames");
+    h.layers         = m.u32("ge2e.layers");
+    h.hidden         = m.u32("ge2e.hidden");
+    h.partial_rate   = m.f32("ge2e.partial_rate");
+    h.min_coverage   = m.f32("ge2e.min_coverage");
+    if (h.n_fft < 2 || h.hop < 1 || h.partial_frames < 1 || h.layers < 1 || h.partial_rate <= 0.0f ||
+        h.min_coverage <= 0.0f || h.min_coverage > 1.0f) {
+        throw error(VS_ERR_FORMAT, "hyperparameters of '" + m.path + "' are not a GE2E encoder's");
+    }
+    return h;
+}
+
+// First frames of the partial utterances, as Resemblyzer's compute_partial_slices chooses
+// them for `n_samples` of audio.
+std::vector<int64_t> partial_starts(const ge2e_hparams & h, int sample_rate, size_t n_samples) {
+    const int64_t n_frames = (int64_t) std::ceil((double) (n_samples + 1) / (double) h.hop);
+    const int64_t step     = (int64_t) std::nearbyint((double) sample_rate / h.partial_rate / (double) h.hop);
+    if (step < 1 || step > h.partial_frames) {
+        throw error(VS_ERR_FORMAT, "the encoder's partial rate gives a step of " + std::to_string(step) + " frames");
+    }
+    const int64_t        steps = std::max<int64_t>(1, n_frames - h.partial_frames + step + 1);
+    std::vector<int64_t> starts;
+    for (int64_t i = 0; i < steps; i += step) {
+        starts.push_back(i);
+    }
+    const double first_sample = (double) (starts.back() * h.hop);
+    const double coverage     = ((double) n_samples - first_sample) / (double) (h.partial_frames * h.hop);
+    if (coverage < h.min_coverage && starts.size() > 1) {
+        starts.pop_back();
+    }
+    return starts;
+}
+
+// Mel power spectrogram [n_mels, F] of `wav` (centred frames, zeros beyond both ends).
+std::vector<float> mel_spectrogram(vs_context & c, const ge2e_hparams & h, const std::vector<float> & wav,
+                                   int64_t & n_frames) {
+    const int64_t n = (int64_t) wav.size(), pad = h.n_fft / 2;
+    n_frames = 1 + n / h.hop;
+    std::vector<float> frames((size_t) (h.n_fft * n_frames), 0.0f);
+    for (int64_t f = 0; f < n_frames; ++f) {
+        for (int64_t k = 0; k < h.n_fft; ++k) {
+            const int64_t s = f * h.hop + k - pad;
+            if (s >= 0 && s < n) {
+                frames[(size_t) (f * h.n_fft + k)] = wav[(size_t) s];
+            }
+        }
+    }
+    auto           gb   = c.new_graph(64);
+    ggml_context * g    = gb.ctx.get();
+    ggml_tensor *  x    = ggml_new_tensor_2d(g, GGML_TYPE_F32, h.n_fft, n_frames);
+    ggml_tensor *  dft  = c.w("dft");  // [n_fft, 2 * bins]: cos, -sin interleaved
+    ggml_tensor *  mel  = c.w("mel");  // [bins, n_mels]
+    const int64_t  bins = dft->ne[1] / 2;
+    ggml_set_input(x);
+    ggml_tensor * spec  = ggml_sqr(g, ggml_mul_mat(g, dft, x));                             // [2 * bins, F]
+    ggml_tensor * power = ggml_sum_rows(g, ggml_reshape_3d(g, spec, 2, bins, n_frames));    // [1, bins, F]
+    ggml_tensor * out   = ggml_mul_mat(g, mel, ggml_reshape_2d(g, power, bins, n_frames));  // [n_mels, F]
+    ggml_set_output(out);
+    ggml_build_forward_expand(gb.gf, out);
+    c.alloc(VS_STAGE_MEL, gb.gf);
+    ggml_backend_tensor_set(x, frames.data(), 0, ggml_nbytes(x));
+    c.compute(gb.gf);
+    std::vector<float> m((size_t) ggml_nelements(out));
+    ggml_backend_tensor_get(out, m.data(), 0, ggml_nbytes(out));
+    return m;
+}
+
+// Embeddings [hidden, B] (ReLU'd, not normalized) of B partials x [n_mels, B, T].
+std::vector<float> run_encoder(vs_context & c, const ge2e_hparams & h, const std::vector<float> & x, int64_t B) {
+    const int64_t  T = h.partial_frames, H = h.hidden;
+    auto           gb = c.new_graph((size_t) (h.layers * T * 24 + T * 4 + 64));
+    ggml_context * g  = gb.ctx.get();
+    ggml_tensor *  xs = ggml_new_tensor_3d(g, GGML_TYPE_F32, h.n_mels, B, T);
+    ggml_set_input(xs);
+
+    ggml_tensor * seq = xs;  // [in, B, T]
+    ggml_tensor * hs  = nullptr;
+    for (int64_t l = 0; l < h.layers; ++l) {
+        const std::string p    = "lstm." + std::to_string(l) + ".";
+        ggml_tensor *     w_hh = c.w(p + "weight_hh");
+        // Input projections of every step at once: [4H, B, T].
+        ggml_tensor * gx = ggml_add(g, ggml_mul_mat(g, c.w(p + "weight_ih"), seq), c.w(p + "bias"));
+        ggml_tensor * cc = nullptr;
+        hs               = nullptr;
+        std::vector<ggml_tensor *> steps;
+        for (int64_t t = 0; t < T; ++t) {
+            ggml_tensor * z = ggml_view_2d(g, gx, 4 * H, B, gx->nb[1], t * gx->nb[2]);
+            if (hs) {
+                z = ggml_add(g, ggml_mul_mat(g, w_hh, hs), z);
+            } else {
+                z = ggml_cont(g, z);
+            }
+            ggml_tensor * sg   = ggml_sigmoid(g, z);
+            auto          gate = [&](ggml_tensor * v, int k) {
+                return ggml_view_2d(g, v, H, B, v->nb[1], k * H * sizeof(float));
+            };
+            ggml_tensor * cell = ggml_tanh(g, ggml_cont(g, gate(z, 2)));
+            ggml_tensor * in   = ggml_mul(g, gate(sg, 0), cell);
+            cc                 = cc ? ggml_add(g, ggml_mul(g, gate(sg, 1), cc), in) : ggml_cont(g, in);
+            hs                 = ggml_mul(g, gate(sg, 3), ggml_tanh(g, cc));
+            if (l + 1 < h.layers) {
+                steps.push_back(ggml_reshape_3d(g, hs, H, B, 1));
+            }
+        }
+        if (l + 1 < h.layers) {
+            // The steps side by side, [H, B, T]: pairwise concatenation (log T copies).
+            while (steps.size() > 1) {
+                std::vector<ggml_tensor *> next;
+                for (size_t i = 0; i + 1 < steps.size(); i += 2) {
+                    next.push_back(ggml_concat(g, steps[i], steps[i + 1], 2));
+                }
+                if (steps.size() % 2) {
+                    next.push_back(steps.back());
+                }
+                steps.swap(next);
+            }
+            seq = steps[0];
+        }
+    }
+    ggml_tensor * e = ggml_relu(g, ggml_add(g, ggml_mul_mat(g, c.w("linear.weight"), hs), c.w("linear.bias")));
+    ggml_set_output(e);
+    ggml_build_forward_expand(gb.gf, e);
+    c.alloc(VS_STAGE_SPEAKER, gb.gf);
+    ggml_backend_tensor_set(xs, x.data(), 0, ggml_nbytes(xs));
+    c.compute(gb.gf);
+    std::vector<float> out((size_t) ggml_nelements(e));
+    ggml_backend_tensor_get(e, out.data(), 0, ggml_nbytes(e));
+    return out;
+}
+
+void normalize(float * v, int64_t n) {
+    double s = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+        s += (double) v[i] * v[i];
+    }
+    const double norm = std::sqrt(s);
+    for (int64_t i = 0; i < n; ++i) {
+        v[i] = norm > 0.0 ? (float) (v[i] / norm) : 0.0f;
+    }
+}
+
+}  // namespace
+
+void ge2e_validate(const vs_model & model) {
+    read_hparams(model);
+    for (const char * name :
+         { "dft", "mel", "lstm.0.weight_ih", "lstm.0.weight_hh", "lstm.0.bias", "linear.weight", "linear.bias" }) {
+        model.tensor(name);
+    }
+}
+
+int64_t ge2e_embedding_size(const vs_model & model) {
+    return model.tensor("linear.weight")->ne[1];
+}
+
+std::vector<float> ge2e_embed(vs_context & c, const float * samples, size_t n_samples) {
+    const ge2e_hparams h = read_hparams(*c.model);
+    if (n_samples == 0) {
+        throw error(VS_ERR_INVALID_ARG, "no audio to embed");
+    }
+    for (size_t i = 0; i < n_samples; ++i) {
+        if (!std::isfinite(samples[i])) {
+            throw error(VS_ERR_INVALID_ARG, "the audio holds a NaN or infinite sample at " + std::to_string(i));
+        }
+    }
+    const auto starts = partial_starts(h, c.model->sample_rate, n_samples);
+    // Zeros up to the end of the last partial, as the reference pads.
+    const size_t       last = (size_t) ((starts.back() + h.partial_frames) * h.hop);
+    std::vector<float> wav(samples, samples + n_samples);
+    if (last >= wav.size()) {
+        wav.resize(last, 0.0f);
+    }
+    int64_t            F = 0;
+    std::vector<float> mel;
+    vs_synth_params    none = vs_synth_default_params();
+    c.timed_stage(VS_STAGE_MEL, 0, none, [&] { mel = mel_spectrogram(c, h, wav, F); });
+
+    const int64_t      B = (int64_t) starts.size(), T = h.partial_frames, M = h.n_mels;
+    std::vector<float> x((size_t) (M * B * T));  // [M, B, T]
+    for (int64_t b = 0; b < B; ++b) {
+        for (int64_t t = 0; t < T; ++t) {
+            std::copy_n(mel.data() + (starts[b] + t) * M, M, x.data() + (t * B + b) * M);
+        }
+    }
+    std::vector<float> partials;
+    c.timed_stage(VS_STAGE_SPEAKER, 0, none, [&] { partials = run_encoder(c, h, x, B); });
+
+    const int64_t      E = (int64_t) partials.size() / B;
+    std::vector<float> mean((size_t) E, 0.0f);
+    for (int64_t b = 0; b < B; ++b) {
+        normalize(partials.data() + b * E, E);
+        for (int64_t i = 0; i < E; ++i) {
+            mean[(size_t) i] += partials[(size_t) (b * E + i)] / (float) B;
+        }
+    }
+    normalize(mean.data(), E);
+    c.set_output("mel", std::move(mel), F, M);
+    c.set_output("partials", std::move(partials), B, E);
+    return mean;
+}
+
+}  // namespace vs
