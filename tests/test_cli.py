@@ -118,3 +118,70 @@ def test_screenshot_with_an_unknown_device_fails_cleanly(tmp_path, joe_path):
         timeout=300,
     )
     assert proc.returncode != 0 and "no-such-device" in proc.stderr
+
+
+SPEAKER = ROOT / "tests" / "data" / "speaker"
+
+
+def test_embed_and_similarity(joe_path):
+    out = json.loads(cli("embed", "--audio", str(SPEAKER / "piper_joe.flac"), "--json", "--threads", "2").stdout)
+    assert len(out["embedding"]) == 256 and abs(sum(v * v for v in out["embedding"]) - 1.0) < 1e-4
+    assert set(out["timings"]["stages_ms"]) == {"mel", "speaker"} and out["device"] == "cpu"
+    same = cli("similarity", str(SPEAKER / "piper_joe.flac"), str(SPEAKER / "piper_joe.flac")).stdout
+    assert float(same) > 0.9999
+    other = json.loads(
+        cli("similarity", str(SPEAKER / "piper_joe.flac"), str(SPEAKER / "kokoro_jf_alpha.flac"), "--json").stdout
+    )
+    assert other["similarity"] < 0.8
+    bad = cli("embed", "--audio", str(ROOT / "README.md"), check=False)
+    assert bad.returncode == 1 and bad.stderr.startswith("error: README.md: not an audio file")
+
+
+def test_profile_commands_round_trip(tmp_path, joe_path):
+    from app.core import models
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "models").symlink_to(models.paths.models_dir())
+    env = dict(os.environ, VOICESTUDIO_DATA_DIR=str(data))
+
+    def run(*args, check=True):
+        result = subprocess.run(
+            [sys.executable, str(ROOT / "main.py"), *args], capture_output=True, text=True, cwd=ROOT, env=env
+        )
+        if check:
+            assert result.returncode == 0, result.stderr
+        return result
+
+    silent = tmp_path / "silent.wav"
+    soundfile.write(silent, [0.0] * 48000 * 4, 48000)
+    check = run("profile", "check", "--audio", str(silent), check=False)
+    assert check.returncode == 1 and "fail" in check.stdout
+    refused = run("profile", "create", "--audio", str(silent), "--name", "quiet", check=False)
+    assert refused.returncode == 1 and "cannot make a profile" in refused.stderr
+
+    created = run("profile", "create", "--audio", str(SPEAKER / "piper_joe.flac"), "--name", "Joe",
+                  "--evaluations", "12", "--no-evaluate", "--threads", "2", "--json")  # fmt: skip
+    row = json.loads(created.stdout)
+    assert row["id"] == "profile:Joe" and 7 <= row["search"]["evaluations"] <= 12
+    assert row["scores"]["search"]["similarity"] >= max(row["scores"]["search"]["stock"].values()) - 0.2
+    listed = json.loads(run("profile", "list", "--json").stdout)
+    assert [p["id"] for p in listed] == ["profile:Joe"]
+    assert "profile:Joe" in [v["id"] for v in json.loads(run("voices", "--json").stdout)]
+
+    out = tmp_path / "joe.wav"
+    run("synth", "--voice", "profile:Joe", "--text", "Hello there.", "--out", str(out), "--device", "cpu")
+    assert soundfile.info(str(out)).samplerate == 24000 and soundfile.info(str(out)).frames > 10000
+    again = run("profile", "create", "--audio", str(SPEAKER / "piper_joe.flac"), "--name", "Joe",
+                "--evaluations", "6", "--no-evaluate", check=False)  # fmt: skip
+    assert again.returncode == 1 and "exists already" in again.stderr
+
+    exported = tmp_path / "joe.vsprofile"
+    run("profile", "export", "Joe", "--out", str(exported))
+    run("profile", "rename", "Joe", "Joseph")
+    run("profile", "import", str(exported))
+    names = sorted(p["name"] for p in json.loads(run("profile", "list", "--json").stdout))
+    assert names == ["Joe", "Joseph"]
+    run("profile", "delete", "Joseph")
+    missing = run("synth", "--voice", "profile:Joseph", "--text", "Hi.", "--out", str(out), check=False)
+    assert missing.returncode == 1 and "no profile named 'Joseph'" in missing.stderr

@@ -75,8 +75,10 @@ def test_new_profile_dialog_from_import_to_voice(qtbot, window):
     dialog.create()
     assert not dialog.create_button.isEnabled() and dialog.cancel_button.isEnabled()
     qtbot.waitUntil(lambda: dialog.draft is not None, timeout=180_000)
-    assert len(dialog.points) == dialog.draft.search["evaluations"] >= 5
-    assert dialog.best_line.getData()[1][-1] == pytest.approx(dialog.draft.scores["search"]["similarity"])
+    assert dialog.draft.search["evaluations"] >= len(dialog.points) >= 5
+    chosen = dialog.draft.scores["search"]["similarity"]
+    assert any(y == pytest.approx(chosen) for _, y in dialog.points)  # the winner is a plotted candidate
+    assert max(dialog.best_line.getData()[1]) >= chosen - 1e-9
     assert dialog.preview_button.isEnabled() and dialog.save_button.isEnabled()
     with qtbot.waitSignal(dialog.saved) as saved:
         dialog.save()
@@ -84,7 +86,7 @@ def test_new_profile_dialog_from_import_to_voice(qtbot, window):
     assert "profile:Joe test" in window.voices.voices()
     assert window.inspector.voice.findText("profile:Joe test") >= 0
     profile = profiles.load("Joe test")
-    assert profile.meta["checks"] and profile.meta["search"]["evaluations"] == len(dialog.points)
+    assert profile.meta["checks"] and profile.meta["search"]["evaluations"] >= len(dialog.points)
     dialog.reject()
 
 

@@ -136,19 +136,21 @@ def test_search_is_deterministic_for_a_seed():
         for seed in (7, 7, 8):
             seen = []
             result = style_search.search(
-                eng, enc, target, small, seconds=0, max_evaluations=6, seed=seed, sentences=("Good morning.",),
+                eng, enc, target, small, seconds=0, max_evaluations=10, seed=seed, sentences=("Good morning.",),
                 on_progress=lambda p, seen=seen: seen.append(p.current.total),
             )  # fmt: skip
             runs.append((result, seen))
     (a, seen_a), (b, seen_b), (c, seen_c) = runs
-    assert a.evaluations == b.evaluations == c.evaluations == 6
+    # 2 stock voices, their blend, 3 candidates, then the start and the best (at most 3) in range
+    # on a second sentence.
+    assert a.evaluations == b.evaluations and 7 <= a.evaluations <= 10 and len(seen_a) == 6
     assert seen_a == seen_b  # every candidate scored the same
     np.testing.assert_array_equal(a.pack, b.pack)
     assert a.theta == b.theta
     assert seen_a[:3] == seen_c[:3]  # stock voices and their blend do not depend on the seed
     assert seen_a[3:] != seen_c[3:]  # the search's candidates do
     assert a.stock_scores["jm_kumo"] > a.stock_scores["jf_alpha"]  # the reference is jm_kumo
-    assert a.best.total == max(seen_a)
+    assert a.best.total in seen_a  # the winner is one of the scored candidates
 
 
 def test_search_needs_a_budget_and_stock_styles():

@@ -6,19 +6,22 @@ durations and pitch). A profile's pack is the most similar stock pack (or a blen
 most similar) plus one offset added to every row, found by a (1+1) evolution strategy:
 
 - the offset lives in the span of the stock packs' 8 principal directions (their rows
-  pooled), in units of each direction's spread, so candidates stay styles the decoder knows;
-- each candidate speaks one short fixed sentence (about 1.9 s of audio: on a 2-core CPU a
-  candidate costs about 1.2 s, so a 60 s budget scores about 45); its score is the GE2E
+  pooled), in units of each direction's spread, within a ball of radius 4 (``RADIUS``);
+- each candidate speaks one fixed sentence (about 3.2 s of audio; on a 2-core CPU a
+  candidate costs about 2.2 s, so a 60 s budget scores about 25); its score is the GE2E
   similarity of that audio to the reference, less small penalties for a median F0 and a
-  speaking rate unlike the reference's (``score_features``);
+  speaking rate unlike the reference's (``score_features``); a candidate that makes the
+  sentence much shorter or longer than the start does is rejected (far from the stock
+  styles the similarity rewards voices that drawl a sentence over many seconds);
+- at the end the start and the best three candidates speak a second sentence and the best
+  mean of both scores wins (``validate``): the search sentence alone overstates the gain;
 - the stock voices' features do not depend on the reference and are cached (``StockCache``);
 - deterministic for a seed: two runs with the same seed score the same candidates in the
   same order (the engine is deterministic for one device and thread count); the time budget
   (or ``max_evaluations``) only decides how many run. Cancelling keeps the best so far.
 
-Fewer, larger steps generalize better than a longer search of more directions here: the
-similarity measured on the search sentence overstates what other sentences get
-(tools/profile_similarity.py measures on held-out sentences).
+tools/profile_similarity.py measures profiles against the stock voices on held-out
+sentences.
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ from app.core.errors import CancelledError, InvalidArgumentError
 from app.core.speaker_encoder import SpeakerEncoder, similarity
 
 # Sentences each candidate speaks (search) and those only the final report uses (held out).
-SEARCH_SENTENCES = ("Good morning, Sam.",)
+SEARCH_SENTENCES = ("Could you bring the blue folder to my office?",)
+# At the end the best few candidates and the start speak this too; the best on both wins.
+VALIDATION_SENTENCES = ("Thank you, Anna.",)
 HELDOUT_SENTENCES = (
     "The weather turned cold just before the long weekend.",
     "We walked along the river until the lights came on.",
@@ -43,6 +48,13 @@ HELDOUT_SENTENCES = (
 N_DIRECTIONS = 8  # principal directions of the stock styles searched over
 F0_WEIGHT = 0.05  # score lost per octave between the candidate's median F0 and the reference's
 RATE_WEIGHT = 0.05  # score lost per e-fold between speaking rates
+# Candidates stay near the stock styles: offsets within RADIUS spreads, steps of at most
+# SIGMA_MAX, and the search sentence no shorter or longer than LENGTH_LIMITS times the start's.
+# Far out, the similarity rewards styles that drawl one sentence over many seconds.
+RADIUS = 4.0
+SIGMA_MAX = 2.0
+LENGTH_LIMITS = (0.8, 1.25)
+REJECTED = -1.0  # the score of a candidate outside the length limits
 PACK_ROWS, STYLE_DIM = 510, 256
 
 
@@ -74,10 +86,16 @@ class Features:
     embedding: np.ndarray
     f0_hz: float | None
     rate: float | None
+    duration_s: float
 
     @classmethod
     def of(cls, encoder: SpeakerEncoder, audio: np.ndarray, rate: int) -> Features:
-        return cls(encoder.embed(audio, rate), prosody.median_f0(audio, rate), prosody.speaking_rate(audio, rate))
+        return cls(
+            encoder.embed(audio, rate),
+            prosody.median_f0(audio, rate),
+            prosody.speaking_rate(audio, rate),
+            len(audio) / rate,
+        )
 
 
 def score(encoder: SpeakerEncoder, target: Target, audio: np.ndarray, rate: int) -> Score:
@@ -145,7 +163,8 @@ class StockCache:
             data = json.loads(path.read_text(encoding="utf-8"))
             if data.get("key") == self.key:
                 for name, e in data.get("entries", {}).items():
-                    self.entries[name] = Features(np.asarray(e["embedding"], dtype=np.float32), e["f0_hz"], e["rate"])
+                    embedding = np.asarray(e["embedding"], dtype=np.float32)
+                    self.entries[name] = Features(embedding, e["f0_hz"], e["rate"], e["duration_s"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             self.entries = {}
 
@@ -161,7 +180,12 @@ class StockCache:
         data = {
             "key": self.key,
             "entries": {
-                n: {"embedding": [float(v) for v in f.embedding], "f0_hz": f.f0_hz, "rate": f.rate}
+                n: {
+                    "embedding": [float(v) for v in f.embedding],
+                    "f0_hz": f.f0_hz,
+                    "rate": f.rate,
+                    "duration_s": f.duration_s,
+                }
                 for n, f in self.entries.items()
             },
         }
@@ -181,12 +205,14 @@ class OnePlusOne:
         self.best = best
 
     def ask(self) -> np.ndarray:
-        return self.mean + self.sigma * self.rng.standard_normal(self.n)
+        x = self.mean + self.sigma * self.rng.standard_normal(self.n)
+        norm = float(np.linalg.norm(x))
+        return x * (RADIUS / norm) if norm > RADIUS else x
 
     def tell(self, x: np.ndarray, fitness: float) -> None:
         if fitness > self.best:
             self.best, self.mean = float(fitness), x
-            self.sigma *= 1.5
+            self.sigma = min(SIGMA_MAX, self.sigma * 1.5)
         else:
             self.sigma *= 1.5**-0.25
 
@@ -212,6 +238,7 @@ def search(
     cancelled: Callable[[], bool] | None = None,
     stock_cache: StockCache | None = None,
     basis: np.ndarray | None = None,
+    validate: int = 3,
 ) -> Result:
     """Search a pack for ``target``. ``engine``: an open Kokoro Engine. ``packs``: the stock
     packs by name ([510, 1, 256] or [510, 256]). ``stock_cache``: features of the stock
@@ -228,33 +255,48 @@ def search(
     best: Score | None = None
     best_pack: np.ndarray | None = None
     best_theta = np.zeros(0)
+    best_duration = base_duration = 0.0
 
-    def out_of_budget() -> bool:
-        if max_evaluations is not None and evaluations >= max_evaluations:
+    tried: list[tuple[Score, np.ndarray, np.ndarray]] = []  # the search's candidates in range
+    spent: list[float] = []  # seconds per synthesized candidate
+
+    def out_of_budget(reserve: int = 0) -> bool:
+        """Out of budget, keeping ``reserve`` evaluations for the validation."""
+        if max_evaluations is not None and evaluations + reserve >= max_evaluations:
             return True
-        return seconds > 0 and time.perf_counter() - t0 >= seconds
+        per_eval = float(np.mean(spent)) if spent else 0.0
+        return seconds > 0 and time.perf_counter() - t0 + reserve * per_eval >= seconds
 
-    def features_of(pack: np.ndarray, key: str | None) -> tuple[Features, np.ndarray | None]:
+    def features_of(pack: np.ndarray, key: str | None, sentences_text: str) -> tuple[Features, np.ndarray | None]:
         features, audio = (stock_cache.get(key) if stock_cache is not None and key else None), None
         if features is None:
-            take = engine.synthesize(text=text, style=pack.reshape(PACK_ROWS, STYLE_DIM), cancelled=cancelled)
+            t = time.perf_counter()
+            take = engine.synthesize(text=sentences_text, style=pack.reshape(PACK_ROWS, STYLE_DIM), cancelled=cancelled)
             audio = take.audio
             features = Features.of(encoder, take.audio, take.sample_rate)
+            spent.append(time.perf_counter() - t)
             if stock_cache is not None and key:
                 stock_cache.put(key, features)
         return features, audio
 
     def evaluate(pack: np.ndarray, theta: np.ndarray, key: str | None = None) -> Score:
         """Score a candidate; ``key`` names a stock voice whose features may be cached."""
-        nonlocal evaluations, best, best_pack, best_theta
+        nonlocal evaluations, best, best_pack, best_theta, best_duration
         if cancelled and cancelled():
             raise CancelledError("style search cancelled")
-        features, audio = features_of(pack, key)
+        features, audio = features_of(pack, key, text)
         s = score_features(target, features)
+        if len(theta) and not (
+            LENGTH_LIMITS[0] * base_duration <= features.duration_s <= LENGTH_LIMITS[1] * base_duration
+        ):
+            s = Score(REJECTED, s.similarity, s.f0_hz, s.rate)
+        elif len(theta):
+            tried.append((s, pack, np.asarray(theta, dtype=np.float64)))
         evaluations += 1
         improved = best is None or s.total > best.total
         if improved:
             best, best_pack, best_theta = s, pack, np.asarray(theta, dtype=np.float64)
+            best_duration = features.duration_s
         elapsed = time.perf_counter() - t0
         history.append((elapsed, best.total))
         if on_progress:
@@ -281,12 +323,30 @@ def search(
             if best_pack is not before:
                 base_name, base = f"{a}+{b}", best_pack
         # 2. A (1+1)-ES over an offset to every row of the base.
+        base_duration = best_duration
         basis = style_basis(packs) if basis is None else basis
         es = OnePlusOne(len(basis), sigma, np.random.default_rng(seed), best.total)  # the base is the best so far
         best_theta = np.zeros(len(basis))
-        while not out_of_budget():
+        base_score = best
+        reserve = validate + 1 if validate else 0
+        while not out_of_budget(reserve):
             x = es.ask()
             es.tell(x, evaluate(make_pack(base, basis, x), x).total)
+        # 3. The start and the best few candidates speak another sentence; the best mean wins.
+        if validate and tried:
+            val_text = " ".join(VALIDATION_SENTENCES)
+            top = sorted(tried, key=lambda c: c[0].total, reverse=True)[:validate]
+            choices = [(base_score, base, np.zeros(len(basis)), f"validation:{base_name}"), *[(*c, None) for c in top]]
+            ranked_choices = []
+            for score_, pack, theta, key in choices:
+                if cancelled and cancelled():
+                    raise CancelledError("style search cancelled")
+                features, _ = features_of(pack, key, val_text)
+                evaluations += 1
+                ranked_choices.append(
+                    (0.5 * (score_.total + score_features(target, features).total), score_, pack, theta)
+                )
+            _, best, best_pack, best_theta = max(ranked_choices, key=lambda c: c[0])
     except CancelledError:
         was_cancelled = True
         if best_pack is None:
