@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -37,6 +38,16 @@ REFERENCE_TEXT = (
     "Nobody knew where the letter had come from, or who had written it."
 )
 ESPEAK_VOICES = ("en-us+m3", "en+f2")
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip() + f", {os.cpu_count()} cores"
+    except OSError:
+        pass
+    return platform.machine()
 
 
 def references(tmp: Path, threads: int) -> dict[str, tuple[np.ndarray, int]]:
@@ -115,7 +126,7 @@ def main() -> None:
     print(f"mean gain {mean_gain:+.3f}")
     if args.json_out:
         report = {
-            "machine": platform.processor() or platform.machine(),
+            "machine": cpu_name(),
             "device": args.device,
             "threads": args.threads,
             "seconds": args.seconds,

@@ -192,4 +192,18 @@ ggml_tensor * flip_channels(ggml_context * ctx, ggml_tensor * x, ggml_tensor * r
     return ggml_cont(ctx, ggml_transpose(ctx, ggml_get_rows(ctx, xt, rev_idx)));
 }
 
+ggml_tensor * concat_all(ggml_context * ctx, std::vector<ggml_tensor *> parts, int dim) {
+    while (parts.size() > 1) {
+        std::vector<ggml_tensor *> next;
+        for (size_t i = 0; i + 1 < parts.size(); i += 2) {
+            next.push_back(ggml_concat(ctx, parts[i], parts[i + 1], dim));
+        }
+        if (parts.size() % 2) {
+            next.push_back(parts.back());
+        }
+        parts.swap(next);
+    }
+    return parts.empty() ? nullptr : parts[0];
+}
+
 }  // namespace vs

@@ -5,6 +5,8 @@
 
 #include <ggml.h>
 
+#include <vector>
+
 namespace vs {
 
 // Graphs built on this thread from now on run on the CPU backend (true) or on another
@@ -55,5 +57,9 @@ ggml_tensor * channels(ggml_context * ctx, ggml_tensor * x, int64_t first, int64
 
 // Channel order reversed (torch.flip over dim 1). rev_idx: I32 [C] holding C-1 .. 0.
 ggml_tensor * flip_channels(ggml_context * ctx, ggml_tensor * x, ggml_tensor * rev_idx);
+
+// The parts joined along `dim` by pairwise concatenation (log n copies of each element
+// rather than n): how a recurrence's steps become one tensor.
+ggml_tensor * concat_all(ggml_context * ctx, std::vector<ggml_tensor *> parts, int dim);
 
 }  // namespace vs

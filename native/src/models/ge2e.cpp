@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "../vs-context.h"
+#include "../vs-graph.h"
 
 namespace vs {
 
@@ -125,18 +126,7 @@ std::vector<float> run_encoder(vs_context & c, const ge2e_hparams & h, const std
             }
         }
         if (l + 1 < h.layers) {
-            // The steps side by side, [H, B, T]: pairwise concatenation (log T copies).
-            while (steps.size() > 1) {
-                std::vector<ggml_tensor *> next;
-                for (size_t i = 0; i + 1 < steps.size(); i += 2) {
-                    next.push_back(ggml_concat(g, steps[i], steps[i + 1], 2));
-                }
-                if (steps.size() % 2) {
-                    next.push_back(steps.back());
-                }
-                steps.swap(next);
-            }
-            seq = steps[0];
+            seq = concat_all(g, std::move(steps), 2);  // the next layer's input, [H, B, T]
         }
     }
     ggml_tensor * e = ggml_relu(g, ggml_add(g, ggml_mul_mat(g, c.w("linear.weight"), hs), c.w("linear.bias")));

@@ -534,18 +534,7 @@ act kokoro_voice::run_lstm(vs_context & c, int stage, const std::string & prefix
             hs                 = ggml_mul(g, gate(sg, 3), ggml_tanh(g, cc));
             steps.push_back(ggml_reshape_3d(g, hs, H, D, 1));
         }
-        // The steps' hidden states side by side, [H, D, n]: pairwise concatenation (log n copies).
-        while (steps.size() > 1) {
-            std::vector<ggml_tensor *> next;
-            for (size_t i = 0; i + 1 < steps.size(); i += 2) {
-                next.push_back(ggml_concat(g, steps[i], steps[i + 1], 2));
-            }
-            if (steps.size() % 2) {
-                next.push_back(steps.back());
-            }
-            steps.swap(next);
-        }
-        ggml_tensor * out = steps[0];
+        ggml_tensor * out = concat_all(g, std::move(steps), 2);  // the steps' hidden states, [H, D, n]
         ggml_set_output(out);
         ggml_build_forward_expand(gb.gf, out);
         ggml_set_output(hs);
