@@ -145,7 +145,8 @@ class NewProfileDialog(QDialog):
         self.plot.setLabel("bottom", "search time", units="s")
         self.plot.setLabel("left", "similarity to the reference")
         self.scatter = pg.ScatterPlotItem(size=5, brush=pg.mkBrush(148, 163, 184))
-        self.best_line = self.plot.plot(pen=pg.mkPen("#2563eb", width=2), stepMode=None)
+        self.plot.getAxis("left").enableAutoSIPrefix(False)
+        self.best_line = self.plot.plot(pen=pg.mkPen("#2563eb", width=2))
         self.plot.addItem(self.scatter)
         self.plot.setMinimumHeight(200)
         self.status = QLabel("Record or import a reference.")
@@ -296,8 +297,12 @@ class NewProfileDialog(QDialog):
         self.best_curve.append((p.elapsed_s, p.best.similarity))
         xs, ys = zip(*self.points, strict=True)
         self.scatter.setData(list(xs), list(ys))
-        bx, by = zip(*self.best_curve, strict=True)
-        self.best_line.setData(list(bx), list(by))
+        # The best so far as steps: it holds until a better candidate arrives.
+        bx, by = [self.best_curve[0][0]], [self.best_curve[0][1]]
+        for x, y in self.best_curve[1:]:
+            bx += [x, x]
+            by += [by[-1], y]
+        self.best_line.setData(bx, by)
         if p.best_audio is not None:
             self._preview = p.best_audio
             self.preview_button.setEnabled(True)
