@@ -313,7 +313,8 @@ def cmd_profile(args) -> int:
     from app.core import profiles, speaker_reference
 
     if args.action == "list":
-        rows = [_profile_row(p) for p in profiles.list_profiles()]
+        found, broken = profiles.scan()
+        rows = [_profile_row(p) for p in found]
         if args.json:
             print(json.dumps(rows, indent=2))
         else:
@@ -323,7 +324,7 @@ def cmd_profile(args) -> int:
                 if held:
                     detail = f"similarity {held['profile']:.3f} (best stock {held['best_stock']['similarity']:.3f})"
                 print(f"{r['id']:<30} {r['created'] or '':<26} {detail}")
-        for _folder, reason in profiles.damaged():
+        for _folder, reason in broken:
             print(f"warning: {reason}", file=sys.stderr)
         return 0
     if args.action == "delete":

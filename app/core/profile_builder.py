@@ -69,8 +69,7 @@ class Draft:
     reference: speaker_reference.Reference
     pack: np.ndarray
     embedding: np.ndarray
-    preview_audio: np.ndarray | None
-    preview_rate: int
+    preview_audio: np.ndarray | None  # at Kokoro's sample rate
     source: dict
     scores: dict
     search: dict
@@ -125,11 +124,11 @@ def build(
         target = style_search.Target.from_audio(encoder, ref.audio, ref.sample_rate)
         packs = models.kokoro_packs()
         emit("searching", f"searching for {settings.seconds:g} s")
-        preview: list = [None, engine.sample_rate]
+        preview: list = [None, None]  # the best candidate's audio so far, and its score
 
         def on_progress(p: style_search.Progress) -> None:
             if p.best_audio is not None:
-                preview[0] = p.best_audio
+                preview[:] = [p.best_audio, p.best]
             emit("searching", f"{p.evaluations} candidates, best similarity {p.best.similarity:.3f}", p)
 
         result = style_search.search(
@@ -137,7 +136,9 @@ def build(
             seconds=settings.seconds, max_evaluations=settings.max_evaluations, seed=settings.seed,
             on_progress=on_progress, cancelled=cancelled, stock_cache=stock_cache(engine),
         )  # fmt: skip
-        if preview[0] is None:  # the best is a stock voice whose features were cached
+        # No audio of the winner: a stock voice whose features were cached, or the second
+        # sentence chose another candidate than the search's best.
+        if preview[0] is None or preview[1] is not result.best:
             take = engine.synthesize(text=" ".join(style_search.SEARCH_SENTENCES), style=result.pack.reshape(-1, 256))
             preview[0] = take.audio
         scores: dict = {
@@ -165,7 +166,6 @@ def build(
         pack=result.pack,
         embedding=target.embedding,
         preview_audio=preview[0],
-        preview_rate=preview[1],
         source=dict(source or {}, duration_s=ref.duration_s, source_rate=ref.source_rate),
         scores=scores,
         search={

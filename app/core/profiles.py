@@ -130,16 +130,21 @@ def _read(folder: Path) -> Profile:
     return Profile(meta["name"], folder, meta, pack, embedding.astype(np.float32))
 
 
-def list_profiles() -> list[Profile]:
-    """Every readable profile, by name. Damaged ones are left out (``damaged()`` names them)."""
-    out = []
+def scan() -> tuple[list[Profile], list[tuple[str, str]]]:
+    """Every readable profile, by name, and (folder, reason) of each one that cannot be read."""
+    readable, broken = [], []
     for folder in sorted(profiles_dir().iterdir()):
         if folder.is_dir() and not folder.name.startswith("."):
             try:
-                out.append(_read(folder))
-            except ProfileError:
-                continue
-    return sorted(out, key=lambda p: p.name.lower())
+                readable.append(_read(folder))
+            except ProfileError as exc:
+                broken.append((folder.name, str(exc)))
+    return sorted(readable, key=lambda p: p.name.lower()), broken
+
+
+def list_profiles() -> list[Profile]:
+    """Every readable profile, by name. Damaged ones are left out (``damaged()`` names them)."""
+    return scan()[0]
 
 
 def voice_ids() -> list[str]:
@@ -148,14 +153,7 @@ def voice_ids() -> list[str]:
 
 def damaged() -> list[tuple[str, str]]:
     """(folder, reason) of each profile folder that cannot be read."""
-    out = []
-    for folder in sorted(profiles_dir().iterdir()):
-        if folder.is_dir() and not folder.name.startswith("."):
-            try:
-                _read(folder)
-            except ProfileError as exc:
-                out.append((folder.name, str(exc)))
-    return out
+    return scan()[1]
 
 
 def _find_folder(name: str) -> Path | None:

@@ -68,7 +68,8 @@ class Target:
 
     @classmethod
     def from_audio(cls, encoder: SpeakerEncoder, audio: np.ndarray, rate: int) -> Target:
-        return cls(encoder.embed(audio, rate), prosody.median_f0(audio, rate), prosody.speaking_rate(audio, rate))
+        f = Features.of(encoder, audio, rate)
+        return cls(f.embedding, f.f0_hz, f.rate)
 
 
 @dataclass
@@ -90,16 +91,16 @@ class Features:
 
     @classmethod
     def of(cls, encoder: SpeakerEncoder, audio: np.ndarray, rate: int) -> Features:
+        from app.core.export import resample
+
+        # The encoder and the prosody measures all work at 16 kHz: resample once.
+        a16 = resample(np.asarray(audio, dtype=np.float32), rate, prosody.RATE)
         return cls(
-            encoder.embed(audio, rate),
-            prosody.median_f0(audio, rate),
-            prosody.speaking_rate(audio, rate),
+            encoder.embed(a16, prosody.RATE),
+            prosody.median_f0(a16, prosody.RATE),
+            prosody.speaking_rate(a16, prosody.RATE),
             len(audio) / rate,
         )
-
-
-def score(encoder: SpeakerEncoder, target: Target, audio: np.ndarray, rate: int) -> Score:
-    return score_features(target, Features.of(encoder, audio, rate))
 
 
 def score_features(target: Target, features: Features) -> Score:
@@ -113,16 +114,13 @@ def score_features(target: Target, features: Features) -> Score:
     return Score(float(total), float(sim), f0, speed)
 
 
-def style_basis(packs: dict[str, np.ndarray], n: int = N_DIRECTIONS, dims: slice = slice(None)) -> np.ndarray:
-    """[n, 256]: the stock styles' principal directions within ``dims`` (zero elsewhere), each
-    scaled to its standard deviation."""
-    rows = np.concatenate([p.reshape(-1, STYLE_DIM) for p in packs.values()]).astype(np.float64)[:, dims]
+def style_basis(packs: dict[str, np.ndarray], n: int = N_DIRECTIONS) -> np.ndarray:
+    """[n, 256]: the stock styles' principal directions, each scaled to its standard deviation."""
+    rows = np.concatenate([p.reshape(-1, STYLE_DIM) for p in packs.values()]).astype(np.float64)
     rows -= rows.mean(axis=0)
     _, s, vt = np.linalg.svd(rows, full_matrices=False)
     std = s / np.sqrt(len(rows) - 1)
-    basis = np.zeros((n, STYLE_DIM), dtype=np.float32)
-    basis[:, dims] = vt[:n] * std[:n, None]
-    return basis
+    return (vt[:n] * std[:n, None]).astype(np.float32)
 
 
 @dataclass
@@ -237,7 +235,6 @@ def search(
     on_progress: Callable[[Progress], None] | None = None,
     cancelled: Callable[[], bool] | None = None,
     stock_cache: StockCache | None = None,
-    basis: np.ndarray | None = None,
     validate: int = 3,
 ) -> Result:
     """Search a pack for ``target``. ``engine``: an open Kokoro Engine. ``packs``: the stock
@@ -324,7 +321,7 @@ def search(
                 base_name, base = f"{a}+{b}", best_pack
         # 2. A (1+1)-ES over an offset to every row of the base.
         base_duration = best_duration
-        basis = style_basis(packs) if basis is None else basis
+        basis = style_basis(packs)
         es = OnePlusOne(len(basis), sigma, np.random.default_rng(seed), best.total)  # the base is the best so far
         best_theta = np.zeros(len(basis))
         base_score = best

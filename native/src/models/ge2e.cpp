@@ -54,6 +54,19 @@ std::vector<int64_t> partial_starts(const ge2e_hparams & h, int sample_rate, siz
     return starts;
 }
 
+// Computes the graph ending in `out` with `in` set to `data`; returns `out` on the host.
+std::vector<float> run_graph(vs_context & c, int stage, const graph_build & gb, ggml_tensor * in,
+                             const std::vector<float> & data, ggml_tensor * out) {
+    ggml_set_output(out);
+    ggml_build_forward_expand(gb.gf, out);
+    c.alloc(stage, gb.gf);
+    ggml_backend_tensor_set(in, data.data(), 0, ggml_nbytes(in));
+    c.compute(gb.gf);
+    std::vector<float> result((size_t) ggml_nelements(out));
+    ggml_backend_tensor_get(out, result.data(), 0, ggml_nbytes(out));
+    return result;
+}
+
 // Mel power spectrogram [n_mels, F] of `wav` (centred frames, zeros beyond both ends).
 std::vector<float> mel_spectrogram(vs_context & c, const ge2e_hparams & h, const std::vector<float> & wav,
                                    int64_t & n_frames) {
@@ -78,14 +91,7 @@ std::vector<float> mel_spectrogram(vs_context & c, const ge2e_hparams & h, const
     ggml_tensor * spec  = ggml_sqr(g, ggml_mul_mat(g, dft, x));                             // [2 * bins, F]
     ggml_tensor * power = ggml_sum_rows(g, ggml_reshape_3d(g, spec, 2, bins, n_frames));    // [1, bins, F]
     ggml_tensor * out   = ggml_mul_mat(g, mel, ggml_reshape_2d(g, power, bins, n_frames));  // [n_mels, F]
-    ggml_set_output(out);
-    ggml_build_forward_expand(gb.gf, out);
-    c.alloc(VS_STAGE_MEL, gb.gf);
-    ggml_backend_tensor_set(x, frames.data(), 0, ggml_nbytes(x));
-    c.compute(gb.gf);
-    std::vector<float> m((size_t) ggml_nelements(out));
-    ggml_backend_tensor_get(out, m.data(), 0, ggml_nbytes(out));
-    return m;
+    return run_graph(c, VS_STAGE_MEL, gb, x, frames, out);
 }
 
 // Embeddings [hidden, B] (ReLU'd, not normalized) of B partials x [n_mels, B, T].
@@ -130,14 +136,7 @@ std::vector<float> run_encoder(vs_context & c, const ge2e_hparams & h, const std
         }
     }
     ggml_tensor * e = ggml_relu(g, ggml_add(g, ggml_mul_mat(g, c.w("linear.weight"), hs), c.w("linear.bias")));
-    ggml_set_output(e);
-    ggml_build_forward_expand(gb.gf, e);
-    c.alloc(VS_STAGE_SPEAKER, gb.gf);
-    ggml_backend_tensor_set(xs, x.data(), 0, ggml_nbytes(xs));
-    c.compute(gb.gf);
-    std::vector<float> out((size_t) ggml_nelements(e));
-    ggml_backend_tensor_get(e, out.data(), 0, ggml_nbytes(e));
-    return out;
+    return run_graph(c, VS_STAGE_SPEAKER, gb, xs, x, e);
 }
 
 void normalize(float * v, int64_t n) {
