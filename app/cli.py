@@ -51,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_device_args(b)
     b.add_argument("--json-out", type=Path, required=True)
     b.add_argument("--compare", choices=["onnxruntime"])
+    b.add_argument(
+        "--profile-ops",
+        action="store_true",
+        help="after the timed runs, one more run with every graph node timed alone; prints the costliest ops",
+    )
 
     d = sub.add_parser("devices", help="list the devices ggml reports")
     d.add_argument("--json", action="store_true")
@@ -186,11 +191,20 @@ def cmd_bench(args) -> int:
                     "index": i,
                     "phonemes": item,
                     "compute_ms": statistics.median(compute),
+                    "first_audio_ms": statistics.median(t.timings["first_audio_ms"] for t in runs),
                     "audio_s": runs[0].duration_s,
                     "stages_ms": {s: statistics.median(t.timings["stages_ms"][s] for t in runs) for s in engine.stages},
                 }
             )
+        profile = None
+        if args.profile_ops:
+            engine.set_op_profiling(True)
+            for item in ipa:
+                engine.synthesize(phonemes=item, noise_scale=0.0, noise_w=0.0)
+            engine.set_op_profiling(False)
+            profile = engine.op_profile()
         device, threads, load_ms = engine.device, engine.threads, engine.load_ms
+        prewarm_ms, fallback = engine.prewarm_ms, {s: ops for s, ops in engine.fallback_ops.items() if ops}
     report = {
         "voice": args.voice,
         "device": device,
@@ -198,6 +212,8 @@ def cmd_bench(args) -> int:
         "runs": args.runs,
         "warmup": args.warmup,
         "load_ms": load_ms,
+        "prewarm_ms": prewarm_ms,
+        "fallback_ops": fallback,  # per stage, ops the device could not run (empty: all on it)
         "peak_rss_mb": _peak_rss_mb(),
         "engine_rss_mb": _peak_rss_mb() - rss_before_engine,  # what the engine added to the peak
         "items": results,
@@ -205,6 +221,10 @@ def cmd_bench(args) -> int:
         "total_audio_s": sum(r["audio_s"] for r in results),
     }
     report["rtf"] = report["total_compute_ms"] / 1000.0 / report["total_audio_s"]
+    report["audio_s_per_s"] = 1.0 / report["rtf"]
+    report["first_audio_ms_median"] = statistics.median(r["first_audio_ms"] for r in results)
+    if profile is not None:
+        report["op_profile"] = profile
     if args.compare == "onnxruntime":
         report["reference"] = _bench_reference(args, ipa, results)
         report["ratio"] = report["total_compute_ms"] / report["reference"]["total_compute_ms"]
@@ -212,9 +232,18 @@ def cmd_bench(args) -> int:
     line = f"{device} x{threads}: {report['total_compute_ms']:.0f} ms for {report['total_audio_s']:.2f} s of audio"
     line += f" (RTF {report['rtf']:.3f}, load {load_ms:.0f} ms, peak RSS {report['peak_rss_mb']:.0f} MB"
     line += f", {report['engine_rss_mb']:.0f} MB of it the engine's)"
+    line += f"; {report['audio_s_per_s']:.1f} audio-s/s, first audio {report['first_audio_ms_median']:.1f} ms (median)"
     if "ratio" in report:
         line += f"; onnxruntime {report['reference']['total_compute_ms']:.0f} ms; ratio {report['ratio']:.2f}"
     print(line)
+    stages = sorted({s for r in results for s in r["stages_ms"]}, key=list(results[0]["stages_ms"]).index)
+    print("  " + ", ".join(f"{s} {sum(r['stages_ms'][s] for r in results):.0f} ms" for s in stages))
+    for stage, ops in fallback.items():
+        print(f"  on the CPU instead of {device}: {stage}: {', '.join(ops)}")
+    if profile is not None:
+        print("  costliest ops (each node timed alone, launch and sync included):")
+        for row in profile[:15]:
+            print(f"    {row['stage']:<13} {row['op']:<18} {row['count']:>6} nodes {row['ms']:9.1f} ms")
     return 0
 
 

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import soundfile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,11 +59,17 @@ def test_bench_compares_with_onnxruntime(tmp_path, joe_path):
     phonemes.write_text("həlˈoʊ wˈɜːld.\nðə kwˈɪk bɹˈaʊn fˈɑːks.\n", encoding="utf-8")
     out = tmp_path / "bench.json"
     cli("bench", "--voice", "piper:joe", "--phonemes-file", str(phonemes), "--runs", "1", "--warmup", "0",
-        "--device", "cpu", "--threads", "2", "--json-out", str(out), "--compare", "onnxruntime")  # fmt: skip
+        "--device", "cpu", "--threads", "2", "--json-out", str(out), "--compare", "onnxruntime",
+        "--profile-ops")  # fmt: skip
     report = json.loads(out.read_text())
     keys = ("device", "threads", "load_ms", "peak_rss_mb", "engine_rss_mb", "items", "total_compute_ms")
-    for key in (*keys, "total_audio_s", "rtf"):
+    for key in (*keys, "total_audio_s", "rtf", "audio_s_per_s", "first_audio_ms_median", "prewarm_ms"):
         assert key in report
+    assert report["fallback_ops"] == {}
+    assert report["audio_s_per_s"] == pytest.approx(1.0 / report["rtf"])
+    assert report["first_audio_ms_median"] > 0
+    assert report["op_profile"]
+    assert {r["stage"] for r in report["op_profile"]} <= {"encoder", "duration", "flow", "decoder"}
     assert 0 < report["engine_rss_mb"] < report["peak_rss_mb"]
     assert len(report["items"]) == 2
     assert set(report["items"][0]) >= {"compute_ms", "audio_s", "stages_ms"}

@@ -10,6 +10,22 @@ GPUS = [d["id"] for d in devices() if d["type"] in ("gpu", "igpu")]
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not GPUS, reason="this ggml build reports no GPU")]
 
 
+@pytest.mark.parametrize("voice", ["piper:joe", "kokoro:jf_alpha"])
+@pytest.mark.parametrize("device", GPUS)
+def test_opening_on_a_gpu_prewarms_and_checks_every_stage(device, voice, joe_path):
+    from app.core import models
+
+    if voice.startswith("kokoro") and not models.kokoro_installed():
+        pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
+    with Engine.open(voice, device=device) as gpu:
+        # Before any synthesis: the prewarm built every stage's graphs on the device.
+        assert gpu.prewarm_ms > 0
+        assert set(gpu.fallback_ops) == set(gpu.stages)
+        assert gpu.fallback_ops == {stage: [] for stage in gpu.stages}
+        take = gpu.synthesize(text="The first take after opening.")
+        assert take.duration_s > 1.0 and np.isfinite(take.audio).all()
+
+
 @pytest.mark.parametrize("device", GPUS)
 def test_gpu_speaks_like_the_cpu_with_every_stage_on_the_device(device, sentences, joe_path):
     with Engine.open("piper:joe", device="cpu", threads=2) as cpu, Engine.open("piper:joe", device=device) as gpu:

@@ -146,3 +146,36 @@ def test_tiled_decoding_matches_whole_decoding(engine):
         tiled = engine.synthesize(phonemes=ipa, noise_scale=0.0, noise_w=0.0, decoder_tile=tile)
         assert len(tiled.audio) == len(whole.audio)
         np.testing.assert_allclose(tiled.audio, whole.audio, atol=1e-6, rtol=0)
+
+
+def test_prewarm_on_open_leaves_no_trace(joe_path):
+    from app.core.engine import Engine
+
+    with Engine.open("piper:joe", device="cpu", threads=2) as cold:
+        assert cold.prewarm_ms == 0.0  # the CPU is not prewarmed unless asked
+        want = cold.synthesize(text="The first take after opening.", seed=3)
+    with Engine.open("piper:joe", device="cpu", threads=2, prewarm=True) as warm:
+        assert warm.prewarm_ms > 0.0
+        # Every stage was built and checked while opening: nothing left the device.
+        assert set(warm.fallback_ops) == set(warm.stages) and not any(warm.fallback_ops.values())
+        with pytest.raises(InvalidArgumentError, match="no output"):
+            warm.output("z")  # the prewarm's intermediates are dropped
+        got = warm.synthesize(text="The first take after opening.", seed=3)
+    assert np.array_equal(got.audio, want.audio)
+    assert got.timings["chunks"] == want.timings["chunks"] == 1
+
+
+def test_op_profile_counts_the_nodes_of_each_stage(engine):
+    engine.set_op_profiling(True)
+    take = engine.synthesize(text="Profiling every node.")
+    engine.set_op_profiling(False)
+    rows = engine.op_profile()
+    assert {r["stage"] for r in rows} == {"encoder", "duration", "flow", "decoder"}
+    assert rows == sorted(rows, key=lambda r: -r["ms"])
+    assert all(r["count"] > 0 and r["ms"] >= 0 for r in rows)
+    assert any(r["stage"] == "decoder" and r["op"] == "MUL_MAT" for r in rows)
+    # Nodes are timed inside the stages, so their sum cannot exceed the stages' time.
+    stage_ms = sum(ms for stage, ms in take.timings["stages_ms"].items() if stage != "phonemize")
+    assert sum(r["ms"] for r in rows) <= stage_ms
+    engine.synthesize(text="Not profiled.")
+    assert engine.op_profile() == rows  # off: the last table stays, unchanged

@@ -94,7 +94,11 @@ class Engine:
         threads: int = 0,
         model_path: Path | str | None = None,
         progress: Callable[[float], bool | None] | None = None,
+        prewarm: bool | None = None,
     ) -> Engine:
+        """``prewarm``: run one short synthesis while opening, so that the first real one is not
+        the slow one and every stage's ops are checked against the device (``fallback_ops``).
+        None: only on a GPU or other accelerator."""
         native = _native()
         native.set_log_handler(_on_log)
         pack = None
@@ -108,7 +112,7 @@ class Engine:
         load_ms = (time.perf_counter() - t0) * 1000.0
         try:
             library, data = espeak_paths()
-            context = native.Context(model, device, threads, library, data)
+            context = native.Context(model, device, threads, library, data, -1 if prewarm is None else int(prewarm))
         except BaseException:
             model.close()
             raise
@@ -145,6 +149,26 @@ class Engine:
     @property
     def fallback_stages(self) -> list[str]:
         return list(self._context.fallback_stages)
+
+    @property
+    def fallback_ops(self) -> dict[str, list[str]]:
+        """Per stage, the ops that ran on the CPU instead of the chosen device ("OP(type)");
+        filled by the prewarm on open and by every synthesis since."""
+        return {stage: list(ops) for stage, ops in self._context.fallback_ops.items()}
+
+    @property
+    def prewarm_ms(self) -> float:
+        return self._context.prewarm_ms
+
+    def set_op_profiling(self, on: bool) -> None:
+        """Time every graph node on its own (slow; for finding where a device spends its time)."""
+        self._context.set_op_profiling(bool(on))
+
+    def op_profile(self) -> list[dict]:
+        """Since profiling was turned on: per stage and op, nodes computed and milliseconds."""
+        return [
+            {"stage": stage, "op": op, "count": count, "ms": ms} for stage, op, count, ms in self._context.op_profile()
+        ]
 
     def meta(self, key: str) -> str | None:
         return self._model.meta(key)

@@ -70,6 +70,7 @@ class StudioWindow(QMainWindow):
         self.engine: Engine | None = None
         self.engine_spec: tuple | None = None
         self._opening: OpenEngineJob | None = None
+        self._engine_note = ""
         self._after_open: list = []
         self._retired: list[Engine] = []
         self.jobs: dict[int, SynthesisJob] = {}
@@ -288,10 +289,12 @@ class StudioWindow(QMainWindow):
         self.engine, self.engine_spec = engine, requested
         note = f"{engine.voice_id} on {engine.device}"
         note += f" ×{engine.threads} threads" if engine.device == "cpu" else ""
-        note += f" (opened in {ms:.0f} ms)"
+        note += f" (opened in {ms:.0f} ms"
+        note += f", {engine.prewarm_ms:.0f} of them a prewarm)" if engine.prewarm_ms > 0 else ")"
         if fallback_reason:
             note += f"\nfell back to the CPU: {fallback_reason}"
-        self.inspector.engine_status.setText(note)
+        self._engine_note = note
+        self.inspector.engine_status.setText(note + _placement_note(engine))
         self.statusBar().showMessage(note.replace("\n", " — "), 8000)
         self._dispatch_pending()
 
@@ -412,11 +415,7 @@ class StudioWindow(QMainWindow):
                 if i < len(self.project.sentences) and self.project.sentences[i].take is not None
             )
             self.timings.finish(self.engine.device, self.engine.threads, len(job.items), audio_s)
-            fallback = self.engine.fallback_stages
-            if fallback:
-                self.inspector.engine_status.setText(
-                    self.inspector.engine_status.text() + f"\nstages run on the CPU: {', '.join(fallback)}"
-                )
+            self.inspector.engine_status.setText(self._engine_note + _placement_note(self.engine))
         self.statusBar().showMessage(f"job {job_id} {job.state}", 5000)
         if not self.busy():
             self.player.finish()
@@ -817,6 +816,16 @@ class ExportDialog(QDialog):
             "gap_s": self.gap.value(),
             "loudness": self.loudness.currentData(),
         }
+
+
+def _placement_note(engine: Engine) -> str:
+    """Where the stages run: every one on the device, or which ops went to the CPU instead."""
+    if engine.device == "cpu":
+        return ""
+    moved = {stage: ops for stage, ops in engine.fallback_ops.items() if ops}
+    if not moved:
+        return f"\nevery stage runs on {engine.device}"
+    return "\non the CPU instead: " + "; ".join(f"{stage}: {', '.join(ops)}" for stage, ops in moved.items())
 
 
 def run(argv: list[str]) -> int:

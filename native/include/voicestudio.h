@@ -148,6 +148,11 @@ struct vs_context_params {
     int          n_threads;       // CPU threads; <= 0 means the number of cores
     const char * espeak_library;  // path of libespeak-ng; NULL: phoneme input only
     const char * espeak_data;     // its espeak-ng-data directory
+    // Runs one short synthesis (or embedding) while opening, so that the first real one
+    // does not pay for kernel loading and buffer growth, and so that the stages' ops are
+    // checked against the device at once (vs_context_fallback_ops). < 0: only on a GPU
+    // or other accelerator (default); 0: never; > 0: always.
+    int prewarm;
 };
 
 VS_API struct vs_context_params vs_context_default_params(void);
@@ -159,6 +164,21 @@ VS_API vs_model *   vs_context_model(const vs_context * ctx);
 VS_API int          vs_context_threads(const vs_context * ctx);
 // Stages that had ops placed on the CPU although a GPU was chosen: bit i = stage i.
 VS_API uint32_t vs_context_fallback_stages(const vs_context * ctx);
+// The ops of `stage` that ran on the CPU instead of the chosen device, because the device
+// does not support them (ggml_backend_supports_op) or the scheduler placed them there:
+// "OP(type), ..." (the type of its first
+// source) or "" when none. Valid until the next call on the context.
+VS_API const char * vs_context_fallback_ops(const vs_context * ctx, int stage);
+// Milliseconds the prewarm took while opening (0 when there was none).
+VS_API double vs_context_prewarm_ms(const vs_context * ctx);
+
+// Op profiling, for finding where a device spends its time: while on, every graph node
+// is computed on its own and synchronized, and its time is added to a per-stage, per-op
+// table (this slows synthesis down; the totals include each node's launch and sync).
+VS_API void vs_context_set_op_profiling(vs_context * ctx, bool on);
+// The table since profiling was last turned on (turning it off keeps it), as tab-separated lines
+// "stage<TAB>op<TAB>count<TAB>ms", largest first. Free with vs_string_free().
+VS_API int vs_context_op_profile(const vs_context * ctx, char ** table);
 
 // ---------------------------------------------------------------- synthesis
 

@@ -98,13 +98,14 @@ struct call_state {
 class Context {
   public:
     Context(Model & model, const std::string & device, int threads, std::optional<std::string> espeak_library,
-            std::optional<std::string> espeak_data) :
+            std::optional<std::string> espeak_data, int prewarm) :
         model_ref_(nb::find(&model)), n_stages_(vs_model_stages(model.get(), stages_, VS_STAGE_COUNT)) {
         vs_context_params p = vs_context_default_params();
         p.device            = device.c_str();
         p.n_threads         = threads;
         p.espeak_library    = espeak_library ? espeak_library->c_str() : nullptr;
         p.espeak_data       = espeak_data ? espeak_data->c_str() : nullptr;
+        p.prewarm           = prewarm;
         vs_model * m        = model.get();
         int        status;
         {
@@ -286,6 +287,41 @@ class Context {
         return out;
     }
 
+    // Per stage of the model, the ops that ran on the CPU instead of the device.
+    nb::dict fallback_ops() const {
+        nb::dict out;
+        for (int i = 0; i < n_stages_; ++i) {
+            nb::list    ops;
+            std::string text = vs_context_fallback_ops(get(), stages_[i]);
+            for (size_t start = 0; start < text.size();) {
+                size_t end = text.find(", ", start);
+                end        = end == std::string::npos ? text.size() : end;
+                ops.append(text.substr(start, end - start));
+                start = end + 2;
+            }
+            out[vs_stage_name(stages_[i])] = ops;
+        }
+        return out;
+    }
+
+    // [(stage, op, count, ms)], largest time first.
+    nb::list op_profile() const {
+        char * text = nullptr;
+        check(vs_context_op_profile(get(), &text));
+        std::string table(text);
+        vs_string_free(text);
+        nb::list out;
+        for (size_t start = 0; start < table.size();) {
+            size_t      end  = table.find('\n', start);
+            std::string line = table.substr(start, end - start);
+            start            = end + 1;
+            size_t a = line.find('\t'), b = line.find('\t', a + 1), c = line.find('\t', b + 1);
+            out.append(nb::make_tuple(line.substr(0, a), line.substr(a + 1, b - a - 1),
+                                      std::stoll(line.substr(b + 1, c - b - 1)), std::stod(line.substr(c + 1))));
+        }
+        return out;
+    }
+
     vs_context * ctx_ = nullptr;
     nb::object   model_ref_;  // keeps the model alive while this context exists
     int          stages_[VS_STAGE_COUNT];
@@ -385,9 +421,9 @@ NB_MODULE(_engine, m) {
         });
 
     nb::class_<Context>(m, "Context")
-        .def(nb::init<Model &, const std::string &, int, std::optional<std::string>, std::optional<std::string>>(),
+        .def(nb::init<Model &, const std::string &, int, std::optional<std::string>, std::optional<std::string>, int>(),
              "model"_a, "device"_a = "auto", "threads"_a = 0, "espeak_library"_a = nb::none(),
-             "espeak_data"_a = nb::none())
+             "espeak_data"_a = nb::none(), "prewarm"_a = -1)
         .def("close", &Context::close)
         .def("synthesize", &Context::synthesize, "input"_a, "phonemes"_a = false, "noise_scale"_a = -1.0f,
              "length_scale"_a = -1.0f, "noise_w"_a = -1.0f, "seed"_a = 0, "on_stage"_a = nb::none(),
@@ -400,5 +436,10 @@ NB_MODULE(_engine, m) {
         .def("output", &Context::output)
         .def_prop_ro("device", [](const Context & s) { return std::string(vs_context_device(s.get())); })
         .def_prop_ro("threads", [](const Context & s) { return vs_context_threads(s.get()); })
-        .def_prop_ro("fallback_stages", &Context::fallback_stages);
+        .def_prop_ro("fallback_stages", &Context::fallback_stages)
+        .def_prop_ro("fallback_ops", &Context::fallback_ops)
+        .def_prop_ro("prewarm_ms", [](const Context & s) { return vs_context_prewarm_ms(s.get()); })
+        .def(
+            "set_op_profiling", [](Context & s, bool on) { vs_context_set_op_profiling(s.get(), on); }, "on"_a)
+        .def("op_profile", &Context::op_profile);
 }

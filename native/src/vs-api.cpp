@@ -1,4 +1,5 @@
 // The C boundary: exceptions become status codes and a per-thread error text.
+#include <algorithm>
 #include <cstring>
 #include <iterator>
 
@@ -20,6 +21,7 @@ void log(int level, const std::string & text) {
 
 std::unique_ptr<vs_model>   load_model(const std::string & path, const vs_model_params & params);
 std::unique_ptr<vs_context> make_context(vs_model & model, const vs_context_params & params);
+void                        set_op_profiling(vs_context & c, bool on);
 
 template <typename F>
 static int guarded(F && fn) {
@@ -176,6 +178,7 @@ struct vs_context_params vs_context_default_params(void) {
     p.n_threads      = 0;        // all cores
     p.espeak_library = nullptr;  // no text input until given
     p.espeak_data    = nullptr;
+    p.prewarm        = -1;  // on a GPU or other accelerator
     return p;
 }
 
@@ -207,6 +210,46 @@ int vs_context_threads(const vs_context * ctx) {
 
 uint32_t vs_context_fallback_stages(const vs_context * ctx) {
     return ctx ? ctx->fallback_stages : 0;
+}
+
+const char * vs_context_fallback_ops(const vs_context * ctx, int stage) {
+    if (!ctx || stage < 0 || stage >= VS_STAGE_COUNT) {
+        return "";
+    }
+    auto * c = const_cast<vs_context *>(ctx);
+    c->fallback_text.clear();
+    for (const auto & op : ctx->fallback_ops[stage]) {
+        c->fallback_text += (c->fallback_text.empty() ? "" : ", ") + op;
+    }
+    return c->fallback_text.c_str();
+}
+
+double vs_context_prewarm_ms(const vs_context * ctx) {
+    return ctx ? ctx->prewarm_ms : 0.0;
+}
+
+void vs_context_set_op_profiling(vs_context * ctx, bool on) {
+    if (ctx) {
+        vs::set_op_profiling(*ctx, on);
+    }
+}
+
+int vs_context_op_profile(const vs_context * ctx, char ** table) {
+    return vs::guarded([&] {
+        if (!ctx || !table) {
+            throw vs::error(VS_ERR_INVALID_ARG, "vs_context_op_profile: ctx and table are required");
+        }
+        std::vector<std::pair<std::pair<int, std::string>, vs_context::op_stat>> rows(ctx->op_profile.begin(),
+                                                                                      ctx->op_profile.end());
+        std::stable_sort(rows.begin(), rows.end(),
+                         [](const auto & a, const auto & b) { return a.second.ms > b.second.ms; });
+        std::string out;
+        for (const auto & [key, st] : rows) {
+            out += std::string(vs_stage_name(key.first)) + "\t" + key.second + "\t" + std::to_string(st.count) + "\t" +
+                   std::to_string(st.ms) + "\n";
+        }
+        *table = strdup(out.c_str());
+    });
 }
 
 struct vs_synth_params vs_synth_default_params(void) {

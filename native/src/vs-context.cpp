@@ -1,6 +1,7 @@
 // Context: device, scheduler and the stage runner shared by the architectures.
 #include "vs-context.h"
 
+#include <cmath>
 #include <thread>
 
 #include "vs-graph.h"
@@ -26,32 +27,45 @@ vs::graph_build vs_context::new_graph(size_t max_nodes) const {
     return gb;
 }
 
+static bool is_view(const ggml_tensor * node) {
+    switch (node->op) {
+        case GGML_OP_NONE:
+        case GGML_OP_RESHAPE:
+        case GGML_OP_VIEW:
+        case GGML_OP_PERMUTE:
+        case GGML_OP_TRANSPOSE:
+            return true;  // computes nothing, wherever the scheduler files it
+        default:
+            return false;
+    }
+}
+
 void vs_context::alloc(int stage, ggml_cgraph * gf) {
+    current_stage = stage;
     ggml_backend_sched_reset(sched.get());
     if (!ggml_backend_sched_alloc_graph(sched.get(), gf)) {
         throw vs::error(VS_ERR_COMPUTE,
                         std::string("cannot allocate the ") + vs_stage_name(stage) + " graph on " + device);
     }
-    if (cpu_backend) {
-        for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
-            ggml_tensor * node = ggml_graph_node(gf, i);
-            switch (node->op) {
-                case GGML_OP_NONE:
-                case GGML_OP_RESHAPE:
-                case GGML_OP_VIEW:
-                case GGML_OP_PERMUTE:
-                case GGML_OP_TRANSPOSE:
-                    continue;  // views compute nothing, wherever the scheduler files them
-                default:
-                    break;
+    if (!cpu_backend) {
+        return;
+    }
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
+        ggml_tensor * node = ggml_graph_node(gf, i);
+        if (is_view(node)) {
+            continue;
+        }
+        // An op the device lacks, or one the scheduler filed on the CPU for another reason
+        // (e.g. all its sources live there).
+        if (!ggml_backend_supports_op(backend.get(), node) ||
+            ggml_backend_sched_get_tensor_backend(sched.get(), node) == cpu_backend.get()) {
+            const ggml_tensor * src = node->src[0] ? node->src[0] : node;
+            const std::string   op  = std::string(ggml_op_desc(node)) + "(" + ggml_type_name(src->type) + ")";
+            if (fallback_ops[stage].insert(op).second) {
+                vs::log(VS_LOG_WARN, std::string("stage ") + vs_stage_name(stage) + ": " + op + " runs on the CPU (" +
+                                         device + " cannot)");
             }
-            if (ggml_backend_sched_get_tensor_backend(sched.get(), node) == cpu_backend.get()) {
-                if (!(fallback_stages & (1u << stage))) {
-                    vs::log(VS_LOG_WARN, std::string("stage ") + vs_stage_name(stage) + ": " + ggml_op_desc(node) +
-                                             " runs on the CPU (" + device + " cannot)");
-                }
-                fallback_stages |= 1u << stage;
-            }
+            fallback_stages |= 1u << stage;
         }
     }
 }
@@ -80,7 +94,63 @@ void vs_context::set_output(const std::string & name, std::vector<float> data, i
     outputs[name] = { std::move(data), { rows, cols } };
 }
 
+void vs_context::prewarm() {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (voice) {
+        // Every stage at a typical sentence's size: "The quick brown fox jumps over the lazy dog."
+        int  skipped = 0;
+        auto chunks  = voice->ids_from_phonemes("ðə kwˈɪk bɹˈaʊn fˈɑːks dʒˈʌmps ˌoʊvɚ ðə lˈeɪzi dˈɑːɡ.", skipped);
+        if (chunks.empty()) {
+            throw vs::error(VS_ERR_FORMAT, "'" + model->path + "' has none of the phonemes its prewarm needs");
+        }
+        vs_synth_params p = vs_synth_default_params();
+        active            = &p;
+        try {
+            voice->synthesize(*this, chunks[0], p, 0);
+        } catch (...) {
+            active = nullptr;
+            throw;
+        }
+        active = nullptr;
+    } else {
+        // Two seconds of a chord, a partial utterance or two for the speaker encoder.
+        std::vector<float> s((size_t) model->sample_rate * 2);
+        for (size_t i = 0; i < s.size(); ++i) {
+            const double t = (double) i / model->sample_rate;
+            s[i]           = (float) (0.1 * std::sin(2 * M_PI * 220 * t) + 0.05 * std::sin(2 * M_PI * 330 * t));
+        }
+        vs::ge2e_embed(*this, s.data(), s.size());
+    }
+    timings = {};
+    outputs.clear();
+    prewarm_ms = vs::ms_since(t0);
+}
+
 namespace vs {
+
+// Op profiling through the scheduler's eval callback: asked about every node (so each is
+// computed alone and synchronized), then told when it is done.
+static bool profile_node(ggml_tensor * node, bool ask, void * data) {
+    auto * c = static_cast<vs_context *>(data);
+    if (ask) {
+        c->node_start = std::chrono::steady_clock::now();
+        return true;
+    }
+    if (!is_view(node)) {
+        auto & st = c->op_profile[{ c->current_stage, ggml_op_desc(node) }];
+        st.count++;
+        st.ms += ms_since(c->node_start);
+    }
+    return true;
+}
+
+void set_op_profiling(vs_context & c, bool on) {
+    if (on && !c.profiling) {
+        c.op_profile.clear();  // a new table; turning it off keeps the last one readable
+    }
+    c.profiling = on;
+    ggml_backend_sched_set_eval_callback(c.sched.get(), on ? profile_node : nullptr, on ? &c : nullptr);
+}
 
 static bool abort_trampoline(void * data) {
     return static_cast<vs_context *>(data)->aborted();
@@ -140,6 +210,10 @@ std::unique_ptr<vs_context> make_context(vs_model & model, const vs_context_para
     } else if (model.arch == "piper") {
         ctx->voice = make_piper_voice(model);
     }  // a speaker encoder speaks no text
+    const bool on_cpu = ggml_backend_dev_type(ctx->dev) == GGML_BACKEND_DEVICE_TYPE_CPU;
+    if (params.prewarm > 0 || (params.prewarm < 0 && !on_cpu)) {
+        ctx->prewarm();
+    }
     return ctx;
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <set>
 
 #include "vs-impl.h"
 
@@ -29,6 +30,21 @@ struct vs_context {
     std::unique_ptr<vs::phonemizer> phonemizer;
     std::unique_ptr<vs::voice>      voice;
     uint32_t                        fallback_stages = 0;
+    // Per stage, the ops that ran on the CPU instead of the device ("OP(type)").
+    std::array<std::set<std::string>, VS_STAGE_COUNT> fallback_ops;
+    std::string                                       fallback_text;  // vs_context_fallback_ops's answer
+    double                                            prewarm_ms = 0.0;
+
+    // Op profiling (vs_context_set_op_profiling): the stage being computed, the node's
+    // start, and per (stage, op) the count and milliseconds.
+    struct op_stat {
+        int64_t count = 0;
+        double  ms    = 0.0;
+    };
+    bool                                           profiling     = false;
+    int                                            current_stage = 0;
+    std::chrono::steady_clock::time_point          node_start;
+    std::map<std::pair<int, std::string>, op_stat> op_profile;
 
     vs_timings                                                                   timings{};
     std::map<std::string, std::pair<std::vector<float>, std::array<int64_t, 2>>> outputs;
@@ -37,6 +53,9 @@ struct vs_context {
     const vs_synth_params * active = nullptr;
 
     ggml_tensor * w(const std::string & name) const;  // weight on this context's device
+
+    // One short synthesis (or embedding) whose timings and outputs are then dropped.
+    void prewarm();
 
     vs::graph_build new_graph(size_t max_nodes = 8192) const;
     // Allocates `gf` on the scheduler; records stages with ops the device could not take.
