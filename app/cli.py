@@ -52,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json-out", type=Path, required=True)
     b.add_argument("--compare", choices=["onnxruntime"])
     b.add_argument(
+        "--batch",
+        type=int,
+        default=1,
+        help="sentences per synthesis call, synthesized together (the engine's batching); default 1",
+    )
+    b.add_argument(
         "--profile-ops",
         action="store_true",
         help="after the timed runs, one more run with every graph node timed alone; prints the costliest ops",
@@ -178,11 +184,13 @@ def cmd_bench(args) -> int:
     with engine:
         # Both runtimes get identical phonemes: text is phonemized once, up front.
         ipa = items if phonemes_input else ["\n".join(engine.phonemize(t)) for t in items]
+        if args.batch > 1:  # each call takes `batch` lines, synthesized together
+            ipa = ["\n".join(ipa[i : i + args.batch]) for i in range(0, len(ipa), args.batch)]
         results = []
         for i, item in enumerate(ipa):
             runs = []
             for r in range(args.warmup + args.runs):
-                take = engine.synthesize(phonemes=item, noise_scale=0.0, noise_w=0.0)
+                take = engine.synthesize(phonemes=item, noise_scale=0.0, noise_w=0.0, batch=args.batch)
                 if r >= args.warmup:
                     runs.append(take)
             compute = [t.timings["total_ms"] - t.timings["stages_ms"]["phonemize"] for t in runs]
@@ -200,7 +208,7 @@ def cmd_bench(args) -> int:
         if args.profile_ops:
             engine.set_op_profiling(True)
             for item in ipa:
-                engine.synthesize(phonemes=item, noise_scale=0.0, noise_w=0.0)
+                engine.synthesize(phonemes=item, noise_scale=0.0, noise_w=0.0, batch=args.batch)
             engine.set_op_profiling(False)
             profile = engine.op_profile()
         device, threads, load_ms = engine.device, engine.threads, engine.load_ms
@@ -209,6 +217,7 @@ def cmd_bench(args) -> int:
         "voice": args.voice,
         "device": device,
         "threads": threads,
+        "batch": args.batch,
         "runs": args.runs,
         "warmup": args.warmup,
         "load_ms": load_ms,
@@ -226,7 +235,7 @@ def cmd_bench(args) -> int:
     if profile is not None:
         report["op_profile"] = profile
     if args.compare == "onnxruntime":
-        report["reference"] = _bench_reference(args, ipa, results)
+        report["reference"] = _bench_reference(args, ipa, results, device)
         report["ratio"] = report["total_compute_ms"] / report["reference"]["total_compute_ms"]
     args.json_out.write_text(json.dumps(report, indent=2), encoding="utf-8")
     line = f"{device} x{threads}: {report['total_compute_ms']:.0f} ms for {report['total_audio_s']:.2f} s of audio"
@@ -234,7 +243,9 @@ def cmd_bench(args) -> int:
     line += f", {report['engine_rss_mb']:.0f} MB of it the engine's)"
     line += f"; {report['audio_s_per_s']:.1f} audio-s/s, first audio {report['first_audio_ms_median']:.1f} ms (median)"
     if "ratio" in report:
-        line += f"; onnxruntime {report['reference']['total_compute_ms']:.0f} ms; ratio {report['ratio']:.2f}"
+        ref = report["reference"]
+        line += f"; onnxruntime {ref['version']} ({ref['providers'][0]}) {ref['total_compute_ms']:.0f} ms"
+        line += f"; ratio {report['ratio']:.2f}"
     print(line)
     stages = sorted({s for r in results for s in r["stages_ms"]}, key=list(results[0]["stages_ms"]).index)
     print("  " + ", ".join(f"{s} {sum(r['stages_ms'][s] for r in results):.0f} ms" for s in stages))
@@ -247,16 +258,18 @@ def cmd_bench(args) -> int:
     return 0
 
 
-def _bench_reference(args, ipa: list[str], ours: list[dict]) -> dict:
+def _bench_reference(args, ipa: list[str], ours: list[dict], device: str) -> dict:
     from app.core import models
     from app.core.reference import KokoroReference, PiperReference
 
     threads = args.threads if args.threads > 0 else len(os.sched_getaffinity(0))
+    # The engine on a CUDA device is compared with onnxruntime's CUDA provider.
+    device = "cuda" if device.startswith("cuda") else "cpu"
     if models.is_kokoro(args.voice):
-        kokoro, style = KokoroReference(threads=threads), models.style_name(args.voice)
+        kokoro, style = KokoroReference(threads=threads, device=device), models.style_name(args.voice)
         ref, synthesize = kokoro, lambda line: kokoro.synthesize(line, style)[:2]
     else:
-        ref = PiperReference(args.voice, threads=threads)
+        ref = PiperReference(args.voice, threads=threads, device=device)
         synthesize = ref.synthesize
     items = []
     for item, mine in zip(ipa, ours, strict=True):
@@ -271,8 +284,13 @@ def _bench_reference(args, ipa: list[str], ours: list[dict]) -> dict:
             {"index": mine["index"], "compute_ms": statistics.median(times), "audio_s": audio / ref.sample_rate}
         )
     total = sum(i["compute_ms"] for i in items)
+    import onnxruntime
+
+    ort_version = onnxruntime.__version__
     return {
         "runtime": "onnxruntime",
+        "version": ort_version,
+        "providers": ref.session.get_providers(),
         "threads": threads,
         "load_ms": ref.load_ms,
         "items": items,

@@ -60,3 +60,21 @@ def test_gpu_runs_all_of_kokoro(device, sentences):
                 free = gpu.synthesize(phonemes=line)
                 assert abs(len(free.audio) - len(want.audio)) <= 2 * 600, line  # at most two frames
         assert gpu.fallback_stages == []
+
+
+@pytest.mark.parametrize("device", GPUS)
+def test_gpu_batch_sounds_like_one_at_a_time(device, sentences):
+    from app.core import models
+
+    if not models.kokoro_installed():
+        pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
+    with Engine.open("kokoro:jf_alpha", device=device) as gpu:
+        ipa = "\n".join(line for text in sentences[:6] for line in gpu.phonemize(text))
+        alone, together = [], []
+        gpu.synthesize(phonemes=ipa, on_chunk=lambda i, audio: alone.append(audio))
+        gpu.synthesize(phonemes=ipa, batch=6, on_chunk=lambda i, audio: together.append(audio))
+        assert len(alone) == len(together) >= 6
+        for x, y in zip(alone, together, strict=True):
+            assert abs(len(x) - len(y)) <= 2 * 600  # a token near .5 may round to another frame
+            assert log_mel_cosine(y, x, gpu.sample_rate) >= 0.99
+        assert gpu.fallback_stages == []

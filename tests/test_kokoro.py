@@ -140,3 +140,32 @@ def test_cancel_between_chunks(kokoro):
             cancelled=lambda: len(chunks) >= 1,
         )
     assert chunks == [0]
+
+
+def test_batched_sentences_sound_as_they_do_alone(kokoro):
+    # Lengths far apart, so that the batched LSTMs run past the short ones' ends.
+    ipa = "hˈaɪ!\nðə kwˈɪk bɹˈaʊn fˈɑks dʒˈʌmps ˌOvəɹ ðə lˈAzi dˈɔɡ, ænd ðɛn ɪt ɹˈʌnz fˈɑɹ əwˈA.\nwˈɛɹ ɪz ɪt?"
+    alone, together = [], []
+    a = kokoro.synthesize(phonemes=ipa, on_chunk=lambda i, audio: alone.append((i, audio)))
+    b = kokoro.synthesize(phonemes=ipa, batch=3, on_chunk=lambda i, audio: together.append((i, audio)))
+    assert [i for i, _ in together] == [i for i, _ in alone] == [0, 1, 2]
+    for (_, x), (_, y) in zip(alone, together, strict=True):
+        assert len(x) == len(y)
+        np.testing.assert_allclose(y, x, atol=1e-4)
+    assert b.timings["chunks"] == 3 and len(b.audio) == len(a.audio)
+    # A batch larger than the input, and the last chunk's intermediates, as without batching.
+    c = kokoro.synthesize(phonemes=ipa, batch=8)
+    np.testing.assert_allclose(c.audio, a.audio, atol=1e-4)
+    assert kokoro.output("durations").shape[0] == len("wˈɛɹ ɪz ɪt?") + 2
+
+
+def test_cancel_inside_a_batch(kokoro):
+    stages = []
+    with pytest.raises(CancelledError):
+        kokoro.synthesize(
+            phonemes="hˈɛlO.\nwˈɜɹld.\nəɡˈɛn.",
+            batch=3,
+            on_stage=lambda stage, chunk, ms: stages.append(stage),
+            cancelled=lambda: "prosody" in stages,
+        )
+    assert "generator" not in stages

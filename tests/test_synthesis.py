@@ -179,3 +179,10 @@ def test_op_profile_counts_the_nodes_of_each_stage(engine):
     assert sum(r["ms"] for r in rows) <= stage_ms
     engine.synthesize(text="Not profiled.")
     assert engine.op_profile() == rows  # off: the last table stays, unchanged
+
+
+def test_batch_gives_the_same_audio(engine):
+    text = "One sentence. And another one, a little longer than the first."
+    a = engine.synthesize(text=text, seed=5)
+    b = engine.synthesize(text=text, seed=5, batch=2)
+    assert np.array_equal(a.audio, b.audio) and b.timings["chunks"] == 2

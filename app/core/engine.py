@@ -192,11 +192,14 @@ class Engine:
         decoder_tile: int = 0,
         style: np.ndarray | None = None,
         durations: np.ndarray | None = None,
+        batch: int = 1,
     ) -> Take:
         """``decoder_tile``: latent frames the vocoder decodes at once (0: the engine's default,
         about 3 s of audio; < 0: each sentence whole). Tiles overlap so the audio is the same.
         Kokoro: ``length_scale`` is 1 / speed; ``style`` a pack of its own ([rows, 256]) instead
-        of the voice's; ``durations`` frames per token replacing the predicted ones (tests)."""
+        of the voice's; ``durations`` frames per token replacing the predicted ones (tests).
+        ``batch``: sentences synthesized together (Kokoro shares its LSTM steps between them;
+        their audio arrives together); 1 streams sentence by sentence. The audio is the same."""
         if (text is None) == (phonemes is None):
             raise InvalidArgumentError("give either text or phonemes")
         source = text if text is not None else phonemes
@@ -220,6 +223,7 @@ class Engine:
                 voice=self.style,
                 style=None if own is None else np.ascontiguousarray(own, dtype=np.float32),
                 durations=None if durations is None else np.ascontiguousarray(durations, dtype=np.int32),
+                batch=int(batch),
             )
         finally:
             with _log_lock:

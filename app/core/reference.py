@@ -14,6 +14,32 @@ from pathlib import Path
 import numpy as np
 
 from app.core import models, paths
+from app.core.errors import DeviceError, InvalidArgumentError
+
+
+def _providers(device: str) -> list[str]:
+    """onnxruntime's execution providers for "cpu" or "cuda" (its CUDA provider, which needs
+    the onnxruntime-gpu package and CUDA's libraries)."""
+    import onnxruntime as ort
+
+    if device == "cpu":
+        return ["CPUExecutionProvider"]
+    if device != "cuda":
+        raise InvalidArgumentError(f"onnxruntime runs on cpu or cuda, not {device!r}")
+    if hasattr(ort, "preload_dlls"):
+        ort.preload_dlls()  # CUDA and cuDNN from the nvidia-* wheels, where installed
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        raise DeviceError("this onnxruntime has no CUDA provider (install onnxruntime-gpu)")
+    return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+
+
+def _session(model, options, device: str):
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model, options, providers=_providers(device))
+    if device == "cuda" and session.get_providers()[0] != "CUDAExecutionProvider":
+        raise DeviceError("onnxruntime could not start its CUDA provider")
+    return session
 
 
 def _member(voice_id: str, member: str) -> Path:
@@ -28,7 +54,7 @@ def _member(voice_id: str, member: str) -> Path:
 
 
 class PiperReference:
-    def __init__(self, voice_id: str = "piper:joe", threads: int = 2):
+    def __init__(self, voice_id: str = "piper:joe", threads: int = 2, device: str = "cpu"):
         import onnxruntime as ort
 
         pkg = models.lookup(voice_id)
@@ -39,7 +65,7 @@ class PiperReference:
         options.inter_op_num_threads = 1
         self.onnx_path = _member(voice_id, pkg.onnx_member)
         t0 = time.perf_counter()
-        self.session = ort.InferenceSession(str(self.onnx_path), options, providers=["CPUExecutionProvider"])
+        self.session = _session(str(self.onnx_path), options, device)
         self.load_ms = (time.perf_counter() - t0) * 1000.0
         self.sample_rate = int(self.config["audio"]["sample_rate"])
 
@@ -81,7 +107,7 @@ KOKORO_DURATIONS = "/encoder/Cast_output_0"
 class KokoroReference:
     """The int8 Kokoro export in onnxruntime; with ``stages`` its intermediates too."""
 
-    def __init__(self, threads: int = 2, stages: bool = False):
+    def __init__(self, threads: int = 2, stages: bool = False, device: str = "cpu"):
         import onnx
         import onnxruntime as ort
 
@@ -107,7 +133,7 @@ class KokoroReference:
                 self.stage_names.append(name)
             model_bytes = model.SerializeToString()
         t0 = time.perf_counter()
-        self.session = ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+        self.session = _session(model_bytes, options, device)
         self.load_ms = (time.perf_counter() - t0) * 1000.0
         self.sample_rate = 24000
 

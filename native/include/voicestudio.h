@@ -213,7 +213,15 @@ struct vs_synth_params {
     const int32_t * durations;
     size_t          n_durations;
 
-    // Called after each stage of each chunk, with its milliseconds.
+    // Chunks (sentences) synthesized together: with n > 1 each stage runs over up to n
+    // chunks before the next stage, and the architecture shares work between them where
+    // it batches it (Kokoro: its LSTMs run all the chunks' steps in the same graphs);
+    // their audio is delivered together, after the batch. <= 1: one chunk at a time, each
+    // delivered as soon as it is ready (the default). The audio is the same either way.
+    int batch;
+
+    // Called after each stage of each chunk (of each batch: with its first chunk's index),
+    // with its milliseconds.
     void (*on_stage)(int stage, int chunk, double ms, void * user_data);
     void * on_stage_user_data;
     // Called with the audio of each chunk (a sentence) once it is synthesized.

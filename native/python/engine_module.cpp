@@ -134,7 +134,7 @@ class Context {
         const std::string & input, bool phonemes, float noise_scale, float length_scale, float noise_w, uint64_t seed,
         nb::object on_stage, nb::object on_chunk, nb::object abort, int decoder_tile, std::optional<std::string> voice,
         std::optional<nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>>   style,
-        std::optional<nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>> durations) {
+        std::optional<nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>> durations, int batch) {
         vs_context *    c = get();
         call_state      st{ on_stage, on_chunk, abort, nullptr };
         vs_synth_params p     = vs_synth_default_params();
@@ -143,6 +143,7 @@ class Context {
         p.noise_w             = noise_w;
         p.seed                = seed;
         p.decoder_tile_frames = decoder_tile;
+        p.batch               = batch;
         p.voice               = voice ? voice->c_str() : nullptr;
         if (style) {
             if (style->shape(1) != 256) {
@@ -428,7 +429,7 @@ NB_MODULE(_engine, m) {
         .def("synthesize", &Context::synthesize, "input"_a, "phonemes"_a = false, "noise_scale"_a = -1.0f,
              "length_scale"_a = -1.0f, "noise_w"_a = -1.0f, "seed"_a = 0, "on_stage"_a = nb::none(),
              "on_chunk"_a = nb::none(), "abort"_a = nb::none(), "decoder_tile"_a = 0, "voice"_a = nb::none(),
-             "style"_a = nb::none(), "durations"_a = nb::none())
+             "style"_a = nb::none(), "durations"_a = nb::none(), "batch"_a = 1)
         .def("embed", &Context::embed, "audio"_a,
              "The L2-normalized speaker embedding of mono audio at the model's rate (speaker encoders).")
         .def("phonemize", &Context::phonemize)

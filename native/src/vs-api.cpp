@@ -264,6 +264,7 @@ struct vs_synth_params vs_synth_default_params(void) {
     p.style_rows          = 0;
     p.durations           = nullptr;  // predicted
     p.n_durations         = 0;
+    p.batch               = 1;  // stream chunk by chunk
     return p;
 }
 
@@ -306,19 +307,29 @@ int vs_synthesize(vs_context * ctx, const char * input, int kind, struct vs_synt
         if (chunks.empty()) {
             throw vs::error(VS_ERR_TEXT, "nothing to speak in the input");
         }
-        auto out         = std::make_unique<vs_audio>();
-        out->sample_rate = ctx->model->sample_rate;
-        for (size_t i = 0; i < chunks.size(); ++i) {
+        auto out           = std::make_unique<vs_audio>();
+        out->sample_rate   = ctx->model->sample_rate;
+        const size_t batch = (size_t) std::max(1, params.batch);
+        for (size_t i = 0; i < chunks.size(); i += batch) {
             ctx->check_abort();
-            std::vector<float> pcm = ctx->voice->synthesize(*ctx, chunks[i], params, (int) i);
-            if (params.on_chunk) {
-                params.on_chunk((int) i, pcm.data(), pcm.size(), params.on_chunk_user_data);
+            const size_t                    n = std::min(batch, chunks.size() - i);
+            std::vector<std::vector<float>> pcm;
+            if (n == 1) {
+                pcm.push_back(ctx->voice->synthesize(*ctx, chunks[i], params, (int) i));
+            } else {
+                std::vector<std::vector<int32_t>> group(chunks.begin() + i, chunks.begin() + i + n);
+                pcm = ctx->voice->synthesize_batch(*ctx, group, params, (int) i);
             }
-            if (i == 0) {
-                ctx->timings.first_audio_ms = vs::ms_since(t0);
+            for (size_t k = 0; k < n; ++k) {
+                if (params.on_chunk) {
+                    params.on_chunk((int) (i + k), pcm[k].data(), pcm[k].size(), params.on_chunk_user_data);
+                }
+                if (i + k == 0) {
+                    ctx->timings.first_audio_ms = vs::ms_since(t0);
+                }
+                out->samples.insert(out->samples.end(), pcm[k].begin(), pcm[k].end());
+                ctx->timings.n_chunks++;
             }
-            out->samples.insert(out->samples.end(), pcm.begin(), pcm.end());
-            ctx->timings.n_chunks++;
         }
         ctx->timings.n_samples = (int64_t) out->samples.size();
         ctx->timings.total_ms  = vs::ms_since(t0);

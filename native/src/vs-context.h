@@ -94,6 +94,18 @@ class voice {
     // Audio of one chunk; calls on_stage for each stage.
     virtual std::vector<float> synthesize(vs_context & ctx, const std::vector<int32_t> & ids, const vs_synth_params & p,
                                           int chunk) = 0;
+    // Audio of several chunks synthesized together, chunk `first_chunk` onwards: each stage
+    // runs over all of them before the next, with work shared where the architecture
+    // batches it. By default one after another.
+    virtual std::vector<std::vector<float>> synthesize_batch(vs_context &                              ctx,
+                                                             const std::vector<std::vector<int32_t>> & ids,
+                                                             const vs_synth_params & p, int first_chunk) {
+        std::vector<std::vector<float>> out;
+        for (size_t i = 0; i < ids.size(); ++i) {
+            out.push_back(synthesize(ctx, ids[i], p, first_chunk + (int) i));
+        }
+        return out;
+    }
 };
 
 std::unique_ptr<voice> make_piper_voice(vs_model & model);

@@ -8,8 +8,10 @@ namespace {
 
 thread_local bool g_device_is_cpu = true;
 
-// Largest im2col matrix (as F32) one convolution's mul_mat takes at once.
-constexpr size_t MAX_IM2COL_BYTES = 64u << 20;
+// Largest im2col matrix (as F32) one convolution's mul_mat takes at once: on the CPU the
+// converted rows, elsewhere the matrix itself.
+constexpr size_t MAX_IM2COL_BYTES     = 64u << 20;
+constexpr size_t MAX_IM2COL_BYTES_DEV = 512u << 20;
 
 // A view whose rows overlap: row i starts `row_stride` bytes after row i - 1 but is
 // `row_len` elements long. Over a [C, T] activation with row_len = C * K and
@@ -25,9 +27,18 @@ ggml_tensor * overlapping_rows(ggml_context * ctx, ggml_tensor * x, int64_t row_
     return v;
 }
 
-// The im2col matrix as a mul_mat operand on this graph's device.
-ggml_tensor * as_src1(ggml_context * ctx, ggml_tensor * overlapping) {
-    return g_device_is_cpu ? overlapping : ggml_cont(ctx, overlapping);
+// Off the CPU, the im2col matrix of a convolution over x [IC, IH] (contiguous), made by
+// ggml's im2col op: x is read as a one-channel image IC wide and IH tall and the kernel as
+// IC wide and K tall, so each output row holds tap-major, channel-minor values — the
+// layout of w [IC, K, OC]. Strides and dilations are the op's own (no phase split), and
+// the matrix is written in F16 when the weights are F16, so the mul_mat converts nothing.
+ggml_tensor * im2col(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, int stride, int dilation) {
+    const int64_t   IC = w->ne[0], K = w->ne[1];
+    ggml_tensor *   kernel = ggml_reshape_4d(ctx, w, IC, K, 1, w->ne[2]);  // only its shape is read
+    ggml_tensor *   image  = ggml_reshape_4d(ctx, x, IC, x->ne[1], 1, 1);
+    const ggml_type type   = w->type == GGML_TYPE_F16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
+    ggml_tensor *   cols   = ggml_im2col(ctx, kernel, image, 1, stride, 0, 0, 1, dilation, true, type);
+    return ggml_reshape_2d(ctx, cols, IC * K, cols->ne[2]);  // [IC * K, T_out]
 }
 
 }  // namespace
@@ -56,8 +67,10 @@ ggml_tensor * conv1d_strided(ggml_context * ctx, ggml_tensor * x, ggml_tensor * 
     }
     GGML_ASSERT(xp->ne[0] == IC);
     const size_t  fb   = xp->nb[1];
-    ggml_tensor * cols = overlapping_rows(ctx, xp, IC * K, T_out, stride * fb, 1, fb * xp->ne[1], 0);
-    ggml_tensor * y    = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w, IC * K, OC), as_src1(ctx, cols));  // [OC, T_out]
+    ggml_tensor * cols = g_device_is_cpu
+                             ? overlapping_rows(ctx, xp, IC * K, T_out, stride * fb, 1, fb * xp->ne[1], 0)
+                             : im2col(ctx, ggml_view_2d(ctx, xp, IC, (T_out - 1) * stride + K, fb, 0), w, stride, 1);
+    ggml_tensor * y    = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w, IC * K, OC), cols);  // [OC, T_out]
     return b ? ggml_add(ctx, y, b) : y;
 }
 
@@ -95,8 +108,8 @@ ggml_tensor * conv1d_window(ggml_context * ctx, ggml_tensor * xp, int64_t start,
     // nothing extra: one mul_mat with the taps folded into the contraction. That
     // conversion (or, off the CPU, the materialized im2col) holds K times the input,
     // so long outputs go in tiles of time.
-    const int64_t tile =
-        std::max<int64_t>(64, (int64_t) (MAX_IM2COL_BYTES / (IC * K * sizeof(float))) / dilation) * dilation;
+    const size_t  limit = g_device_is_cpu ? MAX_IM2COL_BYTES : MAX_IM2COL_BYTES_DEV;
+    const int64_t tile  = std::max<int64_t>(64, (int64_t) (limit / (IC * K * sizeof(float))) / dilation) * dilation;
     if (T_out > tile) {
         ggml_tensor * y = nullptr;
         for (int64_t t0 = 0; t0 < T_out; t0 += tile) {
@@ -108,9 +121,14 @@ ggml_tensor * conv1d_window(ggml_context * ctx, ggml_tensor * xp, int64_t start,
         return y;
     }
     ggml_tensor * w2 = ggml_reshape_2d(ctx, w, IC * K, OC);
+    if (!g_device_is_cpu) {
+        ggml_tensor * x = ggml_view_2d(ctx, xp, IC, T_out + (K - 1) * dilation, fb, start * fb);
+        ggml_tensor * y = ggml_mul_mat(ctx, w2, im2col(ctx, x, w, 1, dilation));  // [OC, T_out]
+        return b ? ggml_add(ctx, y, b) : y;
+    }
     if (dilation == 1) {
         ggml_tensor * cols = overlapping_rows(ctx, xp, IC * K, T_out, fb, 1, fb * xp->ne[1], start * fb);
-        ggml_tensor * y    = ggml_mul_mat(ctx, w2, as_src1(ctx, cols));  // [OC, T_out]
+        ggml_tensor * y    = ggml_mul_mat(ctx, w2, cols);  // [OC, T_out]
         return b ? ggml_add(ctx, y, b) : y;
     }
     // Dilated: split time into `dilation` phases (frames t with t % d == r). Within a
@@ -119,7 +137,7 @@ ggml_tensor * conv1d_window(ggml_context * ctx, ggml_tensor * xp, int64_t start,
     ggml_tensor * phases = ggml_view_3d(ctx, xp, IC, d, S, fb, fb * d, start * fb);  // [IC, d, S]
     phases               = ggml_cont(ctx, ggml_permute(ctx, phases, 0, 2, 1, 3));    // [IC, S, d]
     ggml_tensor * cols   = overlapping_rows(ctx, phases, IC * K, So, phases->nb[1], d, phases->nb[2], 0);
-    ggml_tensor * y = ggml_permute(ctx, ggml_mul_mat(ctx, w2, as_src1(ctx, cols)), 0, 2, 1, 3);  // [OC, d, So] view
+    ggml_tensor * y      = ggml_permute(ctx, ggml_mul_mat(ctx, w2, cols), 0, 2, 1, 3);  // [OC, d, So] view
     // Back to time order: the bias add (or a copy) writes frames t = s * d + r in sequence.
     y = b ? ggml_add(ctx, y, b) : ggml_cont(ctx, y);
     y = ggml_reshape_2d(ctx, y, OC, d * So);

@@ -12,7 +12,7 @@ namespace vs {
 // Graphs built on this thread from now on run on the CPU backend (true) or on another
 // device (false). The CPU's mul_mat accepts a src1 whose rows overlap (an im2col matrix
 // for free); other backends copy src1 with strided 2-D copies that need disjoint rows,
-// so there the im2col matrix is materialized first.
+// so there ggml's im2col op builds the matrix (in F16 for F16 weights).
 void set_graph_device_is_cpu(bool is_cpu);
 
 // Conv1d with PyTorch semantics. w: [IC, K, OC] (PyTorch's [OC, IC, K] with the

@@ -22,16 +22,17 @@ namespace vs {
 
 namespace {
 
-constexpr int     STYLE_DIM      = 128;  // each half of a 256-value style row
-constexpr int     MAX_TOKENS     = 510;  // phonemes per chunk (the BERT has 512 positions)
-constexpr int     BERT_HEAD_DIM  = 64;
-constexpr int     LSTM_CHUNK     = 256;  // recurrence steps per graph
-constexpr int     N_FFT          = 20;
-constexpr int     HOP            = 5;
-constexpr int     N_HARMONICS    = 9;
-constexpr float   VOICED_F0      = 10.0f;
-constexpr float   SINE_AMP       = 0.1f;
-constexpr int64_t SAMPLES_PER_F0 = 300;  // generator upsampling (10 * 6) times the iSTFT hop
+constexpr int     STYLE_DIM         = 128;  // each half of a 256-value style row
+constexpr int     MAX_TOKENS        = 510;  // phonemes per chunk (the BERT has 512 positions)
+constexpr int     BERT_HEAD_DIM     = 64;
+constexpr int     LSTM_CHUNK        = 256;  // recurrence steps per graph
+constexpr int     LSTM_DEVICE_STEPS = 32;   // steps of the kept recurrence graph elsewhere
+constexpr int     N_FFT             = 20;
+constexpr int     HOP               = 5;
+constexpr int     N_HARMONICS       = 9;
+constexpr float   VOICED_F0         = 10.0f;
+constexpr float   SINE_AMP          = 0.1f;
+constexpr int64_t SAMPLES_PER_F0    = 300;  // generator upsampling (10 * 6) times the iSTFT hop
 
 // Tensor names: the PyTorch module names without their wrappers (convert_kokoro.py).
 const std::string BERT  = "bert.";
@@ -110,6 +111,15 @@ void set_input(ggml_tensor * t, const void * data) {
     ggml_backend_tensor_set(t, data, 0, ggml_nbytes(t));
 }
 
+// One chunk's way through the stages.
+struct kokoro_job {
+    std::vector<int32_t> tokens;  // ids with the padding token at both ends
+    std::vector<float>   style;   // its style row: acoustic half, then prosody half
+    act                  d_en, d_in, d, t_en, dec, har;
+    std::vector<float>   logits, dur, f0, n, audio;
+    std::vector<int32_t> frame_to_token;
+};
+
 class kokoro_voice final : public voice {
   public:
     explicit kokoro_voice(vs_model & model) : model_(model), hp_(read_hparams(model)) {}
@@ -144,7 +154,11 @@ class kokoro_voice final : public voice {
     }
 
     std::vector<float> synthesize(vs_context & ctx, const std::vector<int32_t> & ids, const vs_synth_params & p,
-                                  int chunk) override;
+                                  int chunk) override {
+        return synthesize_batch(ctx, { ids }, p, chunk)[0];
+    }
+    std::vector<std::vector<float>> synthesize_batch(vs_context & ctx, const std::vector<std::vector<int32_t>> & ids,
+                                                     const vs_synth_params & p, int first_chunk) override;
 
   private:
     vs_model &     model_;
@@ -157,17 +171,16 @@ class kokoro_voice final : public voice {
     std::vector<std::vector<int32_t>> chunks(std::vector<int32_t> ids) const;
     std::vector<float>                style_row(const vs_synth_params & p, size_t n_phonemes) const;
 
-    act run_lstm(vs_context & c, int stage, const std::string & prefix, const act & x) const;
+    std::vector<act> run_lstm(vs_context & c, int stage, const std::string & prefix,
+                              const std::vector<const act *> & xs) const;
     // BERT's projection d_en [512, T]; with the prosody style appended, the duration
     // encoder's input [640, T].
     act run_bert(vs_context & c, const std::vector<int32_t> & tokens, const std::vector<float> & style,
                  act & d_in) const;
-    // Duration encoder output d [640, T] and the frames per token.
-    act                run_duration(vs_context & c, const act & d_en, const std::vector<float> & style, float speed,
-                                    std::vector<float> & logits, std::vector<float> & durations) const;
-    void               run_prosody(vs_context & c, const act & d, const std::vector<int32_t> & frame_to_token,
-                                   const std::vector<float> & style, std::vector<float> & f0, std::vector<float> & n) const;
-    act                run_text_encoder(vs_context & c, const std::vector<int32_t> & tokens) const;
+    // Duration encoder output d [640, T], the logits and the (unrounded) frames per token.
+    void               run_duration(vs_context & c, std::vector<kokoro_job> & jobs, float speed) const;
+    void               run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) const;  // F0 and N
+    void               run_text_encoder(vs_context & c, std::vector<kokoro_job> & jobs) const;
     act                run_decoder(vs_context & c, const act & t_en, const std::vector<int32_t> & frame_to_token,
                                    const std::vector<float> & f0, const std::vector<float> & n,
                                    const std::vector<float> & style) const;
@@ -488,20 +501,32 @@ ggml_tensor * kokoro_voice::snake_res_block(vs_context & c, ggml_context * g, gg
 
 // ---------------------------------------------------------------- LSTM
 
-// A (bi)LSTM over x [in, T] -> [dirs * H, T] (forward channels first), as a recurrence
-// of ggml ops, LSTM_CHUNK steps per graph; the state moves between graphs on the host.
-act kokoro_voice::run_lstm(vs_context & c, int stage, const std::string & prefix, const act & x) const {
-    ggml_tensor * w_ih_h = model_.tensor(prefix + ".weight_ih");
-    const int64_t in = w_ih_h->ne[0], H4 = w_ih_h->ne[1], D = w_ih_h->ne[2], H = H4 / 4, T = x.T;
-    if (x.C != in) {
-        throw error(VS_ERR_COMPUTE,
-                    prefix + ": input has " + std::to_string(x.C) + " channels, expected " + std::to_string(in));
+// (Bi)LSTMs over several sequences at once: x[b] [in, T_b] -> [dirs * H, T_b] (forward
+// channels first), as a recurrence of ggml ops, LSTM_CHUNK steps per graph; the state
+// moves between graphs on the host. Each sequence and direction is one column of the
+// batched step [H, dirs * B]: direction 0 reads its steps forward, direction 1 backward
+// from its own last step, and steps past a sequence's end read zeros and are dropped
+// (they come after its real ones in both directions), so each sequence gets exactly what
+// it would get alone while the steps of all of them share each step's kernels.
+std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::string & prefix,
+                                        const std::vector<const act *> & xs) const {
+    ggml_tensor *    w_ih_h = model_.tensor(prefix + ".weight_ih");
+    const int64_t    in = w_ih_h->ne[0], H4 = w_ih_h->ne[1], D = w_ih_h->ne[2], H = H4 / 4;
+    const int64_t    B = (int64_t) xs.size();
+    int64_t          T = 0;
+    std::vector<act> ys(xs.size());
+    for (int64_t b = 0; b < B; ++b) {
+        if (xs[b]->C != in) {
+            throw error(VS_ERR_COMPUTE, prefix + ": input has " + std::to_string(xs[b]->C) + " channels, expected " +
+                                            std::to_string(in));
+        }
+        T       = std::max(T, xs[b]->T);
+        ys[b].C = D * H;
+        ys[b].T = xs[b]->T;
+        ys[b].v.assign((size_t) (D * H * xs[b]->T), 0.0f);
     }
-    act y;
-    y.C = D * H;
-    y.T = T;
-    y.v.assign((size_t) (y.C * T), 0.0f);
-    std::vector<float> h((size_t) (H * D), 0.0f), cs((size_t) (H * D), 0.0f);
+    const int64_t      cols = D * B;  // (direction, sequence) columns, direction fastest
+    std::vector<float> h((size_t) (H * cols), 0.0f), cs((size_t) (H * cols), 0.0f);
 
     for (int64_t t0 = 0; t0 < T; t0 += LSTM_CHUNK) {
         c.check_abort();
@@ -509,64 +534,68 @@ act kokoro_voice::run_lstm(vs_context & c, int stage, const std::string & prefix
         auto           gb = c.new_graph(32 * (size_t) n + 64);
         ggml_context * g  = gb.ctx.get();
 
-        ggml_tensor * xs = ggml_new_tensor_3d(g, GGML_TYPE_F32, in, n, D);
-        ggml_tensor * h0 = ggml_new_tensor_2d(g, GGML_TYPE_F32, H, D);
-        ggml_tensor * c0 = ggml_new_tensor_2d(g, GGML_TYPE_F32, H, D);
-        for (ggml_tensor * t : { xs, h0, c0 }) {
+        ggml_tensor * xt = ggml_new_tensor_4d(g, GGML_TYPE_F32, in, n, D, B);
+        ggml_tensor * h0 = ggml_new_tensor_2d(g, GGML_TYPE_F32, H, cols);
+        ggml_tensor * c0 = ggml_new_tensor_2d(g, GGML_TYPE_F32, H, cols);
+        for (ggml_tensor * t : { xt, h0, c0 }) {
             ggml_set_input(t);
         }
         ggml_tensor * w_ih = c.w(prefix + ".weight_ih"), *w_hh = c.w(prefix + ".weight_hh");
         ggml_tensor * bias = c.w(prefix + ".bias");
-        // Input projections of every step of the chunk at once: [4H, n, D].
-        ggml_tensor *              gx = ggml_add(g, ggml_mul_mat(g, w_ih, xs), ggml_reshape_3d(g, bias, H4, 1, D));
+        // Input projections of every step of the chunk at once: [4H, n, D, B].
+        ggml_tensor *              gx = ggml_add(g, ggml_mul_mat(g, w_ih, xt), ggml_reshape_3d(g, bias, H4, 1, D));
         std::vector<ggml_tensor *> steps;
         ggml_tensor *              hs = h0, *cc = c0;
         for (int64_t j = 0; j < n; ++j) {
-            ggml_tensor * gj   = ggml_view_3d(g, gx, H4, 1, D, gx->nb[1], gx->nb[2], j * gx->nb[1]);
-            ggml_tensor * rec  = ggml_mul_mat(g, w_hh, ggml_reshape_3d(g, hs, H, 1, D));  // [4H, 1, D]
-            ggml_tensor * z    = ggml_reshape_2d(g, ggml_add(g, rec, gj), H4, D);
+            ggml_tensor * gj  = ggml_view_4d(g, gx, H4, 1, D, B, gx->nb[1], gx->nb[2], gx->nb[3], j * gx->nb[1]);
+            ggml_tensor * rec = ggml_mul_mat(g, w_hh, ggml_reshape_4d(g, hs, H, 1, D, B));  // [4H, 1, D, B]
+            ggml_tensor * z   = ggml_reshape_2d(g, ggml_add(g, rec, gj), H4, cols);
+            // Gates i, f, g, o: sigmoid and tanh of all four rows (two kernels, no copies).
             ggml_tensor * sg   = ggml_sigmoid(g, z);
+            ggml_tensor * th   = ggml_tanh(g, z);
             auto          gate = [&](ggml_tensor * t, int k) {
-                return ggml_view_2d(g, t, H, D, t->nb[1], k * H * sizeof(float));
+                return ggml_view_2d(g, t, H, cols, t->nb[1], k * H * sizeof(float));
             };
-            ggml_tensor * cell = ggml_tanh(g, ggml_cont(g, gate(z, 2)));
-            cc                 = ggml_add(g, ggml_mul(g, gate(sg, 1), cc), ggml_mul(g, gate(sg, 0), cell));
-            hs                 = ggml_mul(g, gate(sg, 3), ggml_tanh(g, cc));
-            steps.push_back(ggml_reshape_3d(g, hs, H, D, 1));
+            cc = ggml_add(g, ggml_mul(g, gate(sg, 1), cc), ggml_mul(g, gate(sg, 0), gate(th, 2)));
+            hs = ggml_mul(g, gate(sg, 3), ggml_tanh(g, cc));
+            steps.push_back(ggml_reshape_3d(g, hs, H, cols, 1));
         }
-        ggml_tensor * out = concat_all(g, std::move(steps), 2);  // the steps' hidden states, [H, D, n]
-        ggml_set_output(out);
-        ggml_build_forward_expand(gb.gf, out);
-        ggml_set_output(hs);
-        ggml_set_output(cc);
-        ggml_build_forward_expand(gb.gf, hs);
-        ggml_build_forward_expand(gb.gf, cc);
+        ggml_tensor * out = concat_all(g, std::move(steps), 2);  // the steps' hidden states, [H, cols, n]
+        for (ggml_tensor * t : { out, hs, cc }) {
+            ggml_set_output(t);
+            ggml_build_forward_expand(gb.gf, t);
+        }
         c.alloc(stage, gb.gf);
 
-        // Direction 0 reads steps t0.. forward, direction 1 reads T-1-t0.. backward.
-        std::vector<float> xin((size_t) (in * n * D));
-        for (int64_t d = 0; d < D; ++d) {
-            for (int64_t j = 0; j < n; ++j) {
-                const int64_t t = d == 0 ? t0 + j : T - 1 - (t0 + j);
-                std::copy_n(x.v.data() + t * in, in, xin.data() + (d * n + j) * in);
+        std::vector<float> xin((size_t) (in * n * cols), 0.0f);
+        for (int64_t b = 0; b < B; ++b) {
+            const act & x = *xs[b];
+            for (int64_t d = 0; d < D; ++d) {
+                for (int64_t j = 0; j < n && t0 + j < x.T; ++j) {
+                    const int64_t t = d == 0 ? t0 + j : x.T - 1 - (t0 + j);
+                    std::copy_n(x.v.data() + t * in, in, xin.data() + ((b * D + d) * n + j) * in);
+                }
             }
         }
-        set_input(xs, xin.data());
+        set_input(xt, xin.data());
         set_input(h0, h.data());
         set_input(c0, cs.data());
         c.compute(gb.gf);
-        std::vector<float> o((size_t) (H * D * n));
+        std::vector<float> o((size_t) (H * cols * n));
         ggml_backend_tensor_get(out, o.data(), 0, ggml_nbytes(out));
         ggml_backend_tensor_get(hs, h.data(), 0, ggml_nbytes(hs));
         ggml_backend_tensor_get(cc, cs.data(), 0, ggml_nbytes(cc));
-        for (int64_t d = 0; d < D; ++d) {
-            for (int64_t j = 0; j < n; ++j) {
-                const int64_t t = d == 0 ? t0 + j : T - 1 - (t0 + j);
-                std::copy_n(o.data() + (j * D + d) * H, H, y.v.data() + t * y.C + d * H);
+        for (int64_t b = 0; b < B; ++b) {
+            act & y = ys[b];
+            for (int64_t d = 0; d < D; ++d) {
+                for (int64_t j = 0; j < n && t0 + j < y.T; ++j) {
+                    const int64_t t = d == 0 ? t0 + j : y.T - 1 - (t0 + j);
+                    std::copy_n(o.data() + (j * cols + b * D + d) * H, H, y.v.data() + t * y.C + d * H);
+                }
             }
         }
     }
-    return y;
+    return ys;
 }
 
 // ---------------------------------------------------------------- stages
@@ -634,11 +663,10 @@ act kokoro_voice::run_bert(vs_context & c, const std::vector<int32_t> & tokens, 
     return read_act(x);
 }
 
-act kokoro_voice::run_duration(vs_context & c, const act & d_in, const std::vector<float> & style, float speed,
-                               std::vector<float> & logits, std::vector<float> & durations) const {
-    const float * s_pros = style.data() + STYLE_DIM;
+// The recurrences of every job go through the same graphs; the rest is per job.
+void kokoro_voice::run_duration(vs_context & c, std::vector<kokoro_job> & jobs, float speed) const {
     // AdaLayerNorm (module `norm`), then the style appended.
-    auto styled = [&](const act & in, const std::string & norm) {
+    auto styled = [&](const act & in, const std::string & norm, const float * s_pros) {
         auto           gb = c.new_graph();
         ggml_context * g  = gb.ctx.get();
         ggml_tensor *  x  = input_2d(g, in.C, in.T, "x");
@@ -654,88 +682,120 @@ act kokoro_voice::run_duration(vs_context & c, const act & d_in, const std::vect
         c.compute(gb.gf);
         return read_act(y);
     };
-    act d = d_in;
+    auto inputs = [&]() {
+        std::vector<const act *> xs;
+        for (const auto & j : jobs) {
+            xs.push_back(&j.d);
+        }
+        return xs;
+    };
+    for (auto & j : jobs) {
+        j.d = j.d_in;
+    }
     for (int l = 0; l < 3; ++l) {
         const std::string base = PRED + "text_encoder.lstms.";
-        act               h    = run_lstm(c, VS_STAGE_DURATION, base + std::to_string(2 * l), d);
-        d                      = styled(h, base + std::to_string(2 * l + 1) + ".fc");
-    }
-    act h = run_lstm(c, VS_STAGE_DURATION, PRED + "lstm", d);
-
-    auto           gb = c.new_graph();
-    ggml_context * g  = gb.ctx.get();
-    ggml_tensor *  x  = input_2d(g, h.C, h.T, "x");
-    ggml_tensor *  lg = linear(c, g, x, PRED + "duration_proj.linear_layer");                // [50, T]
-    ggml_tensor *  du = ggml_scale(g, ggml_sum_rows(g, ggml_sigmoid(g, lg)), 1.0f / speed);  // [1, T]
-    ggml_set_output(lg);
-    ggml_set_output(du);
-    ggml_build_forward_expand(gb.gf, lg);
-    ggml_build_forward_expand(gb.gf, du);
-    c.alloc(VS_STAGE_DURATION, gb.gf);
-    set_input(x, h.v.data());
-    c.compute(gb.gf);
-    logits    = read_act(lg).v;
-    durations = read_act(du).v;
-    return d;
-}
-
-void kokoro_voice::run_prosody(vs_context & c, const act & d, const std::vector<int32_t> & frame_to_token,
-                               const std::vector<float> & style, std::vector<float> & f0,
-                               std::vector<float> & n) const {
-    const int64_t F = (int64_t) frame_to_token.size();
-    act           en;
-    en.C = d.C;
-    en.T = F;
-    en.v.resize((size_t) (d.C * F));
-    for (int64_t f = 0; f < F; ++f) {
-        std::copy_n(d.v.data() + frame_to_token[f] * d.C, d.C, en.v.data() + f * d.C);
-    }
-    act x = run_lstm(c, VS_STAGE_PROSODY, PRED + "shared", en);
-
-    auto           gb = c.new_graph();
-    ggml_context * g  = gb.ctx.get();
-    ggml_tensor *  xi = input_2d(g, x.C, x.T, "x");
-    const cond     k  = make_cond(g, 2 * x.T);
-    ggml_tensor *  outs[2];
-    const char *   branch[2] = { "F0", "N" };
-    for (int b = 0; b < 2; ++b) {
-        ggml_tensor * y = xi;
-        for (int i = 0; i < 3; ++i) {
-            y = adain_res_block(c, g, y, k, PRED + branch[b] + "." + std::to_string(i) + ".", i == 1);
+        std::vector<act>  hs   = run_lstm(c, VS_STAGE_DURATION, base + std::to_string(2 * l), inputs());
+        for (size_t b = 0; b < jobs.size(); ++b) {
+            jobs[b].d = styled(hs[b], base + std::to_string(2 * l + 1) + ".fc", jobs[b].style.data() + STYLE_DIM);
         }
-        y = conv1d(g, y, c.w(PRED + branch[b] + "_proj.weight"), c.w(PRED + branch[b] + "_proj.bias"), 1, 0);
-        ggml_set_output(y);
-        ggml_build_forward_expand(gb.gf, y);
-        outs[b] = y;
     }
-    c.alloc(VS_STAGE_PROSODY, gb.gf);
-    set_input(xi, x.v.data());
-    fill_cond(k, style.data() + STYLE_DIM);
-    c.compute(gb.gf);
-    f0 = read_act(outs[0]).v;
-    n  = read_act(outs[1]).v;
+    std::vector<act> hs = run_lstm(c, VS_STAGE_DURATION, PRED + "lstm", inputs());
+    for (size_t b = 0; b < jobs.size(); ++b) {
+        const act &    h  = hs[b];
+        auto           gb = c.new_graph();
+        ggml_context * g  = gb.ctx.get();
+        ggml_tensor *  x  = input_2d(g, h.C, h.T, "x");
+        ggml_tensor *  lg = linear(c, g, x, PRED + "duration_proj.linear_layer");                // [50, T]
+        ggml_tensor *  du = ggml_scale(g, ggml_sum_rows(g, ggml_sigmoid(g, lg)), 1.0f / speed);  // [1, T]
+        ggml_set_output(lg);
+        ggml_set_output(du);
+        ggml_build_forward_expand(gb.gf, lg);
+        ggml_build_forward_expand(gb.gf, du);
+        c.alloc(VS_STAGE_DURATION, gb.gf);
+        set_input(x, h.v.data());
+        c.compute(gb.gf);
+        jobs[b].logits = read_act(lg).v;
+        jobs[b].dur    = read_act(du).v;
+    }
 }
 
-act kokoro_voice::run_text_encoder(vs_context & c, const std::vector<int32_t> & tokens) const {
-    const int64_t  T   = (int64_t) tokens.size();
-    auto           gb  = c.new_graph();
-    ggml_context * g   = gb.ctx.get();
-    ggml_tensor *  ids = ggml_new_tensor_1d(g, GGML_TYPE_I32, T);
-    ggml_set_input(ids);
-    ggml_tensor * x = ggml_get_rows(g, c.w(TEXT + "embedding.weight"), ids);  // [512, T]
-    for (int i = 0; i < 3; ++i) {
-        const std::string l = TEXT + "cnn." + std::to_string(i) + ".";
-        ggml_tensor *     w = c.w(l + "0.weight");
-        x                   = conv1d(g, x, w, c.w(l + "0.bias"), 1, (int) (w->ne[1] - 1) / 2);
-        x                   = layer_norm(g, x, c.w(l + "1.gamma"), c.w(l + "1.beta"), 1e-5f);
-        x                   = ggml_leaky_relu(g, x, 0.2f, false);
+void kokoro_voice::run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) const {
+    std::vector<act>         ens(jobs.size());
+    std::vector<const act *> xs;
+    for (size_t b = 0; b < jobs.size(); ++b) {
+        const act &   d  = jobs[b].d;
+        const auto &  ft = jobs[b].frame_to_token;
+        const int64_t F  = (int64_t) ft.size();
+        act &         en = ens[b];
+        en.C             = d.C;
+        en.T             = F;
+        en.v.resize((size_t) (d.C * F));
+        for (int64_t f = 0; f < F; ++f) {
+            std::copy_n(d.v.data() + ft[f] * d.C, d.C, en.v.data() + f * d.C);
+        }
+        xs.push_back(&en);
     }
-    ggml_set_output(x);
-    ggml_build_forward_expand(gb.gf, x);
-    c.alloc(VS_STAGE_TEXT_ENCODER, gb.gf);
-    set_input(ids, tokens.data());
-    c.compute(gb.gf);
-    return run_lstm(c, VS_STAGE_TEXT_ENCODER, TEXT + "lstm", read_act(x));
+    std::vector<act> shared = run_lstm(c, VS_STAGE_PROSODY, PRED + "shared", xs);
+
+    for (size_t j = 0; j < jobs.size(); ++j) {
+        const act &    x  = shared[j];
+        auto           gb = c.new_graph();
+        ggml_context * g  = gb.ctx.get();
+        ggml_tensor *  xi = input_2d(g, x.C, x.T, "x");
+        const cond     k  = make_cond(g, 2 * x.T);
+        ggml_tensor *  outs[2];
+        const char *   branch[2] = { "F0", "N" };
+        for (int b = 0; b < 2; ++b) {
+            ggml_tensor * y = xi;
+            for (int i = 0; i < 3; ++i) {
+                y = adain_res_block(c, g, y, k, PRED + branch[b] + "." + std::to_string(i) + ".", i == 1);
+            }
+            y = conv1d(g, y, c.w(PRED + branch[b] + "_proj.weight"), c.w(PRED + branch[b] + "_proj.bias"), 1, 0);
+            ggml_set_output(y);
+            ggml_build_forward_expand(gb.gf, y);
+            outs[b] = y;
+        }
+        c.alloc(VS_STAGE_PROSODY, gb.gf);
+        set_input(xi, x.v.data());
+        fill_cond(k, jobs[j].style.data() + STYLE_DIM);
+        c.compute(gb.gf);
+        jobs[j].f0 = read_act(outs[0]).v;
+        jobs[j].n  = read_act(outs[1]).v;
+    }
+}
+
+void kokoro_voice::run_text_encoder(vs_context & c, std::vector<kokoro_job> & jobs) const {
+    std::vector<act> convs;
+    for (const auto & job : jobs) {
+        const std::vector<int32_t> & tokens = job.tokens;
+        const int64_t                T      = (int64_t) tokens.size();
+        auto                         gb     = c.new_graph();
+        ggml_context *               g      = gb.ctx.get();
+        ggml_tensor *                ids    = ggml_new_tensor_1d(g, GGML_TYPE_I32, T);
+        ggml_set_input(ids);
+        ggml_tensor * x = ggml_get_rows(g, c.w(TEXT + "embedding.weight"), ids);  // [512, T]
+        for (int i = 0; i < 3; ++i) {
+            const std::string l = TEXT + "cnn." + std::to_string(i) + ".";
+            ggml_tensor *     w = c.w(l + "0.weight");
+            x                   = conv1d(g, x, w, c.w(l + "0.bias"), 1, (int) (w->ne[1] - 1) / 2);
+            x                   = layer_norm(g, x, c.w(l + "1.gamma"), c.w(l + "1.beta"), 1e-5f);
+            x                   = ggml_leaky_relu(g, x, 0.2f, false);
+        }
+        ggml_set_output(x);
+        ggml_build_forward_expand(gb.gf, x);
+        c.alloc(VS_STAGE_TEXT_ENCODER, gb.gf);
+        set_input(ids, tokens.data());
+        c.compute(gb.gf);
+        convs.push_back(read_act(x));
+    }
+    std::vector<const act *> xs;
+    for (const auto & x : convs) {
+        xs.push_back(&x);
+    }
+    std::vector<act> t_en = run_lstm(c, VS_STAGE_TEXT_ENCODER, TEXT + "lstm", xs);
+    for (size_t b = 0; b < jobs.size(); ++b) {
+        jobs[b].t_en = std::move(t_en[b]);
+    }
 }
 
 act kokoro_voice::run_decoder(vs_context & c, const act & t_en, const std::vector<int32_t> & frame_to_token,
@@ -937,62 +997,79 @@ std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, 
     return read_act(audio).v;
 }
 
-std::vector<float> kokoro_voice::synthesize(vs_context & c, const std::vector<int32_t> & ids, const vs_synth_params & p,
-                                            int chunk) {
-    const float          speed = p.length_scale > 0 ? 1.0f / p.length_scale : 1.0f;
-    std::vector<int32_t> tokens;
-    tokens.reserve(ids.size() + 2);
-    tokens.push_back(0);
-    tokens.insert(tokens.end(), ids.begin(), ids.end());
-    tokens.push_back(0);
-    const int64_t            T     = (int64_t) tokens.size();
-    const std::vector<float> style = style_row(p, ids.size());
+std::vector<std::vector<float>> kokoro_voice::synthesize_batch(vs_context &                              c,
+                                                               const std::vector<std::vector<int32_t>> & ids,
+                                                               const vs_synth_params & p, int first_chunk) {
+    const float             speed = p.length_scale > 0 ? 1.0f / p.length_scale : 1.0f;
+    std::vector<kokoro_job> jobs(ids.size());
+    for (size_t b = 0; b < ids.size(); ++b) {
+        jobs[b].tokens.push_back(0);
+        jobs[b].tokens.insert(jobs[b].tokens.end(), ids[b].begin(), ids[b].end());
+        jobs[b].tokens.push_back(0);
+        jobs[b].style = style_row(p, ids[b].size());
+    }
 
-    auto stage = [&](int id, auto && fn) { c.timed_stage(id, chunk, p, fn); };
-
-    act                  d_en, d_in, d, t_en, dec, har;
-    std::vector<float>   logits, dur, f0, n, audio;
-    std::vector<int32_t> frame_to_token;
-    stage(VS_STAGE_BERT, [&] { d_en = run_bert(c, tokens, style, d_in); });
+    auto stage = [&](int id, auto && fn) { c.timed_stage(id, first_chunk, p, fn); };
+    stage(VS_STAGE_BERT, [&] {
+        for (auto & j : jobs) {
+            j.d_en = run_bert(c, j.tokens, j.style, j.d_in);
+        }
+    });
     stage(VS_STAGE_DURATION, [&] {
-        d = run_duration(c, d_in, style, speed, logits, dur);
-        if (p.durations) {
-            if ((int64_t) p.n_durations != T) {
+        run_duration(c, jobs, speed);
+        for (auto & j : jobs) {
+            const int64_t T = (int64_t) j.tokens.size();
+            if (p.durations && (int64_t) p.n_durations != T) {
                 throw error(VS_ERR_INVALID_ARG, "forced durations: " + std::to_string(p.n_durations) + " given for " +
                                                     std::to_string(T) + " tokens");
             }
-        }
-        for (int64_t t = 0; t < T; ++t) {
-            // Round half to even, as the export's Round; at least one frame a token.
-            const int frames = p.durations ? p.durations[t] : std::max(1, (int) std::nearbyint(dur[t]));
-            for (int k = 0; k < frames; ++k) {
-                frame_to_token.push_back((int32_t) t);
+            for (int64_t t = 0; t < T; ++t) {
+                // Round half to even, as the export's Round; at least one frame a token.
+                const int frames = p.durations ? p.durations[t] : std::max(1, (int) std::nearbyint(j.dur[t]));
+                for (int k = 0; k < frames; ++k) {
+                    j.frame_to_token.push_back((int32_t) t);
+                }
+            }
+            if (j.frame_to_token.empty()) {
+                throw error(VS_ERR_INVALID_ARG, "forced durations give no frames");
             }
         }
-        if (frame_to_token.empty()) {
-            throw error(VS_ERR_INVALID_ARG, "forced durations give no frames");
+    });
+    stage(VS_STAGE_PROSODY, [&] { run_prosody(c, jobs); });
+    stage(VS_STAGE_TEXT_ENCODER, [&] { run_text_encoder(c, jobs); });
+    stage(VS_STAGE_DECODER, [&] {
+        for (auto & j : jobs) {
+            j.dec = run_decoder(c, j.t_en, j.frame_to_token, j.f0, j.n, j.style);
         }
     });
-    stage(VS_STAGE_PROSODY, [&] { run_prosody(c, d, frame_to_token, style, f0, n); });
-    stage(VS_STAGE_TEXT_ENCODER, [&] { t_en = run_text_encoder(c, tokens); });
-    stage(VS_STAGE_DECODER, [&] { dec = run_decoder(c, t_en, frame_to_token, f0, n, style); });
-    stage(VS_STAGE_GENERATOR, [&] { audio = run_generator(c, dec, f0, style, har); });
+    stage(VS_STAGE_GENERATOR, [&] {
+        for (auto & j : jobs) {
+            j.audio = run_generator(c, j.dec, j.f0, j.style, j.har);
+        }
+    });
 
-    const int64_t F = (int64_t) frame_to_token.size();
-    c.timings.n_phoneme_ids += (int32_t) T;
-    c.timings.n_frames += (int32_t) F;
+    std::vector<std::vector<float>> audio;
+    for (auto & j : jobs) {
+        const int64_t T = (int64_t) j.tokens.size(), F = (int64_t) j.frame_to_token.size();
+        c.timings.n_phoneme_ids += (int32_t) T;
+        c.timings.n_frames += (int32_t) F;
+        audio.push_back(std::move(j.audio));
+    }
+    // The named intermediates are the last chunk's.
+    kokoro_job &       j = jobs.back();
+    const int64_t      T = (int64_t) j.tokens.size(), F = (int64_t) j.frame_to_token.size();
     std::vector<float> frames_f(T, 0.0f);
-    for (int32_t t : frame_to_token) {
+    for (int32_t t : j.frame_to_token) {
         frames_f[t] += 1.0f;
     }
-    c.set_output("bert", std::move(d_en.v), T, d_en.C);
-    c.set_output("duration_logits", std::move(logits), T, 50);
+    c.set_output("bert", std::move(j.d_en.v), T, j.d_en.C);
+    c.set_output("duration_logits", std::move(j.logits), T, 50);
     c.set_output("durations", std::move(frames_f), T, 1);
-    c.set_output("F0", std::move(f0), 2 * F, 1);
-    c.set_output("N", std::move(n), 2 * F, 1);
-    c.set_output("text_encoder", std::move(t_en.v), T, t_en.C);
-    c.set_output("decoder", std::move(dec.v), dec.T, dec.C);
-    c.set_output("har", std::move(har.v), har.T, har.C);
+    c.set_output("F0", std::move(j.f0), 2 * F, 1);
+    c.set_output("N", std::move(j.n), 2 * F, 1);
+    c.set_output("text_encoder", std::move(j.t_en.v), T, j.t_en.C);
+    c.set_output("decoder", std::move(j.dec.v), j.dec.T, j.dec.C);
+    c.set_output("har", std::move(j.har.v), j.har.T, j.har.C);
     return audio;
 }
 
