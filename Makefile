@@ -5,8 +5,10 @@ PYTHON   ?= python3
 VENV     := .venv
 PY       := $(VENV)/bin/python
 BUILD    := build/native
-STAMP    := $(VENV)/.deps-stamp
+# GPU=cuda or GPU=vulkan builds ggml with that backend (also the engine's CPU backend);
+# one stamp per choice, so that switching rebuilds ggml.
 GPU      ?=
+STAMP    := $(VENV)/.deps-stamp-$(or $(GPU),cpu)
 
 CPP_SOURCES = $(wildcard native/include/*.h native/src/*.h native/src/*.cpp native/src/models/*.cpp native/tools/*.cpp \
 	native/tests/*.c native/tests/*.cpp native/python/*.cpp)
@@ -32,22 +34,38 @@ SYSTEM_LIBS := libportaudio.so.2:libportaudio2 libEGL.so.1:libegl1 libGL.so.1:li
 	libxkbcommon.so.0:libxkbcommon0 libfontconfig.so.1:libfontconfig1 libdbus-1.so.3:libdbus-1-3 \
 	libglib-2.0.so.0:libglib2.0-0
 SYSTEM_CMDS := c++:g++ pulseaudio:pulseaudio parec:pulseaudio-utils
+# Vulkan: the loader at run time, its headers, SPIR-V's headers and glslc to build ggml's
+# shaders, and Mesa's drivers (a software device where there is no GPU).
+ifeq ($(GPU),vulkan)
+SYSTEM_LIBS += libvulkan.so.1:libvulkan1 libvulkan_lvp.so:mesa-vulkan-drivers
+SYSTEM_CMDS += glslc:glslc
+endif
+ifneq ($(filter-out cuda vulkan,$(GPU)),)
+$(error GPU must be cuda or vulkan (or empty for the CPU), not '$(GPU)')
+endif
 system-deps:
 	@missing=""; for pair in $(SYSTEM_LIBS); do lib=$${pair%%:*}; pkg=$${pair##*:}; \
 	  ldconfig -p | grep -q "$$lib" || missing="$$missing $$pkg"; done; \
 	for pair in $(SYSTEM_CMDS); do cmd=$${pair%%:*}; pkg=$${pair##*:}; \
 	  command -v $$cmd >/dev/null || missing="$$missing $$pkg"; done; \
 	ls /usr/lib/*/alsa-lib/libasound_module_pcm_pulse.so >/dev/null 2>&1 || missing="$$missing libasound2-plugins"; \
+	if [ "$(GPU)" = vulkan ]; then [ -f /usr/include/vulkan/vulkan.h ] || missing="$$missing libvulkan-dev"; \
+	  [ -d /usr/share/cmake/SPIRV-Headers ] || missing="$$missing spirv-headers"; fi; \
 	if [ -n "$$missing" ]; then echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; fi
 
 $(STAMP): pyproject.toml tools/requirements.py
+	@if [ "$(GPU)" = cuda ] && ! command -v nvcc >/dev/null; then \
+	  echo "GPU=cuda needs NVIDIA's CUDA toolkit (nvcc on PATH): install it from NVIDIA, or Debian's non-free nvidia-cuda-toolkit"; \
+	  exit 1; fi
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) tools/requirements.py test > $(VENV)/requirements.txt
 	# ggml is compiled here from ggml-python's sdist, with its tiled matmul kernels and the chosen
-	# GPU backend; --no-cache-dir keeps a wheel built with other options from being reused.
-	CMAKE_ARGS="$(GGML_CMAKE_ARGS)" $(PY) -m pip install -q --no-cache-dir --no-deps \
+	# GPU backend; --no-cache-dir keeps a wheel built with other options from being reused, and
+	# --force-reinstall rebuilds it when only the backend changed.
+	rm -f $(VENV)/.deps-stamp-*
+	CMAKE_ARGS="$(GGML_CMAKE_ARGS)" $(PY) -m pip install -q --no-cache-dir --no-deps --force-reinstall \
 	  "$$(grep '^ggml-python==' $(VENV)/requirements.txt | head -n 1)"
 	$(PY) -m pip install -q -r $(VENV)/requirements.txt
 	touch $@
