@@ -58,6 +58,10 @@ $(STAMP): pyproject.toml tools/requirements.py
 	@if [ "$(GPU)" = cuda ] && ! command -v nvcc >/dev/null; then \
 	  echo "GPU=cuda needs NVIDIA's CUDA toolkit (nvcc on PATH): install it from NVIDIA, or Debian's non-free nvidia-cuda-toolkit"; \
 	  exit 1; fi
+	@if [ "$(GPU)" = vulkan ] && ! grep -q VkLayerSettingEXT /usr/include/vulkan/vulkan_core.h; then \
+	  echo "GPU=vulkan: ggml's Vulkan backend needs Vulkan headers with VK_EXT_layer_settings (2023);"; \
+	  echo "these are 1.3.$$(sed -n 's/^#define VK_HEADER_VERSION \([0-9]*\).*/\1/p' /usr/include/vulkan/vulkan_core.h) (Debian 12 ships 1.3.239; Debian 13's are new enough)"; \
+	  exit 1; fi
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) tools/requirements.py test > $(VENV)/requirements.txt
