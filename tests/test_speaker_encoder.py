@@ -122,3 +122,20 @@ def test_encoder_install_is_verified(tmp_path, monkeypatch):
     finally:
         manifest.write_bytes(saved)
     assert models.speaker_encoder_installed()
+
+
+def test_prewarmed_encoder_embeds_the_same(encoder):
+    from app import _engine
+
+    want = encoder.embed_prepared(clip("piper_joe"))
+    model = _engine.Model(str(models.install_speaker_encoder()))
+    warm = SpeakerEncoder(model, _engine.Context(model, "cpu", 2, prewarm=1))
+    try:
+        assert warm._context.prewarm_ms > 0
+        assert warm._context.fallback_ops == {"mel": [], "speaker": []}
+        with pytest.raises(InvalidArgumentError, match="no output"):
+            warm.output("partials")  # the prewarm's intermediates are dropped
+        got = warm.embed_prepared(clip("piper_joe"))
+    finally:
+        warm.close()
+    np.testing.assert_array_equal(got, want)
