@@ -97,9 +97,14 @@ void vs_context::set_output(const std::string & name, std::vector<float> data, i
 void vs_context::prewarm() {
     const auto t0 = std::chrono::steady_clock::now();
     if (voice) {
-        // Every stage at a typical sentence's size: "The quick brown fox jumps over the lazy dog."
+        // Every stage at the size of a long sentence (7 s), so that the buffers of most
+        // sentences are already there: "The quick brown fox jumps over the lazy dog, and
+        // then it runs far away into the woods, where nobody will ever find it again."
+        const char * ipa =
+            "ðə kwˈɪk bɹˈaʊn fˈɑːks dʒˈʌmps ˌoʊvɚ ðə lˈeɪzi dˈɑːɡ, ænd ðˈɛn ɪt ɹˈʌnz fˈɑːɹ ɐwˈeɪ "
+            "ˌɪntʊ ðə wˈʊdz, wˌɛɹ nˈoʊbɑːdi wɪl ˈɛvɚ fˈaɪnd ɪɾ ɐɡˈɛn.";
         int  skipped = 0;
-        auto chunks  = voice->ids_from_phonemes("ðə kwˈɪk bɹˈaʊn fˈɑːks dʒˈʌmps ˌoʊvɚ ðə lˈeɪzi dˈɑːɡ.", skipped);
+        auto chunks  = voice->ids_from_phonemes(ipa, skipped);
         if (chunks.empty()) {
             throw vs::error(VS_ERR_FORMAT, "'" + model->path + "' has none of the phonemes its prewarm needs");
         }
