@@ -209,7 +209,11 @@ int vs_context_threads(const vs_context * ctx) {
 }
 
 uint32_t vs_context_fallback_stages(const vs_context * ctx) {
-    return ctx ? ctx->fallback_stages : 0;
+    uint32_t mask = 0;
+    for (int i = 0; ctx && i < VS_STAGE_COUNT; ++i) {
+        mask |= ctx->fallback_ops[i].empty() ? 0u : 1u << i;
+    }
+    return mask;
 }
 
 const char * vs_context_fallback_ops(const vs_context * ctx, int stage) {
@@ -270,8 +274,7 @@ struct vs_synth_params vs_synth_default_params(void) {
 
 int vs_synthesize(vs_context * ctx, const char * input, int kind, struct vs_synth_params params, vs_audio ** audio) {
     if (ctx) {
-        ctx->timings = {};
-        ctx->outputs.clear();
+        ctx->clear_results();
     }
     return vs::guarded([&] {
         if (!ctx || !input || !audio) {
@@ -312,14 +315,9 @@ int vs_synthesize(vs_context * ctx, const char * input, int kind, struct vs_synt
         const size_t batch = (size_t) std::max(1, params.batch);
         for (size_t i = 0; i < chunks.size(); i += batch) {
             ctx->check_abort();
-            const size_t                    n = std::min(batch, chunks.size() - i);
-            std::vector<std::vector<float>> pcm;
-            if (n == 1) {
-                pcm.push_back(ctx->voice->synthesize(*ctx, chunks[i], params, (int) i));
-            } else {
-                std::vector<std::vector<int32_t>> group(chunks.begin() + i, chunks.begin() + i + n);
-                pcm = ctx->voice->synthesize_batch(*ctx, group, params, (int) i);
-            }
+            const size_t                      n = std::min(batch, chunks.size() - i);
+            std::vector<std::vector<int32_t>> group(chunks.begin() + i, chunks.begin() + i + n);
+            std::vector<std::vector<float>>   pcm = ctx->voice->synthesize_batch(*ctx, group, params, (int) i);
             for (size_t k = 0; k < n; ++k) {
                 if (params.on_chunk) {
                     params.on_chunk((int) (i + k), pcm[k].data(), pcm[k].size(), params.on_chunk_user_data);
@@ -379,8 +377,7 @@ int vs_model_embedding_size(const vs_model * model) {
 
 int vs_embed(vs_context * ctx, const float * samples, size_t n_samples, float * embedding, int n_embedding) {
     if (ctx) {
-        ctx->timings = {};
-        ctx->outputs.clear();
+        ctx->clear_results();
     }
     return vs::guarded([&] {
         if (!ctx || !samples || !embedding) {

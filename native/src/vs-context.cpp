@@ -65,7 +65,6 @@ void vs_context::alloc(int stage, ggml_cgraph * gf) {
                 vs::log(VS_LOG_WARN, std::string("stage ") + vs_stage_name(stage) + ": " + op + " runs on the CPU (" +
                                          device + " cannot)");
             }
-            fallback_stages |= 1u << stage;
         }
     }
 }
@@ -126,8 +125,7 @@ void vs_context::prewarm() {
         }
         vs::ge2e_embed(*this, s.data(), s.size());
     }
-    timings = {};
-    outputs.clear();
+    clear_results();
     prewarm_ms = vs::ms_since(t0);
 }
 

@@ -29,7 +29,6 @@ struct vs_context {
     std::shared_ptr<vs::weight_set> weights;
     std::unique_ptr<vs::phonemizer> phonemizer;
     std::unique_ptr<vs::voice>      voice;
-    uint32_t                        fallback_stages = 0;
     // Per stage, the ops that ran on the CPU instead of the device ("OP(type)").
     std::array<std::set<std::string>, VS_STAGE_COUNT> fallback_ops;
     std::string                                       fallback_text;  // vs_context_fallback_ops's answer
@@ -56,9 +55,14 @@ struct vs_context {
 
     // One short synthesis (or embedding) whose timings and outputs are then dropped.
     void prewarm();
+    // Forgets the last call's timings and named outputs.
+    void clear_results() {
+        timings = {};
+        outputs.clear();
+    }
 
     vs::graph_build new_graph(size_t max_nodes = 8192) const;
-    // Allocates `gf` on the scheduler; records stages with ops the device could not take.
+    // Allocates `gf` on the scheduler; records, per stage, the ops the device could not take.
     void alloc(int stage, ggml_cgraph * gf);
     void compute(ggml_cgraph * gf);
     bool aborted() const;
