@@ -10,7 +10,7 @@ BUILD    := build/native
 GPU      ?=
 STAMP    := $(VENV)/.deps-stamp-$(or $(GPU),cpu)
 
-CPP_SOURCES = $(wildcard native/include/*.h native/src/*.h native/src/*.cpp native/src/models/*.cpp native/tools/*.cpp \
+CPP_SOURCES = $(wildcard native/include/*.h native/src/*.h native/src/*.cpp native/src/models/*.cpp native/src/cuda/*.cu native/tools/*.cpp \
 	native/tests/*.c native/tests/*.cpp native/python/*.cpp)
 
 GGML_CMAKE_ARGS := -DGGML_LLAMAFILE=ON $(if $(filter cuda,$(GPU)),-DGGML_CUDA=ON) $(if $(filter vulkan,$(GPU)),-DGGML_VULKAN=ON)

@@ -11,6 +11,7 @@ import os
 import resource
 import statistics
 import sys
+import time
 from pathlib import Path
 
 from app.core.errors import VoiceStudioError
@@ -56,6 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="sentences per synthesis call, synthesized together (the engine's batching); default 1",
+    )
+    b.add_argument(
+        "--streams",
+        type=int,
+        default=1,
+        help="also time N engines on the device synthesizing every line at once, a thread each "
+        "(aggregate throughput); default 1: not measured",
     )
     b.add_argument(
         "--profile-ops",
@@ -234,6 +242,8 @@ def cmd_bench(args) -> int:
     report["first_audio_ms_median"] = statistics.median(r["first_audio_ms"] for r in results)
     if profile is not None:
         report["op_profile"] = profile
+    if args.streams > 1:
+        report["streams"] = _bench_streams(args, ipa)
     if args.compare == "onnxruntime":
         report["reference"] = _bench_reference(args, ipa, results, device)
         report["ratio"] = report["total_compute_ms"] / report["reference"]["total_compute_ms"]
@@ -251,11 +261,66 @@ def cmd_bench(args) -> int:
     print("  " + ", ".join(f"{s} {sum(r['stages_ms'][s] for r in results):.0f} ms" for s in stages))
     for stage, ops in fallback.items():
         print(f"  on the CPU instead of {device}: {stage}: {', '.join(ops)}")
+    if "streams" in report:
+        st = report["streams"]
+        print(
+            f"  {st['n']} engines at once: {st['wall_ms']:.0f} ms for {st['audio_s']:.2f} s of audio"
+            f" (median of {st['runs']}); {st['audio_s_per_s']:.1f} audio-s/s together"
+        )
     if profile is not None:
         print("  costliest ops (each node timed alone, launch and sync included):")
         for row in profile[:15]:
             print(f"    {row['stage']:<13} {row['op']:<18} {row['count']:>6} nodes {row['ms']:9.1f} ms")
     return 0
+
+
+def _bench_streams(args, ipa: list[str]) -> dict:
+    """N engines, a thread each, all synthesizing every line at once: wall time and audio per second."""
+    import threading
+
+    from app.core.engine import Engine
+
+    def one_run(engines: list) -> tuple[float, float]:
+        start = threading.Barrier(len(engines) + 1)
+        audio = [0.0] * len(engines)
+        errors: list[BaseException] = []
+
+        def work(k: int) -> None:
+            try:
+                start.wait()
+                for item in ipa:
+                    take = engines[k].synthesize(phonemes=item, noise_scale=0.0, noise_w=0.0, batch=args.batch)
+                    audio[k] += take.duration_s
+            except BaseException as e:  # raised below, once every thread is done
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(len(engines))]
+        for t in threads:
+            t.start()
+        start.wait()
+        t0 = time.perf_counter()
+        for t in threads:
+            t.join()
+        wall_ms = (time.perf_counter() - t0) * 1000.0
+        if errors:
+            raise errors[0]
+        return wall_ms, sum(audio)
+
+    engines = [Engine.open(args.voice, device=args.device, threads=args.threads) for _ in range(args.streams)]
+    try:
+        timed = [one_run(engines) for _ in range(args.warmup + args.runs)][args.warmup :]
+    finally:
+        for e in engines:
+            e.close()
+    wall_ms = statistics.median(w for w, _ in timed)
+    audio_s = timed[0][1]
+    return {
+        "n": args.streams,
+        "runs": args.runs,
+        "wall_ms": wall_ms,
+        "audio_s": audio_s,
+        "audio_s_per_s": audio_s / (wall_ms / 1000.0),
+    }
 
 
 def _bench_reference(args, ipa: list[str], ours: list[dict], device: str) -> dict:

@@ -79,6 +79,21 @@ def test_bench_compares_with_onnxruntime(tmp_path, joe_path):
     assert report["ratio"] == report["total_compute_ms"] / ref["total_compute_ms"]
 
 
+def test_bench_streams_times_engines_at_once(tmp_path, joe_path):
+    phonemes = tmp_path / "p.txt"
+    phonemes.write_text("həlˈoʊ wˈɜːld.\nðə kwˈɪk bɹˈaʊn fˈɑːks.\n", encoding="utf-8")
+    out = tmp_path / "bench.json"
+    result = cli("bench", "--voice", "piper:joe", "--phonemes-file", str(phonemes), "--runs", "1", "--warmup", "0",
+                 "--device", "cpu", "--threads", "1", "--json-out", str(out), "--streams", "2")  # fmt: skip
+    report = json.loads(out.read_text())
+    streams = report["streams"]
+    assert streams["n"] == 2 and streams["runs"] == 1
+    # Each engine synthesized every line: twice the audio of one pass.
+    assert streams["audio_s"] == pytest.approx(2 * report["total_audio_s"])
+    assert streams["audio_s_per_s"] == pytest.approx(streams["audio_s"] / (streams["wall_ms"] / 1000.0))
+    assert "2 engines at once" in result.stdout
+
+
 def test_devices_and_voices_json(joe_path):
     devices = json.loads(cli("devices", "--json").stdout)
     assert devices[0]["id"] == "cpu" or any(d["id"] == "cpu" for d in devices)

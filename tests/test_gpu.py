@@ -78,3 +78,25 @@ def test_gpu_batch_sounds_like_one_at_a_time(device, sentences):
             assert abs(len(x) - len(y)) <= 2 * 600  # a token near .5 may round to another frame
             assert log_mel_cosine(y, x, gpu.sample_rate) >= 0.99
         assert gpu.fallback_stages == []
+
+
+@pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
+def test_cuda_lstm_kernel_matches_the_ggml_recurrence(device, monkeypatch):
+    """Kokoro's LSTMs run in the engine's own CUDA kernel; ggml's step-by-step ops are the reference."""
+    from app.core import models
+
+    if not models.kokoro_installed():
+        pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
+    voice = "kokoro:jf_alpha"
+    ipa = "ðə kwˈɪk bɹˈaʊn fˈɑːks dʒˈʌmps ˌoʊvɚ ðə lˈeɪzi dˈɑːɡ, ænd ðˈɛn ɪt ɹˈʌnz fˈɑːɹ ɐwˈeɪ."
+    with Engine.open(voice, device=device) as fast:
+        fast.synthesize(phonemes=ipa)
+        got = {name: fast.output(name) for name in ("duration_logits", "durations", "F0", "N", "text_encoder")}
+    monkeypatch.setenv("VOICESTUDIO_CUDA_KERNELS", "0")
+    with Engine.open(voice, device=device) as ops:
+        ops.synthesize(phonemes=ipa, durations=got["durations"].reshape(-1).astype(np.int32))
+        for name in ("duration_logits", "F0", "N", "text_encoder"):
+            want = ops.output(name)
+            assert got[name].shape == want.shape, name
+            scale = float(np.abs(want).max())
+            assert float(np.abs(got[name] - want).max()) <= 1e-3 * scale, name

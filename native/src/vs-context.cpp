@@ -2,8 +2,10 @@
 #include "vs-context.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <thread>
 
+#include "vs-cuda.h"
 #include "vs-graph.h"
 
 ggml_tensor * vs_context::w(const std::string & name) const {
@@ -76,6 +78,26 @@ void vs_context::compute(ggml_cgraph * gf) {
     }
     if (st != GGML_STATUS_SUCCESS) {
         throw vs::error(VS_ERR_COMPUTE, "graph computation failed on " + device);
+    }
+}
+
+void * vs_context::device_scratch(size_t bytes) {
+    if (!scratch || ggml_backend_buffer_get_size(scratch.get()) < bytes) {
+        scratch.reset();  // the old one first: only one is ever held
+        scratch.reset(ggml_backend_buft_alloc_buffer(ggml_backend_get_default_buffer_type(backend.get()), bytes));
+        if (!scratch) {
+            throw vs::error(VS_ERR_COMPUTE, "out of device memory on " + device + " (" + std::to_string(bytes >> 20) +
+                                                " MiB of scratch)");
+        }
+    }
+    return ggml_backend_buffer_get_base(scratch.get());
+}
+
+void vs_context::profile_kernel(const char * name, double ms) {
+    if (profiling) {
+        auto & st = op_profile[{ current_stage, name }];
+        st.count++;
+        st.ms += ms;
     }
 }
 
@@ -203,6 +225,9 @@ std::unique_ptr<vs_context> make_context(vs_model & model, const vs_context_para
         }
     }
     ctx->weights = weights_for(model, ctx->dev);
+    // VOICESTUDIO_CUDA_KERNELS=0 keeps every stage in ggml ops (to compare against them).
+    const char * kernels = std::getenv("VOICESTUDIO_CUDA_KERNELS");
+    ctx->cuda_device     = kernels && std::string(kernels) == "0" ? -1 : cuda::device_of(ctx->dev);
     ctx->sched.reset(ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), 32768, false, false));
     if (params.espeak_library && *params.espeak_library) {
         ctx->phonemizer =

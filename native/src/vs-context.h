@@ -27,6 +27,8 @@ struct vs_context {
     vs::backend_ptr                 cpu_backend;  // fallback for ops the device lacks
     vs::sched_ptr                   sched;
     std::shared_ptr<vs::weight_set> weights;
+    int                             cuda_device = -1;  // CUDA ordinal where the engine's kernels run (vs-cuda.h)
+    vs::buffer_ptr                  scratch;           // device memory for those kernels, grown on demand
     std::unique_ptr<vs::phonemizer> phonemizer;
     std::unique_ptr<vs::voice>      voice;
     // Per stage, the ops that ran on the CPU instead of the device ("OP(type)").
@@ -67,6 +69,11 @@ struct vs_context {
     void compute(ggml_cgraph * gf);
     bool aborted() const;
     void check_abort() const;
+
+    // At least `bytes` of device memory, valid until the next call.
+    void * device_scratch(size_t bytes);
+    // A kernel of the engine's own in the op profile, under the stage being computed.
+    void profile_kernel(const char * name, double ms);
 
     void set_output(const std::string & name, std::vector<float> data, int64_t rows, int64_t cols);
 

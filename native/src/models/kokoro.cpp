@@ -8,7 +8,8 @@
 //
 // Every stage is ggml graphs on the context's device. The host only rounds the
 // durations (they decide the later graphs' shapes) and moves activations between
-// graphs: LSTMs run as a recurrence over chunks of steps, one graph per chunk.
+// graphs: LSTMs run as a recurrence over chunks of steps, one graph per chunk (on a
+// CUDA device, the input projections in a graph and the steps in one kernel).
 // Matches the int8 ONNX export of the model (kokoro-v1.0.int8.onnx), which differs
 // from the PyTorch code in its harmonic source (no random phase or noise) and its
 // iSTFT gain.
@@ -16,23 +17,24 @@
 #include <cmath>
 
 #include "../vs-context.h"
+#include "../vs-cuda.h"
 #include "../vs-graph.h"
 
 namespace vs {
 
 namespace {
 
-constexpr int     STYLE_DIM         = 128;  // each half of a 256-value style row
-constexpr int     MAX_TOKENS        = 510;  // phonemes per chunk (the BERT has 512 positions)
-constexpr int     BERT_HEAD_DIM     = 64;
-constexpr int     LSTM_CHUNK        = 256;  // recurrence steps per graph
-constexpr int     LSTM_DEVICE_STEPS = 32;   // steps of the kept recurrence graph elsewhere
-constexpr int     N_FFT             = 20;
-constexpr int     HOP               = 5;
-constexpr int     N_HARMONICS       = 9;
-constexpr float   VOICED_F0         = 10.0f;
-constexpr float   SINE_AMP          = 0.1f;
-constexpr int64_t SAMPLES_PER_F0    = 300;  // generator upsampling (10 * 6) times the iSTFT hop
+constexpr int     STYLE_DIM        = 128;  // each half of a 256-value style row
+constexpr int     MAX_TOKENS       = 510;  // phonemes per chunk (the BERT has 512 positions)
+constexpr int     BERT_HEAD_DIM    = 64;
+constexpr int     LSTM_CHUNK       = 256;   // recurrence steps per graph
+constexpr int     LSTM_CHUNK_FUSED = 1024;  // steps per kernel of the engine's own (vs-cuda.h)
+constexpr int     N_FFT            = 20;
+constexpr int     HOP              = 5;
+constexpr int     N_HARMONICS      = 9;
+constexpr float   VOICED_F0        = 10.0f;
+constexpr float   SINE_AMP         = 0.1f;
+constexpr int64_t SAMPLES_PER_F0   = 300;  // generator upsampling (10 * 6) times the iSTFT hop
 
 // Tensor names: the PyTorch module names without their wrappers (convert_kokoro.py).
 const std::string BERT  = "bert.";
@@ -502,8 +504,8 @@ ggml_tensor * kokoro_voice::snake_res_block(vs_context & c, ggml_context * g, gg
 // ---------------------------------------------------------------- LSTM
 
 // (Bi)LSTMs over several sequences at once: x[b] [in, T_b] -> [dirs * H, T_b] (forward
-// channels first), as a recurrence of ggml ops, LSTM_CHUNK steps per graph; the state
-// moves between graphs on the host. Each sequence and direction is one column of the
+// channels first), as a recurrence of ggml ops, LSTM_CHUNK steps per graph (on CUDA, the
+// engine's kernel); the state moves between chunks on the host. Each sequence and direction is one column of the
 // batched step [H, dirs * B]: direction 0 reads its steps forward, direction 1 backward
 // from its own last step, and steps past a sequence's end read zeros and are dropped
 // (they come after its real ones in both directions), so each sequence gets exactly what
@@ -527,43 +529,55 @@ std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::st
     }
     const int64_t      cols = D * B;  // (direction, sequence) columns, direction fastest
     std::vector<float> h((size_t) (H * cols), 0.0f), cs((size_t) (H * cols), 0.0f);
+    // On a CUDA device the recurrence is one kernel of the engine's own per chunk (the
+    // graph computes only the input projections); elsewhere ggml ops, step by step.
+    ggml_tensor * w_hh  = c.w(prefix + ".weight_hh");
+    const bool    fused = c.cuda_device >= 0 && cuda::lstm_supported(w_hh->type, H) && w_hh->buffer &&
+                       !ggml_backend_buffer_is_host(w_hh->buffer);
+    const int64_t chunk = fused ? LSTM_CHUNK_FUSED : LSTM_CHUNK;
 
-    for (int64_t t0 = 0; t0 < T; t0 += LSTM_CHUNK) {
+    for (int64_t t0 = 0; t0 < T; t0 += chunk) {
         c.check_abort();
-        const int64_t  n  = std::min<int64_t>(LSTM_CHUNK, T - t0);
-        auto           gb = c.new_graph(32 * (size_t) n + 64);
+        const int64_t  n  = std::min<int64_t>(chunk, T - t0);
+        auto           gb = c.new_graph(fused ? 64 : 32 * (size_t) n + 64);
         ggml_context * g  = gb.ctx.get();
 
         ggml_tensor * xt = ggml_new_tensor_4d(g, GGML_TYPE_F32, in, n, D, B);
-        ggml_tensor * h0 = ggml_new_tensor_2d(g, GGML_TYPE_F32, H, cols);
-        ggml_tensor * c0 = ggml_new_tensor_2d(g, GGML_TYPE_F32, H, cols);
-        for (ggml_tensor * t : { xt, h0, c0 }) {
-            ggml_set_input(t);
-        }
-        ggml_tensor * w_ih = c.w(prefix + ".weight_ih"), *w_hh = c.w(prefix + ".weight_hh");
-        ggml_tensor * bias = c.w(prefix + ".bias");
+        ggml_set_input(xt);
+        ggml_tensor *w_ih = c.w(prefix + ".weight_ih"), *bias = c.w(prefix + ".bias");
         // Input projections of every step of the chunk at once: [4H, n, D, B].
-        ggml_tensor *              gx = ggml_add(g, ggml_mul_mat(g, w_ih, xt), ggml_reshape_3d(g, bias, H4, 1, D));
-        std::vector<ggml_tensor *> steps;
-        ggml_tensor *              hs = h0, *cc = c0;
-        for (int64_t j = 0; j < n; ++j) {
-            ggml_tensor * gj  = ggml_view_4d(g, gx, H4, 1, D, B, gx->nb[1], gx->nb[2], gx->nb[3], j * gx->nb[1]);
-            ggml_tensor * rec = ggml_mul_mat(g, w_hh, ggml_reshape_4d(g, hs, H, 1, D, B));  // [4H, 1, D, B]
-            ggml_tensor * z   = ggml_reshape_2d(g, ggml_add(g, rec, gj), H4, cols);
-            // Gates i, f, g, o: sigmoid and tanh of all four rows (two kernels, no copies).
-            ggml_tensor * sg   = ggml_sigmoid(g, z);
-            ggml_tensor * th   = ggml_tanh(g, z);
-            auto          gate = [&](ggml_tensor * t, int k) {
-                return ggml_view_2d(g, t, H, cols, t->nb[1], k * H * sizeof(float));
-            };
-            cc = ggml_add(g, ggml_mul(g, gate(sg, 1), cc), ggml_mul(g, gate(sg, 0), gate(th, 2)));
-            hs = ggml_mul(g, gate(sg, 3), ggml_tanh(g, cc));
-            steps.push_back(ggml_reshape_3d(g, hs, H, cols, 1));
-        }
-        ggml_tensor * out = concat_all(g, std::move(steps), 2);  // the steps' hidden states, [H, cols, n]
-        for (ggml_tensor * t : { out, hs, cc }) {
-            ggml_set_output(t);
-            ggml_build_forward_expand(gb.gf, t);
+        ggml_tensor * gx = ggml_add(g, ggml_mul_mat(g, w_ih, xt), ggml_reshape_3d(g, bias, H4, 1, D));
+        ggml_tensor * h0 = nullptr, *c0 = nullptr, *out = nullptr, *hs = nullptr, *cc = nullptr;
+        if (fused) {
+            ggml_set_output(gx);
+            ggml_build_forward_expand(gb.gf, gx);
+        } else {
+            h0 = ggml_new_tensor_2d(g, GGML_TYPE_F32, H, cols);
+            c0 = ggml_new_tensor_2d(g, GGML_TYPE_F32, H, cols);
+            ggml_set_input(h0);
+            ggml_set_input(c0);
+            std::vector<ggml_tensor *> steps;
+            hs = h0;
+            cc = c0;
+            for (int64_t j = 0; j < n; ++j) {
+                ggml_tensor * gj  = ggml_view_4d(g, gx, H4, 1, D, B, gx->nb[1], gx->nb[2], gx->nb[3], j * gx->nb[1]);
+                ggml_tensor * rec = ggml_mul_mat(g, w_hh, ggml_reshape_4d(g, hs, H, 1, D, B));  // [4H, 1, D, B]
+                ggml_tensor * z   = ggml_reshape_2d(g, ggml_add(g, rec, gj), H4, cols);
+                // Gates i, f, g, o: sigmoid and tanh of all four rows (two kernels, no copies).
+                ggml_tensor * sg   = ggml_sigmoid(g, z);
+                ggml_tensor * th   = ggml_tanh(g, z);
+                auto          gate = [&](ggml_tensor * t, int k) {
+                    return ggml_view_2d(g, t, H, cols, t->nb[1], k * H * sizeof(float));
+                };
+                cc = ggml_add(g, ggml_mul(g, gate(sg, 1), cc), ggml_mul(g, gate(sg, 0), gate(th, 2)));
+                hs = ggml_mul(g, gate(sg, 3), ggml_tanh(g, cc));
+                steps.push_back(ggml_reshape_3d(g, hs, H, cols, 1));
+            }
+            out = concat_all(g, std::move(steps), 2);  // the steps' hidden states, [H, cols, n]
+            for (ggml_tensor * t : { out, hs, cc }) {
+                ggml_set_output(t);
+                ggml_build_forward_expand(gb.gf, t);
+            }
         }
         c.alloc(stage, gb.gf);
 
@@ -578,13 +592,24 @@ std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::st
             }
         }
         set_input(xt, xin.data());
-        set_input(h0, h.data());
-        set_input(c0, cs.data());
-        c.compute(gb.gf);
         std::vector<float> o((size_t) (H * cols * n));
-        ggml_backend_tensor_get(out, o.data(), 0, ggml_nbytes(out));
-        ggml_backend_tensor_get(hs, h.data(), 0, ggml_nbytes(hs));
-        ggml_backend_tensor_get(cc, cs.data(), 0, ggml_nbytes(cc));
+        if (fused) {
+            c.compute(gb.gf);
+            if (!gx->buffer || ggml_backend_buffer_is_host(gx->buffer)) {
+                throw error(VS_ERR_COMPUTE, prefix + ": input projections were not computed on " + c.device);
+            }
+            const auto k0 = std::chrono::steady_clock::now();
+            cuda::lstm(c.cuda_device, static_cast<const float *>(gx->data), w_hh->data, w_hh->type, H, n, cols, D,
+                       h.data(), cs.data(), o.data(), c.device_scratch(cuda::lstm_scratch_bytes(H, n, cols)));
+            c.profile_kernel("LSTM (engine's CUDA kernel)", ms_since(k0));
+        } else {
+            set_input(h0, h.data());
+            set_input(c0, cs.data());
+            c.compute(gb.gf);
+            ggml_backend_tensor_get(out, o.data(), 0, ggml_nbytes(out));
+            ggml_backend_tensor_get(hs, h.data(), 0, ggml_nbytes(hs));
+            ggml_backend_tensor_get(cc, cs.data(), 0, ggml_nbytes(cc));
+        }
         for (int64_t b = 0; b < B; ++b) {
             act & y = ys[b];
             for (int64_t d = 0; d < D; ++d) {

@@ -1,0 +1,348 @@
+// The engine's CUDA kernels (see vs-cuda.h).
+#include <cooperative_groups.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <string>
+
+#include "../vs-cuda.h"
+#include "../vs-impl.h"
+
+namespace vs::cuda {
+
+namespace {
+
+constexpr int LSTM_THREADS    = 1024;  // 32 warps share a step's gate rows (one block a column)
+constexpr int CLUSTER         = 8;     // blocks a column (sm_90 and later: one cluster a column)
+constexpr int CLUSTER_THREADS = 256;
+constexpr int LSTM_ROWS       = 4;  // gate rows a warp has in flight at once
+constexpr int LSTM_MAX_VEC    = 2;  // 16-byte loads a lane makes per row: H <= 32 * 2 * (16 / sizeof(W))
+
+void check(cudaError_t e, const char * what) {
+    if (e != cudaSuccess) {
+        throw error(VS_ERR_COMPUTE, std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
+    }
+}
+
+__device__ __forceinline__ float sigmoid(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
+
+// 16 bytes of weights as floats.
+template <typename W>
+struct vec16;
+
+template <>
+struct vec16<half> {
+    static constexpr int N = 8;
+
+    __device__ static void load(const half * p, float * out) {
+        const uint4   raw = *reinterpret_cast<const uint4 *>(p);
+        const half2 * h2  = reinterpret_cast<const half2 *>(&raw);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float2 f = __half22float2(h2[i]);
+            out[2 * i]     = f.x;
+            out[2 * i + 1] = f.y;
+        }
+    }
+};
+
+template <>
+struct vec16<float> {
+    static constexpr int N = 4;
+
+    __device__ static void load(const float * p, float * out) {
+        const float4 f = *reinterpret_cast<const float4 *>(p);
+        out[0]         = f.x;
+        out[1]         = f.y;
+        out[2]         = f.z;
+        out[3]         = f.w;
+    }
+};
+
+// One block per column. Each step: every warp takes gate rows (LSTM_ROWS at a time, so
+// several row loads are in flight), a lane holding its slice of h in registers; lane 0
+// adds the input projection. Then the first H threads update the cell and publish h.
+// The weights (at most a few MB) stay in L2 across steps; c stays in a register.
+template <typename W>
+__global__ void __launch_bounds__(LSTM_THREADS)
+    lstm_kernel(const float * __restrict__ gx, const W * __restrict__ w_hh, int H, int n, int cols, int D,
+                float * __restrict__ h_state, float * __restrict__ c_state, float * __restrict__ out) {
+    constexpr int           V = vec16<W>::N;
+    extern __shared__ float smem[];
+    float *                 sh = smem;      // h [H]
+    float *                 z  = smem + H;  // gate pre-activations [4H]
+
+    const int     col = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int     n_warps = blockDim.x / 32, H4 = 4 * H;
+    const W *     w     = w_hh + (size_t) (col % D) * H4 * H;
+    const float * g     = gx + (size_t) col * n * H4;
+    const int     n_vec = (H + 32 * V - 1) / (32 * V);  // loads per lane and row
+
+    for (int k = tid; k < H; k += blockDim.x) {
+        sh[k] = h_state[(size_t) col * H + k];
+    }
+    float c = tid < H ? c_state[(size_t) col * H + tid] : 0.0f;
+    __syncthreads();
+
+    for (int j = 0; j < n; ++j) {
+        float hv[LSTM_MAX_VEC][V];
+#pragma unroll
+        for (int v = 0; v < LSTM_MAX_VEC; ++v) {
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                const int k = (v * 32 + lane) * V + e;
+                hv[v][e]    = v < n_vec && k < H ? sh[k] : 0.0f;
+            }
+        }
+        for (int r0 = warp * LSTM_ROWS; r0 < H4; r0 += n_warps * LSTM_ROWS) {
+            float acc[LSTM_ROWS] = {};
+#pragma unroll
+            for (int v = 0; v < LSTM_MAX_VEC; ++v) {
+                const int k = (v * 32 + lane) * V;
+                if (v >= n_vec || k >= H) {
+                    break;
+                }
+#pragma unroll
+                for (int r = 0; r < LSTM_ROWS; ++r) {
+                    if (r0 + r < H4) {
+                        float wv[V];
+                        vec16<W>::load(w + (size_t) (r0 + r) * H + k, wv);
+#pragma unroll
+                        for (int e = 0; e < V; ++e) {
+                            acc[r] = fmaf(wv[e], hv[v][e], acc[r]);
+                        }
+                    }
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < LSTM_ROWS; ++r) {
+#pragma unroll
+                for (int off = 16; off > 0; off /= 2) {
+                    acc[r] += __shfl_xor_sync(0xffffffff, acc[r], off);
+                }
+                if (lane == 0 && r0 + r < H4) {
+                    z[r0 + r] = acc[r] + g[(size_t) j * H4 + r0 + r];
+                }
+            }
+        }
+        __syncthreads();
+        if (tid < H) {
+            const float i = sigmoid(z[tid]), f = sigmoid(z[H + tid]), gg = tanhf(z[2 * H + tid]);
+            const float o                            = sigmoid(z[3 * H + tid]);
+            c                                        = f * c + i * gg;
+            const float h                            = o * tanhf(c);
+            sh[tid]                                  = h;
+            out[((size_t) j * cols + col) * H + tid] = h;
+        }
+        __syncthreads();
+    }
+    if (tid < H) {
+        h_state[(size_t) col * H + tid] = sh[tid];
+        c_state[(size_t) col * H + tid] = c;
+    }
+}
+
+// sm_90 and later: one cluster of CLUSTER blocks a column, each holding the gate rows of
+// H / CLUSTER hidden units in shared memory for all of the steps (no weight traffic
+// after the first). A step: each warp takes its rows against h (read from the block's
+// own copy), the first U threads update their units' cells and write h into every
+// block's next copy of h (distributed shared memory); one cluster barrier a step.
+template <typename W>
+__global__ void __launch_bounds__(CLUSTER_THREADS)
+    lstm_cluster_kernel(const float * __restrict__ gx, const W * __restrict__ w_hh, int H, int n, int cols, int D,
+                        float * __restrict__ h_state, float * __restrict__ c_state, float * __restrict__ out) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg              = cooperative_groups;
+    constexpr int     V       = vec16<W>::N;
+    cg::cluster_group cluster = cg::this_cluster();
+    const int         rank    = (int) cluster.block_rank();
+    const int         col = blockIdx.x / CLUSTER, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int         n_warps = blockDim.x / 32, U = H / CLUSTER, R = 4 * U, H4 = 4 * H;
+    const int         n_vec = H / (32 * V);
+
+    extern __shared__ float4 smem4[];
+    W *                      ws = reinterpret_cast<W *>(smem4);           // [R, H]: local row gate * U + u
+    float *                  hb = reinterpret_cast<float *>(ws + R * H);  // [2, H]: h now and next
+    float *                  z  = hb + 2 * H;                             // [R]
+
+    const W * w = w_hh + (size_t) (col % D) * H4 * H;
+    for (int i = tid * V; i < R * H; i += blockDim.x * V) {
+        const int lr = i / H, k = i % H, row = (lr / U) * H + rank * U + lr % U;
+        *reinterpret_cast<float4 *>(ws + i) = *reinterpret_cast<const float4 *>(w + (size_t) row * H + k);
+    }
+    for (int k = tid; k < H; k += blockDim.x) {
+        hb[k] = h_state[(size_t) col * H + k];
+    }
+    const int     unit = rank * U + tid;
+    float         c    = tid < U ? c_state[(size_t) col * H + unit] : 0.0f;
+    const float * g    = gx + (size_t) col * n * H4;
+    cluster.sync();  // every block's shared memory is there and loaded
+
+    for (int j = 0; j < n; ++j) {
+        const float * hc = hb + (j & 1) * H;
+        float         gxv[4];
+        if (tid < U) {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                gxv[q] = g[(size_t) j * H4 + q * H + unit];
+            }
+        }
+        float hv[LSTM_MAX_VEC][V];
+#pragma unroll
+        for (int v = 0; v < LSTM_MAX_VEC; ++v) {
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                hv[v][e] = v < n_vec ? hc[(v * 32 + lane) * V + e] : 0.0f;
+            }
+        }
+        for (int r0 = warp * LSTM_ROWS; r0 < R; r0 += n_warps * LSTM_ROWS) {
+            float acc[LSTM_ROWS] = {};
+#pragma unroll
+            for (int v = 0; v < LSTM_MAX_VEC; ++v) {
+                if (v >= n_vec) {
+                    break;
+                }
+#pragma unroll
+                for (int r = 0; r < LSTM_ROWS; ++r) {
+                    if (r0 + r < R) {
+                        float wv[V];
+                        vec16<W>::load(ws + (size_t) (r0 + r) * H + (v * 32 + lane) * V, wv);
+#pragma unroll
+                        for (int e = 0; e < V; ++e) {
+                            acc[r] = fmaf(wv[e], hv[v][e], acc[r]);
+                        }
+                    }
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < LSTM_ROWS; ++r) {
+#pragma unroll
+                for (int off = 16; off > 0; off /= 2) {
+                    acc[r] += __shfl_xor_sync(0xffffffff, acc[r], off);
+                }
+                if (lane == 0 && r0 + r < R) {
+                    z[r0 + r] = acc[r];
+                }
+            }
+        }
+        __syncthreads();
+        if (tid < U) {
+            const float i = sigmoid(z[tid] + gxv[0]), f = sigmoid(z[U + tid] + gxv[1]);
+            const float gg = tanhf(z[2 * U + tid] + gxv[2]), o = sigmoid(z[3 * U + tid] + gxv[3]);
+            c                                         = f * c + i * gg;
+            const float h                             = o * tanhf(c);
+            out[((size_t) j * cols + col) * H + unit] = h;
+            float * next                              = hb + ((j + 1) & 1) * H;
+#pragma unroll
+            for (int r = 0; r < CLUSTER; ++r) {
+                cluster.map_shared_rank(next, r)[unit] = h;
+            }
+        }
+        cluster.sync();  // the next h is complete everywhere; this step's copy may be overwritten
+    }
+    if (tid < U) {
+        h_state[(size_t) col * H + unit] = hb[(n & 1) * H + unit];
+        c_state[(size_t) col * H + unit] = c;
+    }
+#endif
+}
+
+size_t cluster_shared_bytes(ggml_type type, int64_t H) {
+    const size_t w = type == GGML_TYPE_F16 ? sizeof(half) : sizeof(float);
+    return (size_t) (4 * H / CLUSTER) * H * w + sizeof(float) * (size_t) (2 * H + 4 * H / CLUSTER);
+}
+
+bool cluster_supported(int device, ggml_type type, int64_t H) {
+    const int64_t V     = type == GGML_TYPE_F16 ? 8 : 4;
+    int           major = 0, cluster_launch = 0, max_shared = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device);
+    cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    return major >= 9 && cluster_launch && H % (32 * V) == 0 && H % CLUSTER == 0 && H / CLUSTER <= CLUSTER_THREADS &&
+           cluster_shared_bytes(type, H) <= (size_t) max_shared;
+}
+
+template <typename W>
+void launch_cluster(cudaStream_t s, const float * gx, const void * w_hh, ggml_type type, int64_t H, int64_t n,
+                    int64_t cols, int64_t D, float * h, float * c, float * out) {
+    const size_t shared = cluster_shared_bytes(type, H);
+    check(cudaFuncSetAttribute(lstm_cluster_kernel<W>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) shared),
+          "LSTM kernel shared memory");
+    cudaLaunchConfig_t  cfg{};
+    cudaLaunchAttribute attr{};
+    attr.id               = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = CLUSTER;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.gridDim           = dim3((unsigned) (cols * CLUSTER));
+    cfg.blockDim          = dim3(CLUSTER_THREADS);
+    cfg.dynamicSmemBytes  = shared;
+    cfg.stream            = s;
+    cfg.attrs             = &attr;
+    cfg.numAttrs          = 1;
+    check(cudaLaunchKernelEx(&cfg, lstm_cluster_kernel<W>, gx, static_cast<const W *>(w_hh), (int) H, (int) n,
+                             (int) cols, (int) D, h, c, out),
+          "LSTM kernel launch");
+}
+
+}  // namespace
+
+int device_of(ggml_backend_dev_t dev) {
+    ggml_backend_reg_t reg = dev ? ggml_backend_dev_backend_reg(dev) : nullptr;
+    if (!reg || std::strcmp(ggml_backend_reg_name(reg), "CUDA") != 0) {
+        return -1;
+    }
+    // The CUDA registry lists the devices in CUDA's order.
+    for (size_t i = 0; i < ggml_backend_reg_dev_count(reg); ++i) {
+        if (ggml_backend_reg_dev_get(reg, i) == dev) {
+            return (int) i;
+        }
+    }
+    return -1;
+}
+
+bool lstm_supported(ggml_type type, int64_t H) {
+    const int64_t V = type == GGML_TYPE_F16 ? 8 : type == GGML_TYPE_F32 ? 4 : 0;
+    return V > 0 && H > 0 && H % V == 0 && H <= 32 * LSTM_MAX_VEC * V && H <= LSTM_THREADS;
+}
+
+size_t lstm_scratch_bytes(int64_t H, int64_t n, int64_t cols) {
+    return sizeof(float) * (size_t) (H * cols * (2 + n));
+}
+
+void lstm(int device, const float * gx, const void * w_hh, ggml_type type, int64_t H, int64_t n, int64_t cols,
+          int64_t D, float * h, float * c, float * out, void * scratch) {
+    GGML_ASSERT(lstm_supported(type, H) && cols > 0 && n > 0);
+    check(cudaSetDevice(device), "cudaSetDevice");
+    cudaStream_t s       = cudaStreamPerThread;
+    float *      h_dev   = static_cast<float *>(scratch);
+    float *      c_dev   = h_dev + H * cols;
+    float *      out_dev = c_dev + H * cols;
+    const size_t state   = sizeof(float) * (size_t) (H * cols);
+    const size_t shared  = sizeof(float) * (size_t) (5 * H);
+    check(cudaMemcpyAsync(h_dev, h, state, cudaMemcpyHostToDevice, s), "state upload");
+    check(cudaMemcpyAsync(c_dev, c, state, cudaMemcpyHostToDevice, s), "state upload");
+    if (cluster_supported(device, type, H)) {
+        if (type == GGML_TYPE_F16) {
+            launch_cluster<half>(s, gx, w_hh, type, H, n, cols, D, h_dev, c_dev, out_dev);
+        } else {
+            launch_cluster<float>(s, gx, w_hh, type, H, n, cols, D, h_dev, c_dev, out_dev);
+        }
+    } else if (type == GGML_TYPE_F16) {
+        lstm_kernel<half><<<(unsigned) cols, LSTM_THREADS, shared, s>>>(
+            gx, static_cast<const half *>(w_hh), (int) H, (int) n, (int) cols, (int) D, h_dev, c_dev, out_dev);
+    } else {
+        lstm_kernel<float><<<(unsigned) cols, LSTM_THREADS, shared, s>>>(
+            gx, static_cast<const float *>(w_hh), (int) H, (int) n, (int) cols, (int) D, h_dev, c_dev, out_dev);
+    }
+    check(cudaGetLastError(), "LSTM kernel launch");
+    check(cudaMemcpyAsync(out, out_dev, state * n, cudaMemcpyDeviceToHost, s), "LSTM output download");
+    check(cudaMemcpyAsync(h, h_dev, state, cudaMemcpyDeviceToHost, s), "state download");
+    check(cudaMemcpyAsync(c, c_dev, state, cudaMemcpyDeviceToHost, s), "state download");
+    check(cudaStreamSynchronize(s), "LSTM kernel");
+}
+
+}  // namespace vs::cuda
