@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include "vs-cuda.h"
@@ -14,6 +15,40 @@ ggml_tensor * vs_context::w(const std::string & name) const {
         throw vs::error(VS_ERR_FORMAT, "model '" + model->path + "' lacks tensor '" + name + "'");
     }
     return it->second;
+}
+
+ggml_tensor * vs_context::swapped_weight(const std::string & name) {
+    auto it = derived.find(name);
+    if (it != derived.end()) {
+        return it->second;
+    }
+    const ggml_tensor * src = model->tensor(name);
+    if (src->type != GGML_TYPE_F32 && src->type != GGML_TYPE_F16) {
+        return derived[name] = nullptr;
+    }
+    ggml_init_params ip{ ggml_tensor_overhead(), nullptr, true };
+    vs::ggml_ctx_ptr ctx(ggml_init(ip));
+    ggml_tensor *    t = ggml_new_tensor_4d(ctx.get(), src->type, src->ne[1], src->ne[0], src->ne[2], src->ne[3]);
+    ggml_set_name(t, (name + ".swapped").c_str());
+    vs::buffer_ptr buf(ggml_backend_alloc_ctx_tensors(ctx.get(), backend.get()));
+    if (!buf) {
+        throw vs::error(VS_ERR_COMPUTE, "out of memory on " + device + " for '" + name + "'");
+    }
+    const size_t         es = ggml_type_size(src->type);
+    const int64_t        A = src->ne[0], B = src->ne[1], R = src->ne[2] * src->ne[3];
+    std::vector<uint8_t> out(ggml_nbytes(src));
+    const auto *         in = static_cast<const uint8_t *>(src->data);
+    for (int64_t r = 0; r < R; ++r) {
+        for (int64_t a = 0; a < A; ++a) {
+            for (int64_t b = 0; b < B; ++b) {
+                std::memcpy(out.data() + ((r * A + a) * B + b) * es, in + ((r * B + b) * A + a) * es, es);
+            }
+        }
+    }
+    ggml_backend_tensor_set(t, out.data(), 0, out.size());
+    derived_ctx.push_back(std::move(ctx));
+    derived_buf.push_back(std::move(buf));
+    return derived[name] = t;
 }
 
 vs::graph_build vs_context::new_graph(size_t max_nodes) const {

@@ -29,8 +29,12 @@ struct vs_context {
     std::shared_ptr<vs::weight_set> weights;
     int                             cuda_device = -1;  // CUDA ordinal where the engine's kernels run (vs-cuda.h)
     vs::buffer_ptr                  scratch;           // device memory for those kernels, grown on demand
-    std::unique_ptr<vs::phonemizer> phonemizer;
-    std::unique_ptr<vs::voice>      voice;
+    // Weights re-laid out for this device, made on first use (swapped_weight).
+    std::map<std::string, ggml_tensor *> derived;
+    std::vector<vs::ggml_ctx_ptr>        derived_ctx;
+    std::vector<vs::buffer_ptr>          derived_buf;
+    std::unique_ptr<vs::phonemizer>      phonemizer;
+    std::unique_ptr<vs::voice>           voice;
     // Per stage, the ops that ran on the CPU instead of the device ("OP(type)").
     std::array<std::set<std::string>, VS_STAGE_COUNT> fallback_ops;
     std::string                                       fallback_text;  // vs_context_fallback_ops's answer
@@ -54,6 +58,9 @@ struct vs_context {
     const vs_synth_params * active = nullptr;
 
     ggml_tensor * w(const std::string & name) const;  // weight on this context's device
+    // Weight `name` [A, B, ...] on this context's device with its first two axes swapped
+    // ([B, A, ...]), made once from the file's copy; null for types other than F32 and F16.
+    ggml_tensor * swapped_weight(const std::string & name);
 
     // One short synthesis (or embedding) whose timings and outputs are then dropped.
     void prewarm();

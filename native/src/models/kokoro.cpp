@@ -24,17 +24,19 @@ namespace vs {
 
 namespace {
 
-constexpr int     STYLE_DIM        = 128;  // each half of a 256-value style row
-constexpr int     MAX_TOKENS       = 510;  // phonemes per chunk (the BERT has 512 positions)
-constexpr int     BERT_HEAD_DIM    = 64;
-constexpr int     LSTM_CHUNK       = 256;   // recurrence steps per graph
-constexpr int     LSTM_CHUNK_FUSED = 1024;  // steps per kernel of the engine's own (vs-cuda.h)
-constexpr int     N_FFT            = 20;
-constexpr int     HOP              = 5;
-constexpr int     N_HARMONICS      = 9;
-constexpr float   VOICED_F0        = 10.0f;
-constexpr float   SINE_AMP         = 0.1f;
-constexpr int64_t SAMPLES_PER_F0   = 300;  // generator upsampling (10 * 6) times the iSTFT hop
+constexpr int     STYLE_DIM           = 128;  // each half of a 256-value style row
+constexpr int     MAX_TOKENS          = 510;  // phonemes per chunk (the BERT has 512 positions)
+constexpr int     BERT_HEAD_DIM       = 64;
+constexpr int64_t BERT_BATCH_TOKENS   = 1024;        // tokens of jobs sharing a BERT graph (off the CPU)
+constexpr int     LSTM_CHUNK          = 256;         // recurrence steps per graph
+constexpr int     LSTM_CHUNK_FUSED    = 1024;        // steps per kernel of the engine's own (vs-cuda.h)
+constexpr size_t  MAX_IM2COL_TC_BYTES = 512u << 20;  // largest [T, C] im2col matrix
+constexpr int     N_FFT               = 20;
+constexpr int     HOP                 = 5;
+constexpr int     N_HARMONICS         = 9;
+constexpr float   VOICED_F0           = 10.0f;
+constexpr float   SINE_AMP            = 0.1f;
+constexpr int64_t SAMPLES_PER_F0      = 300;  // generator upsampling (10 * 6) times the iSTFT hop
 
 // Tensor names: the PyTorch module names without their wrappers (convert_kokoro.py).
 const std::string BERT  = "bert.";
@@ -175,10 +177,10 @@ class kokoro_voice final : public voice {
 
     std::vector<act> run_lstm(vs_context & c, int stage, const std::string & prefix,
                               const std::vector<const act *> & xs) const;
-    // BERT's projection d_en [512, T]; with the prosody style appended, the duration
-    // encoder's input [640, T].
-    act run_bert(vs_context & c, const std::vector<int32_t> & tokens, const std::vector<float> & style,
-                 act & d_in) const;
+    // Each job's BERT projection d_en [512, T] and, with the prosody style appended, the
+    // duration encoder's input d_in [640, T]; jobs [first, last) in one graph.
+    void run_bert(vs_context & c, std::vector<kokoro_job> & jobs) const;
+    void run_bert_group(vs_context & c, std::vector<kokoro_job> & jobs, size_t first, size_t last) const;
     // Duration encoder output d [640, T], the logits and the (unrounded) frames per token.
     void               run_duration(vs_context & c, std::vector<kokoro_job> & jobs, float speed) const;
     void               run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) const;  // F0 and N
@@ -393,6 +395,7 @@ void style_affine(vs_context & c, ggml_context * g, ggml_tensor * s, const std::
 struct cond {
     ggml_tensor * s    = nullptr;  // [128, 1]
     ggml_tensor * ones = nullptr;  // [1, n]
+    ggml_cgraph * gf   = nullptr;  // the graph, where a node must come early (adain_snake_tc)
 };
 
 cond make_cond(ggml_context * g, int64_t max_frames) {
@@ -404,8 +407,10 @@ cond make_cond(ggml_context * g, int64_t max_frames) {
 
 void fill_cond(const cond & k, const float * style) {
     set_input(k.s, style);
-    std::vector<float> ones((size_t) ggml_nelements(k.ones), 1.0f);
-    set_input(k.ones, ones.data());
+    if (k.ones->buffer) {  // a graph whose AdaINs are all adain_tc reads no ones
+        std::vector<float> ones((size_t) ggml_nelements(k.ones), 1.0f);
+        set_input(k.ones, ones.data());
+    }
 }
 
 // AdaIN (instance norm over time per channel, then the style's affine) as one per-channel
@@ -448,6 +453,55 @@ ggml_tensor * adain_snake(vs_context & c, ggml_context * g, ggml_tensor * x, con
     return ggml_mul(g, ggml_add(g, u, ggml_sqr(g, ggml_sin(g, u))), inv);
 }
 
+// Off the CPU, where a graph's cost is its kernel launches, AdaIN (then Snake) of x [C, T]
+// with time along ne0, returned as [T, C]. That layout has both as few kernels: the
+// instance norm is ggml's group norm with a group a channel (two passes over each), and
+// the chain mul, sin, sqr, mul, add (in that order, 1 / alpha computed before it) is one
+// kernel in ggml's CUDA backend.
+// AdaIN of x [C, T] as [T, C]: a group norm with a group a channel, then the style's affine.
+ggml_tensor * adain_tc(vs_context & c, ggml_context * g, ggml_tensor * x, const cond & k, const std::string & fc) {
+    const int64_t C = x->ne[0], T = x->ne[1];
+    ggml_tensor * xt = ggml_cont(g, ggml_transpose(g, x));  // [T, C]
+    ggml_tensor * n  = ggml_group_norm(g, ggml_reshape_4d(g, xt, T, 1, C, 1), (int) C, 1e-5f);
+    ggml_tensor * scale, *shift;
+    style_affine(c, g, k.s, fc, C, scale, shift);
+    return ggml_add(g, ggml_mul(g, ggml_reshape_2d(g, n, T, C), ggml_reshape_2d(g, scale, 1, C)),
+                    ggml_reshape_2d(g, shift, 1, C));
+}
+
+ggml_tensor * adain_snake_tc(vs_context & c, ggml_context * g, ggml_tensor * x, const cond & k, const std::string & fc,
+                             ggml_tensor * alpha) {
+    const int64_t C   = x->ne[0];
+    ggml_tensor * y   = adain_tc(c, g, x, k, fc);
+    ggml_tensor * a   = ggml_reshape_2d(g, alpha, 1, C);
+    ggml_tensor * inv = ggml_div(g, ggml_view_2d(g, k.ones, 1, C, k.ones->nb[1], 0), a);
+    ggml_build_forward_expand(k.gf, inv);
+    ggml_tensor * s2 = ggml_sqr(g, ggml_sin(g, ggml_mul(g, y, a)));
+    return ggml_add(g, y, ggml_mul(g, s2, inv));
+}
+
+// Conv1d (PyTorch semantics) of xt [T, IC] (time along ne0) -> [OC, T']: ggml's im2col in
+// the layout it was made for, padding and dilation inside the op, against the weights with
+// their first two axes swapped ([K, IC, OC], made once per context). Null where that copy
+// cannot be made or the matrix would be too large (the caller takes conv1d).
+ggml_tensor * conv1d_tc(vs_context & c, ggml_context * g, ggml_tensor * xt, const std::string & w_name, ggml_tensor * b,
+                        int dilation, int padding) {
+    ggml_tensor * w  = c.w(w_name);
+    const int64_t IC = w->ne[0], K = w->ne[1], OC = w->ne[2];
+    const int64_t T_out = xt->ne[0] + 2 * padding - dilation * (K - 1);
+    if ((size_t) (IC * K * T_out) * sizeof(uint16_t) > MAX_IM2COL_TC_BYTES) {
+        return nullptr;
+    }
+    ggml_tensor * ws = c.swapped_weight(w_name);
+    if (!ws) {
+        return nullptr;
+    }
+    const ggml_type type = ws->type == GGML_TYPE_F16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
+    ggml_tensor *   cols = ggml_im2col(g, ws, xt, 1, 0, padding, 0, dilation, 0, false, type);  // [IC * K, T']
+    ggml_tensor *   y    = ggml_mul_mat(g, ggml_reshape_2d(g, ws, K * IC, OC), ggml_reshape_2d(g, cols, IC * K, T_out));
+    return b ? ggml_add(g, y, b) : y;
+}
+
 // Frames repeated twice: [C, T] -> [C, 2T].
 ggml_tensor * upsample2(ggml_context * g, ggml_tensor * x) {
     ggml_tensor * x3 = ggml_reshape_3d(g, ggml_cont(g, x), x->ne[0], 1, x->ne[1]);
@@ -469,13 +523,34 @@ ggml_tensor * depthwise_upsample(ggml_context * g, ggml_tensor * x, ggml_tensor 
 // StyleTTS 2's AdainResBlk1d (LeakyReLU 0.2, optional 2x upsampling), scaled by 1/sqrt(2).
 ggml_tensor * kokoro_voice::adain_res_block(vs_context & c, ggml_context * g, ggml_tensor * x, const cond & k,
                                             const std::string & pre, bool upsample) const {
-    ggml_tensor * r = ggml_leaky_relu(g, adain(c, g, x, k, pre + "norm1.fc"), 0.2f, false);
-    if (upsample) {
-        r = depthwise_upsample(g, r, c.w(pre + "pool.weight"), c.w(pre + "pool.bias"));
+    const bool    on_cpu = ggml_backend_dev_type(c.dev) == GGML_BACKEND_DEVICE_TYPE_CPU;
+    ggml_tensor * r      = nullptr;
+    if (!on_cpu) {  // in [T, C] where the convolutions allow (see adain_tc)
+        ggml_tensor * t = ggml_leaky_relu(g, adain_tc(c, g, x, k, pre + "norm1.fc"), 0.2f, false);
+        if (upsample) {
+            t = depthwise_upsample(g, ggml_cont(g, ggml_transpose(g, t)), c.w(pre + "pool.weight"),
+                                   c.w(pre + "pool.bias"));
+            r = conv1d(g, t, c.w(pre + "conv1.weight"), c.w(pre + "conv1.bias"), 1, 1);
+        } else {
+            r = conv1d_tc(c, g, t, pre + "conv1.weight", c.w(pre + "conv1.bias"), 1, 1);
+        }
+        if (r) {
+            t                = ggml_leaky_relu(g, adain_tc(c, g, r, k, pre + "norm2.fc"), 0.2f, false);
+            ggml_tensor * r2 = conv1d_tc(c, g, t, pre + "conv2.weight", c.w(pre + "conv2.bias"), 1, 1);
+            r                = r2 ? r2
+                                  : conv1d(g, ggml_cont(g, ggml_transpose(g, t)), c.w(pre + "conv2.weight"), c.w(pre + "conv2.bias"),
+                                           1, 1);
+        }
     }
-    r = conv1d(g, r, c.w(pre + "conv1.weight"), c.w(pre + "conv1.bias"), 1, 1);
-    r = ggml_leaky_relu(g, adain(c, g, r, k, pre + "norm2.fc"), 0.2f, false);
-    r = conv1d(g, r, c.w(pre + "conv2.weight"), c.w(pre + "conv2.bias"), 1, 1);
+    if (!r) {
+        r = ggml_leaky_relu(g, adain(c, g, x, k, pre + "norm1.fc"), 0.2f, false);
+        if (upsample) {
+            r = depthwise_upsample(g, r, c.w(pre + "pool.weight"), c.w(pre + "pool.bias"));
+        }
+        r = conv1d(g, r, c.w(pre + "conv1.weight"), c.w(pre + "conv1.bias"), 1, 1);
+        r = ggml_leaky_relu(g, adain(c, g, r, k, pre + "norm2.fc"), 0.2f, false);
+        r = conv1d(g, r, c.w(pre + "conv2.weight"), c.w(pre + "conv2.bias"), 1, 1);
+    }
 
     ggml_tensor * sc = upsample ? upsample2(g, x) : x;
     auto          it = c.weights->tensors.find(pre + "conv1x1.weight");
@@ -488,14 +563,30 @@ ggml_tensor * kokoro_voice::adain_res_block(vs_context & c, ggml_context * g, gg
 // iSTFTNet's AdaINResBlock1: three (AdaIN, Snake, dilated conv, AdaIN, Snake, conv) residuals.
 ggml_tensor * kokoro_voice::snake_res_block(vs_context & c, ggml_context * g, ggml_tensor * x, const cond & k,
                                             const std::string & pre, int kernel) const {
+    const bool on_cpu = ggml_backend_dev_type(c.dev) == GGML_BACKEND_DEVICE_TYPE_CPU;
     for (int i = 0; i < 3; ++i) {
-        const std::string n = std::to_string(i);
-        const int         d = hp_.res_dilations[i];
-        ggml_tensor *     y = adain_snake(c, g, x, k, pre + "adain1." + n + ".fc", c.w(pre + "alpha1." + n));
-        y                   = conv1d(g, y, c.w(pre + "convs1." + n + ".weight"), c.w(pre + "convs1." + n + ".bias"), d,
-                                     (kernel * d - d) / 2);
-        y                   = adain_snake(c, g, y, k, pre + "adain2." + n + ".fc", c.w(pre + "alpha2." + n));
-        y = conv1d(g, y, c.w(pre + "convs2." + n + ".weight"), c.w(pre + "convs2." + n + ".bias"), 1, (kernel - 1) / 2);
+        const std::string n  = std::to_string(i);
+        const int         d  = hp_.res_dilations[i];
+        const std::string c1 = pre + "convs1." + n, c2 = pre + "convs2." + n;
+        ggml_tensor *     y = nullptr;
+        if (!on_cpu) {
+            ggml_tensor * t = adain_snake_tc(c, g, x, k, pre + "adain1." + n + ".fc", c.w(pre + "alpha1." + n));
+            y               = conv1d_tc(c, g, t, c1 + ".weight", c.w(c1 + ".bias"), d, (kernel * d - d) / 2);
+            if (y) {
+                t = adain_snake_tc(c, g, y, k, pre + "adain2." + n + ".fc", c.w(pre + "alpha2." + n));
+                y = conv1d_tc(c, g, t, c2 + ".weight", c.w(c2 + ".bias"), 1, (kernel - 1) / 2);
+                if (!y) {
+                    y = conv1d(g, ggml_cont(g, ggml_transpose(g, t)), c.w(c2 + ".weight"), c.w(c2 + ".bias"), 1,
+                               (kernel - 1) / 2);
+                }
+            }
+        }
+        if (!y) {
+            y = adain_snake(c, g, x, k, pre + "adain1." + n + ".fc", c.w(pre + "alpha1." + n));
+            y = conv1d(g, y, c.w(c1 + ".weight"), c.w(c1 + ".bias"), d, (kernel * d - d) / 2);
+            y = adain_snake(c, g, y, k, pre + "adain2." + n + ".fc", c.w(pre + "alpha2." + n));
+            y = conv1d(g, y, c.w(c2 + ".weight"), c.w(c2 + ".bias"), 1, (kernel - 1) / 2);
+        }
         x = ggml_add(g, x, y);
     }
     return x;
@@ -633,18 +724,47 @@ ggml_tensor * with_style(ggml_context * g, ggml_tensor * x, const cond & k) {
     return ggml_concat(g, x, ggml_out_prod(g, k.s, ones), 0);
 }
 
-act kokoro_voice::run_bert(vs_context & c, const std::vector<int32_t> & tokens, const std::vector<float> & style,
-                           act & d_in) const {
-    const int64_t  T = (int64_t) tokens.size(), Hd = hp_.bert_hidden, nh = Hd / BERT_HEAD_DIM;
+void kokoro_voice::run_bert(vs_context & c, std::vector<kokoro_job> & jobs) const {
+    // Off the CPU (where a stage's cost is its kernel launches), jobs share a graph: their
+    // tokens concatenated, attention kept within each job by a block-diagonal mask, up to
+    // BERT_BATCH_TOKENS tokens (the scores are quadratic in them). On the CPU, a job a graph.
+    const bool on_cpu = ggml_backend_dev_type(c.dev) == GGML_BACKEND_DEVICE_TYPE_CPU;
+    for (size_t first = 0; first < jobs.size();) {
+        size_t  last  = first + 1;
+        int64_t total = (int64_t) jobs[first].tokens.size();
+        while (!on_cpu && last < jobs.size() && total + (int64_t) jobs[last].tokens.size() <= BERT_BATCH_TOKENS) {
+            total += (int64_t) jobs[last++].tokens.size();
+        }
+        run_bert_group(c, jobs, first, last);
+        first = last;
+    }
+}
+
+void kokoro_voice::run_bert_group(vs_context & c, std::vector<kokoro_job> & jobs, size_t first, size_t last) const {
+    std::vector<int32_t> ids, pos;
+    std::vector<float>   styles;
+    for (size_t b = first; b < last; ++b) {
+        const auto & t = jobs[b].tokens;
+        ids.insert(ids.end(), t.begin(), t.end());
+        for (size_t i = 0; i < t.size(); ++i) {
+            pos.push_back((int32_t) i);
+            const float * s = jobs[b].style.data() + STYLE_DIM;  // the prosody half
+            styles.insert(styles.end(), s, s + STYLE_DIM);
+        }
+    }
+    const int64_t  T = (int64_t) ids.size(), Hd = hp_.bert_hidden, nh = Hd / BERT_HEAD_DIM;
     auto           gb  = c.new_graph();
     ggml_context * g   = gb.ctx.get();
-    ggml_tensor *  ids = ggml_new_tensor_1d(g, GGML_TYPE_I32, T);
-    ggml_set_input(ids);
+    ggml_tensor *  idt = ggml_new_tensor_1d(g, GGML_TYPE_I32, T);
+    ggml_tensor *  pst = ggml_new_tensor_1d(g, GGML_TYPE_I32, T);
+    ggml_tensor *  sty = input_2d(g, STYLE_DIM, T, "styles");  // each token's job's style
+    ggml_tensor *  msk = last - first > 1 ? input_2d(g, T, T, "mask") : nullptr;
+    ggml_set_input(idt);
+    ggml_set_input(pst);
 
-    ggml_tensor * pos = c.w(BERT + "embeddings.position_embeddings.weight");
     ggml_tensor * typ = c.w(BERT + "embeddings.token_type_embeddings.weight");
-    ggml_tensor * x   = ggml_get_rows(g, c.w(BERT + "embeddings.word_embeddings.weight"), ids);  // [128, T]
-    x                 = ggml_add(g, x, ggml_view_2d(g, pos, pos->ne[0], T, pos->nb[1], 0));
+    ggml_tensor * x   = ggml_get_rows(g, c.w(BERT + "embeddings.word_embeddings.weight"), idt);  // [128, T]
+    x                 = ggml_add(g, x, ggml_get_rows(g, c.w(BERT + "embeddings.position_embeddings.weight"), pst));
     x                 = ggml_add(g, x, ggml_view_1d(g, typ, typ->ne[0], 0));
     x = layer_norm(g, x, c.w(BERT + "embeddings.LayerNorm.weight"), c.w(BERT + "embeddings.LayerNorm.bias"), 1e-12f);
     x = linear(c, g, x, BERT + "embedding_hidden_mapping_in");  // [768, T]
@@ -658,7 +778,7 @@ act kokoro_voice::run_bert(vs_context & c, const std::vector<int32_t> & tokens, 
         k               = ggml_permute(g, ggml_reshape_3d(g, k, BERT_HEAD_DIM, nh, T), 0, 2, 1, 3);  // [d, T, h]
         v = ggml_cont(g, ggml_permute(g, ggml_reshape_3d(g, v, BERT_HEAD_DIM, nh, T), 1, 2, 0, 3));  // [T, d, h]
         ggml_tensor * kq = ggml_mul_mat(g, k, q);                                                    // [Tk, Tq, h]
-        kq               = ggml_soft_max_ext(g, kq, nullptr, 1.0f / std::sqrt((float) BERT_HEAD_DIM), 0.0f);
+        kq               = ggml_soft_max_ext(g, kq, msk, 1.0f / std::sqrt((float) BERT_HEAD_DIM), 0.0f);
         ggml_tensor * o  = ggml_mul_mat(g, v, kq);  // [d, Tq, h]
         o                = ggml_reshape_2d(g, ggml_cont(g, ggml_permute(g, o, 0, 2, 1, 3)), Hd, T);
         o                = linear(c, g, o, LAYER + "attention.dense");
@@ -674,18 +794,43 @@ act kokoro_voice::run_bert(vs_context & c, const std::vector<int32_t> & tokens, 
                                       c.w(LAYER + "full_layer_layer_norm.bias"), 1e-12f);
     }
     x                = linear(c, g, x, "bert_encoder");  // [512, T]
-    const cond    k  = make_cond(g, T);
-    ggml_tensor * xs = with_style(g, x, k);
+    ggml_tensor * xs = ggml_concat(g, x, sty, 0);        // [640, T]
     ggml_set_output(x);
     ggml_set_output(xs);
     ggml_build_forward_expand(gb.gf, x);
     ggml_build_forward_expand(gb.gf, xs);
     c.alloc(VS_STAGE_BERT, gb.gf);
-    set_input(ids, tokens.data());
-    fill_cond(k, style.data() + STYLE_DIM);
+    set_input(idt, ids.data());
+    set_input(pst, pos.data());
+    set_input(sty, styles.data());
+    if (msk) {
+        std::vector<float> m((size_t) (T * T), -INFINITY);
+        int64_t            t0 = 0;
+        for (size_t b = first; b < last; ++b) {
+            const int64_t n = (int64_t) jobs[b].tokens.size();
+            for (int64_t q = t0; q < t0 + n; ++q) {
+                std::fill_n(m.begin() + q * T + t0, n, 0.0f);
+            }
+            t0 += n;
+        }
+        set_input(msk, m.data());
+    }
     c.compute(gb.gf);
-    d_in = read_act(xs);
-    return read_act(x);
+    const act d_en = read_act(x), d_in = read_act(xs);
+    int64_t   t0 = 0;
+    for (size_t b = first; b < last; ++b) {
+        const int64_t n     = (int64_t) jobs[b].tokens.size();
+        auto          slice = [&](const act & a) {
+            act out;
+            out.C = a.C;
+            out.T = n;
+            out.v.assign(a.v.begin() + t0 * a.C, a.v.begin() + (t0 + n) * a.C);
+            return out;
+        };
+        jobs[b].d_en = slice(d_en);
+        jobs[b].d_in = slice(d_in);
+        t0 += n;
+    }
 }
 
 // The recurrences of every job go through the same graphs; the rest is per job.
@@ -890,7 +1035,8 @@ std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, 
     ggml_tensor *  sr       = input_2d(g, 1, 1, "sample_rate");
     ggml_tensor *  basis    = input_2d(g, N_FFT, 2 * (N_FFT / 2 + 1), "stft_basis");
     ggml_tensor *  gain     = input_2d(g, N_FFT / 2, 1, "istft_head_gain");
-    const cond     k        = make_cond(g, n_frames);
+    cond           k        = make_cond(g, n_frames);
+    k.gf                    = gb.gf;
 
     // Harmonic source, as the export computes it: per harmonic h the phase increment
     // frac(h f0 / sr) of each F0 frame, summed over frames, scaled to radians per
@@ -1035,11 +1181,7 @@ std::vector<std::vector<float>> kokoro_voice::synthesize_batch(vs_context &     
     }
 
     auto stage = [&](int id, auto && fn) { c.timed_stage(id, first_chunk, p, fn); };
-    stage(VS_STAGE_BERT, [&] {
-        for (auto & j : jobs) {
-            j.d_en = run_bert(c, j.tokens, j.style, j.d_in);
-        }
-    });
+    stage(VS_STAGE_BERT, [&] { run_bert(c, jobs); });
     stage(VS_STAGE_DURATION, [&] {
         run_duration(c, jobs, speed);
         for (auto & j : jobs) {
