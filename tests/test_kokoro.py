@@ -159,6 +159,25 @@ def test_batched_sentences_sound_as_they_do_alone(kokoro):
     assert kokoro.output("durations").shape[0] == len("wˈɛɹ ɪz ɪt?") + 2
 
 
+def test_gpu_graphs_on_the_cpu_sound_like_the_cpu_graphs(kokoro, monkeypatch):
+    """The graphs built for GPUs, run by the CPU backend (CI has no GPU): AdaIN and Snake with
+    time along ne0, convolutions through ggml's im2col op, a batch's BERT in one masked graph."""
+    ipa = "hˈaɪ!\nwˈɛɹ ɪz ɪt?"
+    alone = []
+    kokoro.synthesize(phonemes=ipa, on_chunk=lambda i, audio: alone.append(audio))
+    bert, durations = kokoro.output("bert"), kokoro.output("durations")
+    monkeypatch.setenv("VOICESTUDIO_DEVICE_GRAPHS", "1")
+    with Engine.open("kokoro:jf_alpha", device="cpu", threads=2) as gpu_graphs:
+        together = []
+        gpu_graphs.synthesize(phonemes=ipa, batch=2, on_chunk=lambda i, audio: together.append(audio))
+        # The masked BERT keeps each sentence to itself: its second sentence as alone.
+        np.testing.assert_allclose(gpu_graphs.output("bert"), bert, atol=1e-3 * np.abs(bert).max())
+        np.testing.assert_array_equal(gpu_graphs.output("durations"), durations)
+        for x, y in zip(alone, together, strict=True):
+            assert len(x) == len(y)
+            assert log_mel_cosine(y, x, kokoro.sample_rate) >= 0.999
+
+
 def test_cancel_inside_a_batch(kokoro):
     stages = []
     with pytest.raises(CancelledError):

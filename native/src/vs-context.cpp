@@ -17,38 +17,45 @@ ggml_tensor * vs_context::w(const std::string & name) const {
     return it->second;
 }
 
-ggml_tensor * vs_context::swapped_weight(const std::string & name) {
-    auto it = derived.find(name);
+ggml_tensor * vs_context::derived_tensor(const std::string & key, ggml_type type, const std::array<int64_t, 4> & ne,
+                                         const std::function<void(uint8_t *)> & fill) {
+    auto it = derived.find(key);
     if (it != derived.end()) {
         return it->second;
     }
-    const ggml_tensor * src = model->tensor(name);
-    if (src->type != GGML_TYPE_F32 && src->type != GGML_TYPE_F16) {
-        return derived[name] = nullptr;
-    }
     ggml_init_params ip{ ggml_tensor_overhead(), nullptr, true };
     vs::ggml_ctx_ptr ctx(ggml_init(ip));
-    ggml_tensor *    t = ggml_new_tensor_4d(ctx.get(), src->type, src->ne[1], src->ne[0], src->ne[2], src->ne[3]);
-    ggml_set_name(t, (name + ".swapped").c_str());
+    ggml_tensor *    t = ggml_new_tensor_4d(ctx.get(), type, ne[0], ne[1], ne[2], ne[3]);
+    ggml_set_name(t, key.substr(0, GGML_MAX_NAME - 1).c_str());
     vs::buffer_ptr buf(ggml_backend_alloc_ctx_tensors(ctx.get(), backend.get()));
     if (!buf) {
-        throw vs::error(VS_ERR_COMPUTE, "out of memory on " + device + " for '" + name + "'");
+        throw vs::error(VS_ERR_COMPUTE, "out of memory on " + device + " for '" + key + "'");
     }
-    const size_t         es = ggml_type_size(src->type);
-    const int64_t        A = src->ne[0], B = src->ne[1], R = src->ne[2] * src->ne[3];
-    std::vector<uint8_t> out(ggml_nbytes(src));
-    const auto *         in = static_cast<const uint8_t *>(src->data);
-    for (int64_t r = 0; r < R; ++r) {
-        for (int64_t a = 0; a < A; ++a) {
-            for (int64_t b = 0; b < B; ++b) {
-                std::memcpy(out.data() + ((r * A + a) * B + b) * es, in + ((r * B + b) * A + a) * es, es);
-            }
-        }
-    }
-    ggml_backend_tensor_set(t, out.data(), 0, out.size());
+    std::vector<uint8_t> bytes(ggml_nbytes(t));
+    fill(bytes.data());
+    ggml_backend_tensor_set(t, bytes.data(), 0, bytes.size());
     derived_ctx.push_back(std::move(ctx));
     derived_buf.push_back(std::move(buf));
-    return derived[name] = t;
+    return derived[key] = t;
+}
+
+ggml_tensor * vs_context::swapped_weight(const std::string & name) {
+    const ggml_tensor * src = model->tensor(name);
+    if (src->type != GGML_TYPE_F32 && src->type != GGML_TYPE_F16) {
+        return nullptr;
+    }
+    const size_t  es = ggml_type_size(src->type);
+    const int64_t A = src->ne[0], B = src->ne[1], R = src->ne[2] * src->ne[3];
+    return derived_tensor(name + ".swapped", src->type, { B, A, src->ne[2], src->ne[3] }, [&](uint8_t * out) {
+        const auto * in = static_cast<const uint8_t *>(src->data);
+        for (int64_t r = 0; r < R; ++r) {
+            for (int64_t a = 0; a < A; ++a) {
+                for (int64_t b = 0; b < B; ++b) {
+                    std::memcpy(out + ((r * A + a) * B + b) * es, in + ((r * B + b) * A + a) * es, es);
+                }
+            }
+        }
+    });
 }
 
 vs::graph_build vs_context::new_graph(size_t max_nodes) const {
@@ -60,7 +67,7 @@ vs::graph_build vs_context::new_graph(size_t max_nodes) const {
         throw vs::error(VS_ERR_COMPUTE, "out of memory for a graph");
     }
     gb.gf = ggml_new_graph_custom(gb.ctx.get(), max_nodes, false);
-    vs::set_graph_device_is_cpu(ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU);
+    vs::set_graph_device_is_cpu(!device_graphs);
     return gb;
 }
 
@@ -263,6 +270,9 @@ std::unique_ptr<vs_context> make_context(vs_model & model, const vs_context_para
     // VOICESTUDIO_CUDA_KERNELS=0 keeps every stage in ggml ops (to compare against them).
     const char * kernels = std::getenv("VOICESTUDIO_CUDA_KERNELS");
     ctx->cuda_device     = kernels && std::string(kernels) == "0" ? -1 : cuda::device_of(ctx->dev);
+    const char * graphs  = std::getenv("VOICESTUDIO_DEVICE_GRAPHS");
+    ctx->device_graphs =
+        ggml_backend_dev_type(ctx->dev) != GGML_BACKEND_DEVICE_TYPE_CPU || (graphs && std::string(graphs) == "1");
     ctx->sched.reset(ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), 32768, false, false));
     if (params.espeak_library && *params.espeak_library) {
         ctx->phonemizer =

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <set>
 
 #include "vs-impl.h"
@@ -28,7 +29,10 @@ struct vs_context {
     vs::sched_ptr                   sched;
     std::shared_ptr<vs::weight_set> weights;
     int                             cuda_device = -1;  // CUDA ordinal where the engine's kernels run (vs-cuda.h)
-    vs::buffer_ptr                  scratch;           // device memory for those kernels, grown on demand
+    // Graphs built as for a GPU (fewer, larger kernels; ggml's im2col op): off the CPU, or on
+    // it with VOICESTUDIO_DEVICE_GRAPHS=1 (to test those graphs where there is no GPU).
+    bool           device_graphs = false;
+    vs::buffer_ptr scratch;  // device memory for those kernels, grown on demand
     // Weights re-laid out for this device, made on first use (swapped_weight).
     std::map<std::string, ggml_tensor *> derived;
     std::vector<vs::ggml_ctx_ptr>        derived_ctx;
@@ -61,6 +65,9 @@ struct vs_context {
     // Weight `name` [A, B, ...] on this context's device with its first two axes swapped
     // ([B, A, ...]), made once from the file's copy; null for types other than F32 and F16.
     ggml_tensor * swapped_weight(const std::string & name);
+    // A tensor on this context's device made once (under `key`) by `fill` writing its bytes.
+    ggml_tensor * derived_tensor(const std::string & key, ggml_type type, const std::array<int64_t, 4> & ne,
+                                 const std::function<void(uint8_t *)> & fill);
 
     // One short synthesis (or embedding) whose timings and outputs are then dropped.
     void prewarm();

@@ -15,6 +15,7 @@
 // iSTFT gain.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "../vs-context.h"
 #include "../vs-cuda.h"
@@ -124,6 +125,13 @@ struct kokoro_job {
     std::vector<int32_t> frame_to_token;
 };
 
+// Off the CPU, the style affines of every AdaIN of a graph as one matmul: the fc layers
+// under a prefix concatenated ([128, sum of 2C]) with 1 added to each gamma half's bias.
+struct style_table {
+    ggml_tensor *                  w = nullptr, *b = nullptr;
+    std::map<std::string, int64_t> offset;  // fc module -> its first row
+};
+
 class kokoro_voice final : public voice {
   public:
     explicit kokoro_voice(vs_model & model) : model_(model), hp_(read_hparams(model)) {}
@@ -165,8 +173,12 @@ class kokoro_voice final : public voice {
                                                      const vs_synth_params & p, int first_chunk) override;
 
   private:
-    vs_model &     model_;
-    kokoro_hparams hp_;
+    vs_model &                                 model_;
+    kokoro_hparams                             hp_;
+    mutable std::map<std::string, style_table> tables_;  // by prefix, made on first use
+
+    // Off the CPU, the AdaINs of k's graph under `prefix` read their affines from its table.
+    void use_style_table(vs_context & c, ggml_context * g, struct cond & k, const std::string & prefix) const;
 
     std::vector<std::string> sentences(vs_context & ctx, const std::string & text) const;
     std::vector<int32_t>     to_ids(const std::string & ipa, int & skipped) const;
@@ -390,13 +402,90 @@ void style_affine(vs_context & c, ggml_context * g, ggml_tensor * s, const std::
     shift           = ggml_view_2d(g, h, C, 1, h->nb[1], C * ggml_element_size(h));
 }
 
+style_table make_style_table(vs_context & c, const vs_model & m, const std::string & prefix) {
+    const std::string                                  suffix = ".fc.weight";
+    std::vector<std::pair<std::string, ggml_tensor *>> fcs;
+    for (const auto & [name, t] : m.host.tensors) {
+        if (name.rfind(prefix, 0) == 0 && name.size() > suffix.size() &&
+            name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+            fcs.emplace_back(name.substr(0, name.size() - 7), t);  // the module: without ".weight"
+        }
+    }
+    style_table tab;
+    int64_t     rows = 0;
+    for (const auto & [module, t] : fcs) {
+        const ggml_tensor * b = m.tensor(module + ".bias");
+        if (t->type != fcs[0].second->type || t->ne[0] != STYLE_DIM || b->type != GGML_TYPE_F32 ||
+            b->ne[0] != t->ne[1]) {
+            return {};  // the graphs keep one matmul per layer
+        }
+        tab.offset[module] = rows;
+        rows += t->ne[1];
+    }
+    if (fcs.empty()) {
+        return {};
+    }
+    tab.w =
+        c.derived_tensor(prefix + "fc.all.weight", fcs[0].second->type, { STYLE_DIM, rows, 1, 1 }, [&](uint8_t * out) {
+            for (const auto & [module, t] : fcs) {
+                std::memcpy(out, t->data, ggml_nbytes(t));
+                out += ggml_nbytes(t);
+            }
+        });
+    tab.b = c.derived_tensor(prefix + "fc.all.bias", GGML_TYPE_F32, { rows, 1, 1, 1 }, [&](uint8_t * out) {
+        auto * dst = reinterpret_cast<float *>(out);
+        for (const auto & [module, t] : fcs) {
+            const ggml_tensor * b   = m.tensor(module + ".bias");
+            const int64_t       C   = b->ne[0] / 2;
+            const auto *        src = static_cast<const float *>(b->data);
+            for (int64_t i = 0; i < 2 * C; ++i) {
+                *dst++ = src[i] + (i < C ? 1.0f : 0.0f);
+            }
+        }
+    });
+    return tab;
+}
+
 // What a graph's AdaIN layers share: the style half they read and a row of ones (their
-// statistics over time are products with it: no transposes of long activations).
+// statistics over time are products with it: no transposes of long activations); off the
+// CPU, the graph's style table and its product with the style.
 struct cond {
-    ggml_tensor * s    = nullptr;  // [128, 1]
-    ggml_tensor * ones = nullptr;  // [1, n]
-    ggml_cgraph * gf   = nullptr;  // the graph, where a node must come early (adain_snake_tc)
+    ggml_tensor *       s      = nullptr;  // [128, 1]
+    ggml_tensor *       ones   = nullptr;  // [1, n]
+    ggml_cgraph *       gf     = nullptr;  // the graph, where a node must come early (adain_snake_tc)
+    const style_table * table  = nullptr;
+    ggml_tensor *       styles = nullptr;  // [rows, 1]
 };
+
+void kokoro_voice::use_style_table(vs_context & c, ggml_context * g, cond & k, const std::string & prefix) const {
+    if (!c.device_graphs) {
+        return;
+    }
+    auto it = tables_.find(prefix);
+    if (it == tables_.end()) {
+        it = tables_.emplace(prefix, make_style_table(c, model_, prefix)).first;
+    }
+    if (it->second.w) {
+        k.table  = &it->second;
+        k.styles = ggml_add(g, ggml_mul_mat(g, it->second.w, k.s), it->second.b);
+    }
+}
+
+// scale and shift of AdaIN `fc` from the graph's style table, if it has one.
+bool table_affine(ggml_context * g, const cond & k, const std::string & fc, int64_t C, ggml_tensor *& scale,
+                  ggml_tensor *& shift) {
+    if (!k.table) {
+        return false;
+    }
+    auto it = k.table->offset.find(fc);
+    if (it == k.table->offset.end()) {
+        return false;
+    }
+    const size_t es = ggml_element_size(k.styles);
+    scale           = ggml_view_2d(g, k.styles, C, 1, k.styles->nb[1], it->second * es);
+    shift           = ggml_view_2d(g, k.styles, C, 1, k.styles->nb[1], (it->second + C) * es);
+    return true;
+}
 
 cond make_cond(ggml_context * g, int64_t max_frames) {
     cond k;
@@ -464,18 +553,30 @@ ggml_tensor * adain_tc(vs_context & c, ggml_context * g, ggml_tensor * x, const 
     ggml_tensor * xt = ggml_cont(g, ggml_transpose(g, x));  // [T, C]
     ggml_tensor * n  = ggml_group_norm(g, ggml_reshape_4d(g, xt, T, 1, C, 1), (int) C, 1e-5f);
     ggml_tensor * scale, *shift;
-    style_affine(c, g, k.s, fc, C, scale, shift);
+    if (!table_affine(g, k, fc, C, scale, shift)) {
+        style_affine(c, g, k.s, fc, C, scale, shift);
+    }
     return ggml_add(g, ggml_mul(g, ggml_reshape_2d(g, n, T, C), ggml_reshape_2d(g, scale, 1, C)),
                     ggml_reshape_2d(g, shift, 1, C));
 }
 
 ggml_tensor * adain_snake_tc(vs_context & c, ggml_context * g, ggml_tensor * x, const cond & k, const std::string & fc,
-                             ggml_tensor * alpha) {
-    const int64_t C   = x->ne[0];
-    ggml_tensor * y   = adain_tc(c, g, x, k, fc);
-    ggml_tensor * a   = ggml_reshape_2d(g, alpha, 1, C);
-    ggml_tensor * inv = ggml_div(g, ggml_view_2d(g, k.ones, 1, C, k.ones->nb[1], 0), a);
-    ggml_build_forward_expand(k.gf, inv);
+                             const std::string & alpha_name) {
+    const int64_t       C     = x->ne[0];
+    ggml_tensor *       y     = adain_tc(c, g, x, k, fc);
+    ggml_tensor *       a     = ggml_reshape_2d(g, c.w(alpha_name), 1, C);
+    const ggml_tensor * alpha = c.model->tensor(alpha_name);
+    ggml_tensor *       inv   = nullptr;
+    if (alpha->type == GGML_TYPE_F32) {  // 1 / alpha, made once
+        inv = c.derived_tensor(alpha_name + ".inv", GGML_TYPE_F32, { 1, C, 1, 1 }, [&](uint8_t * out) {
+            for (int64_t i = 0; i < C; ++i) {
+                reinterpret_cast<float *>(out)[i] = 1.0f / static_cast<const float *>(alpha->data)[i];
+            }
+        });
+    } else {
+        inv = ggml_div(g, ggml_view_2d(g, k.ones, 1, C, k.ones->nb[1], 0), a);
+        ggml_build_forward_expand(k.gf, inv);
+    }
     ggml_tensor * s2 = ggml_sqr(g, ggml_sin(g, ggml_mul(g, y, a)));
     return ggml_add(g, y, ggml_mul(g, s2, inv));
 }
@@ -523,7 +624,7 @@ ggml_tensor * depthwise_upsample(ggml_context * g, ggml_tensor * x, ggml_tensor 
 // StyleTTS 2's AdainResBlk1d (LeakyReLU 0.2, optional 2x upsampling), scaled by 1/sqrt(2).
 ggml_tensor * kokoro_voice::adain_res_block(vs_context & c, ggml_context * g, ggml_tensor * x, const cond & k,
                                             const std::string & pre, bool upsample) const {
-    const bool    on_cpu = ggml_backend_dev_type(c.dev) == GGML_BACKEND_DEVICE_TYPE_CPU;
+    const bool    on_cpu = !c.device_graphs;
     ggml_tensor * r      = nullptr;
     if (!on_cpu) {  // in [T, C] where the convolutions allow (see adain_tc)
         ggml_tensor * t = ggml_leaky_relu(g, adain_tc(c, g, x, k, pre + "norm1.fc"), 0.2f, false);
@@ -563,17 +664,17 @@ ggml_tensor * kokoro_voice::adain_res_block(vs_context & c, ggml_context * g, gg
 // iSTFTNet's AdaINResBlock1: three (AdaIN, Snake, dilated conv, AdaIN, Snake, conv) residuals.
 ggml_tensor * kokoro_voice::snake_res_block(vs_context & c, ggml_context * g, ggml_tensor * x, const cond & k,
                                             const std::string & pre, int kernel) const {
-    const bool on_cpu = ggml_backend_dev_type(c.dev) == GGML_BACKEND_DEVICE_TYPE_CPU;
+    const bool on_cpu = !c.device_graphs;
     for (int i = 0; i < 3; ++i) {
         const std::string n  = std::to_string(i);
         const int         d  = hp_.res_dilations[i];
         const std::string c1 = pre + "convs1." + n, c2 = pre + "convs2." + n;
         ggml_tensor *     y = nullptr;
         if (!on_cpu) {
-            ggml_tensor * t = adain_snake_tc(c, g, x, k, pre + "adain1." + n + ".fc", c.w(pre + "alpha1." + n));
+            ggml_tensor * t = adain_snake_tc(c, g, x, k, pre + "adain1." + n + ".fc", pre + "alpha1." + n);
             y               = conv1d_tc(c, g, t, c1 + ".weight", c.w(c1 + ".bias"), d, (kernel * d - d) / 2);
             if (y) {
-                t = adain_snake_tc(c, g, y, k, pre + "adain2." + n + ".fc", c.w(pre + "alpha2." + n));
+                t = adain_snake_tc(c, g, y, k, pre + "adain2." + n + ".fc", pre + "alpha2." + n);
                 y = conv1d_tc(c, g, t, c2 + ".weight", c.w(c2 + ".bias"), 1, (kernel - 1) / 2);
                 if (!y) {
                     y = conv1d(g, ggml_cont(g, ggml_transpose(g, t)), c.w(c2 + ".weight"), c.w(c2 + ".bias"), 1,
@@ -728,7 +829,7 @@ void kokoro_voice::run_bert(vs_context & c, std::vector<kokoro_job> & jobs) cons
     // Off the CPU (where a stage's cost is its kernel launches), jobs share a graph: their
     // tokens concatenated, attention kept within each job by a block-diagonal mask, up to
     // BERT_BATCH_TOKENS tokens (the scores are quadratic in them). On the CPU, a job a graph.
-    const bool on_cpu = ggml_backend_dev_type(c.dev) == GGML_BACKEND_DEVICE_TYPE_CPU;
+    const bool on_cpu = !c.device_graphs;
     for (size_t first = 0; first < jobs.size();) {
         size_t  last  = first + 1;
         int64_t total = (int64_t) jobs[first].tokens.size();
@@ -912,9 +1013,10 @@ void kokoro_voice::run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) c
         auto           gb = c.new_graph();
         ggml_context * g  = gb.ctx.get();
         ggml_tensor *  xi = input_2d(g, x.C, x.T, "x");
-        const cond     k  = make_cond(g, 2 * x.T);
-        ggml_tensor *  outs[2];
-        const char *   branch[2] = { "F0", "N" };
+        cond           k  = make_cond(g, 2 * x.T);
+        use_style_table(c, g, k, PRED);
+        ggml_tensor * outs[2];
+        const char *  branch[2] = { "F0", "N" };
         for (int b = 0; b < 2; ++b) {
             ggml_tensor * y = xi;
             for (int i = 0; i < 3; ++i) {
@@ -978,7 +1080,8 @@ act kokoro_voice::run_decoder(vs_context & c, const act & t_en, const std::vecto
     ggml_tensor *  fr = ggml_new_tensor_1d(g, GGML_TYPE_I32, F);
     ggml_tensor *  fi = input_2d(g, 1, 2 * F, "f0");
     ggml_tensor *  ni = input_2d(g, 1, 2 * F, "n");
-    const cond     k  = make_cond(g, 2 * F);
+    cond           k  = make_cond(g, 2 * F);
+    use_style_table(c, g, k, DEC);
     ggml_set_input(fr);
 
     ggml_tensor * asr = ggml_get_rows(g, te, fr);  // [512, F]: each token's frames
@@ -1037,6 +1140,7 @@ std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, 
     ggml_tensor *  gain     = input_2d(g, N_FFT / 2, 1, "istft_head_gain");
     cond           k        = make_cond(g, n_frames);
     k.gf                    = gb.gf;
+    use_style_table(c, g, k, GEN);
 
     // Harmonic source, as the export computes it: per harmonic h the phase increment
     // frac(h f0 / sr) of each F0 frame, summed over frames, scaled to radians per

@@ -21,8 +21,10 @@ constexpr int same_padding(int kernel, int dilation) {
 }
 
 // Latent frames the decoder takes at once (about 3 s of audio at 22 kHz); longer chunks
-// are decoded in tiles with exact seams, which bounds the decoder's memory.
+// are decoded in tiles with exact seams, which bounds the decoder's memory. Off the CPU,
+// where each tile's kernels cost their launches more than their memory, about 47 s.
 constexpr int64_t DEFAULT_DECODER_TILE = 256;
+constexpr int64_t DEVICE_DECODER_TILE  = 4096;
 
 struct piper_hparams {
     int                         sample_rate;
@@ -692,7 +694,9 @@ std::vector<float> piper_voice::synthesize(vs_context & c, const std::vector<int
     stage(VS_STAGE_FLOW, [&] {
         z = run_flow(c, m_p, logs_p, frame_to_token, gaussian(rng, (size_t) (hp_.inter * F)), noise_scale, T);
     });
-    const int64_t tile = p.decoder_tile_frames == 0 ? DEFAULT_DECODER_TILE : p.decoder_tile_frames;
+    const int64_t tile = p.decoder_tile_frames != 0 ? p.decoder_tile_frames
+                         : c.device_graphs          ? DEVICE_DECODER_TILE
+                                                    : DEFAULT_DECODER_TILE;
     stage(VS_STAGE_DECODER, [&] { audio = tile < 0 ? run_decoder(c, z, F) : run_decoder_tiled(c, z, F, tile); });
 
     c.timings.n_phoneme_ids += (int32_t) T;
