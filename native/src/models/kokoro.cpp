@@ -193,6 +193,9 @@ class kokoro_voice final : public voice {
     // duration encoder's input d_in [640, T]; jobs [first, last) in one graph.
     void run_bert(vs_context & c, std::vector<kokoro_job> & jobs) const;
     void run_bert_group(vs_context & c, std::vector<kokoro_job> & jobs, size_t first, size_t last) const;
+    // The attention's query, key and value weights [Hd, 3 Hd] and biases concatenated (made
+    // once); null where the three differ in type.
+    void qkv_weights(vs_context & c, ggml_tensor *& w, ggml_tensor *& b) const;
     // Duration encoder output d [640, T], the logits and the (unrounded) frames per token.
     void               run_duration(vs_context & c, std::vector<kokoro_job> & jobs, float speed) const;
     void               run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) const;  // F0 and N
@@ -841,6 +844,32 @@ void kokoro_voice::run_bert(vs_context & c, std::vector<kokoro_job> & jobs) cons
     }
 }
 
+void kokoro_voice::qkv_weights(vs_context & c, ggml_tensor *& w, ggml_tensor *& b) const {
+    const char *       parts[3] = { "query", "key", "value" };
+    const ggml_tensor *ws[3], *bs[3];
+    for (int i = 0; i < 3; ++i) {
+        ws[i] = model_.tensor(LAYER + "attention." + parts[i] + ".weight");
+        bs[i] = model_.tensor(LAYER + "attention." + parts[i] + ".bias");
+        if (ws[i]->type != ws[0]->type || !ggml_are_same_shape(ws[i], ws[0]) || bs[i]->type != GGML_TYPE_F32) {
+            w = b = nullptr;
+            return;
+        }
+    }
+    const int64_t in = ws[0]->ne[0], out = ws[0]->ne[1];
+    w = c.derived_tensor(LAYER + "attention.qkv.weight", ws[0]->type, { in, 3 * out, 1, 1 }, [&](uint8_t * dst) {
+        for (const ggml_tensor * t : ws) {
+            std::memcpy(dst, t->data, ggml_nbytes(t));
+            dst += ggml_nbytes(t);
+        }
+    });
+    b = c.derived_tensor(LAYER + "attention.qkv.bias", GGML_TYPE_F32, { 3 * out, 1, 1, 1 }, [&](uint8_t * dst) {
+        for (const ggml_tensor * t : bs) {
+            std::memcpy(dst, t->data, ggml_nbytes(t));
+            dst += ggml_nbytes(t);
+        }
+    });
+}
+
 void kokoro_voice::run_bert_group(vs_context & c, std::vector<kokoro_job> & jobs, size_t first, size_t last) const {
     std::vector<int32_t> ids, pos;
     std::vector<float>   styles;
@@ -871,14 +900,34 @@ void kokoro_voice::run_bert_group(vs_context & c, std::vector<kokoro_job> & jobs
     x = linear(c, g, x, BERT + "embedding_hidden_mapping_in");  // [768, T]
 
     const float gelu_c = std::sqrt(2.0f / (float) M_PI);
+    // Off the CPU, the query, key and value projections as one matmul (their weights
+    // concatenated once), and the GELU as ggml's op (exact tanh form there; the CPU's uses
+    // a table, so the CPU keeps the formula).
+    ggml_tensor *qkv_w = nullptr, *qkv_b = nullptr;
+    if (c.device_graphs) {
+        qkv_weights(c, qkv_w, qkv_b);
+    }
+    const bool gelu_op = ggml_backend_dev_type(c.dev) != GGML_BACKEND_DEVICE_TYPE_CPU;
     for (int il = 0; il < hp_.n_bert_layers; ++il) {
-        ggml_tensor * q = linear(c, g, x, LAYER + "attention.query");
-        ggml_tensor * k = linear(c, g, x, LAYER + "attention.key");
-        ggml_tensor * v = linear(c, g, x, LAYER + "attention.value");
-        q               = ggml_permute(g, ggml_reshape_3d(g, q, BERT_HEAD_DIM, nh, T), 0, 2, 1, 3);  // [d, T, h]
-        k               = ggml_permute(g, ggml_reshape_3d(g, k, BERT_HEAD_DIM, nh, T), 0, 2, 1, 3);  // [d, T, h]
-        v = ggml_cont(g, ggml_permute(g, ggml_reshape_3d(g, v, BERT_HEAD_DIM, nh, T), 1, 2, 0, 3));  // [T, d, h]
-        ggml_tensor * kq = ggml_mul_mat(g, k, q);                                                    // [Tk, Tq, h]
+        ggml_tensor *q, *k, *v;
+        if (qkv_w) {
+            ggml_tensor * qkv  = ggml_add(g, ggml_mul_mat(g, qkv_w, x), qkv_b);  // [3 * Hd, T]
+            auto          part = [&](int i) {
+                return ggml_view_3d(g, qkv, BERT_HEAD_DIM, nh, T, BERT_HEAD_DIM * sizeof(float), qkv->nb[1],
+                                             i * Hd * sizeof(float));
+            };
+            q = part(0);
+            k = part(1);
+            v = part(2);
+        } else {
+            q = ggml_reshape_3d(g, linear(c, g, x, LAYER + "attention.query"), BERT_HEAD_DIM, nh, T);
+            k = ggml_reshape_3d(g, linear(c, g, x, LAYER + "attention.key"), BERT_HEAD_DIM, nh, T);
+            v = ggml_reshape_3d(g, linear(c, g, x, LAYER + "attention.value"), BERT_HEAD_DIM, nh, T);
+        }
+        q                = ggml_permute(g, q, 0, 2, 1, 3);                // [d, T, h]
+        k                = ggml_permute(g, k, 0, 2, 1, 3);                // [d, T, h]
+        v                = ggml_cont(g, ggml_permute(g, v, 1, 2, 0, 3));  // [T, d, h]
+        ggml_tensor * kq = ggml_mul_mat(g, k, q);                         // [Tk, Tq, h]
         kq               = ggml_soft_max_ext(g, kq, msk, 1.0f / std::sqrt((float) BERT_HEAD_DIM), 0.0f);
         ggml_tensor * o  = ggml_mul_mat(g, v, kq);  // [d, Tq, h]
         o                = ggml_reshape_2d(g, ggml_cont(g, ggml_permute(g, o, 0, 2, 1, 3)), Hd, T);
@@ -886,13 +935,17 @@ void kokoro_voice::run_bert_group(vs_context & c, std::vector<kokoro_job> & jobs
         x                = layer_norm(g, ggml_add(g, x, o), c.w(LAYER + "attention.LayerNorm.weight"),
                                       c.w(LAYER + "attention.LayerNorm.bias"), 1e-12f);
         // FFN with the tanh GELU ("gelu_new").
-        ggml_tensor * f  = linear(c, g, x, LAYER + "ffn");
-        ggml_tensor * f3 = ggml_mul(g, ggml_sqr(g, f), f);
-        ggml_tensor * th = ggml_tanh(g, ggml_scale(g, ggml_add(g, f, ggml_scale(g, f3, 0.044715f)), gelu_c));
-        f                = ggml_mul(g, ggml_scale(g, f, 0.5f), ggml_scale_bias(g, th, 1.0f, 1.0f));
-        f                = linear(c, g, f, LAYER + "ffn_output");
-        x                = layer_norm(g, ggml_add(g, x, f), c.w(LAYER + "full_layer_layer_norm.weight"),
-                                      c.w(LAYER + "full_layer_layer_norm.bias"), 1e-12f);
+        ggml_tensor * f = linear(c, g, x, LAYER + "ffn");
+        if (gelu_op) {
+            f = ggml_gelu(g, f);
+        } else {
+            ggml_tensor * f3 = ggml_mul(g, ggml_sqr(g, f), f);
+            ggml_tensor * th = ggml_tanh(g, ggml_scale(g, ggml_add(g, f, ggml_scale(g, f3, 0.044715f)), gelu_c));
+            f                = ggml_mul(g, ggml_scale(g, f, 0.5f), ggml_scale_bias(g, th, 1.0f, 1.0f));
+        }
+        f = linear(c, g, f, LAYER + "ffn_output");
+        x = layer_norm(g, ggml_add(g, x, f), c.w(LAYER + "full_layer_layer_norm.weight"),
+                       c.w(LAYER + "full_layer_layer_norm.bias"), 1e-12f);
     }
     x                = linear(c, g, x, "bert_encoder");  // [512, T]
     ggml_tensor * xs = ggml_concat(g, x, sty, 0);        // [640, T]
