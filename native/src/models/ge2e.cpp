@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "../vs-context.h"
+#include "../vs-cuda.h"
 #include "../vs-graph.h"
 
 namespace vs {
@@ -94,8 +95,60 @@ std::vector<float> mel_spectrogram(vs_context & c, const ge2e_hparams & h, const
     return run_graph(c, VS_STAGE_MEL, gb, x, frames, out);
 }
 
+// On a CUDA device: each layer's input projections as a graph, its recurrence as the
+// engine's kernel (vs-cuda.h), the linear layer as a graph. Same result as run_encoder.
+std::vector<float> run_encoder_cuda(vs_context & c, const ge2e_hparams & h, const std::vector<float> & x, int64_t B) {
+    const int64_t      T = h.partial_frames, H = h.hidden;
+    std::vector<float> seq = x, hs;  // [in, B, T]
+    for (int64_t l = 0; l < h.layers; ++l) {
+        c.check_abort();
+        const std::string p    = "lstm." + std::to_string(l) + ".";
+        ggml_tensor *     w_ih = c.w(p + "weight_ih"), *w_hh = c.w(p + "weight_hh");
+        const int64_t     in = w_ih->ne[0];
+        auto              gb = c.new_graph(64);
+        ggml_context *    g  = gb.ctx.get();
+        ggml_tensor *     xs = ggml_new_tensor_3d(g, GGML_TYPE_F32, in, B, T);
+        ggml_set_input(xs);
+        // Step-major per partial, as the kernel reads them: [4H, T, B].
+        ggml_tensor * xt = ggml_cont(g, ggml_permute(g, xs, 0, 2, 1, 3));
+        ggml_tensor * gx = ggml_add(g, ggml_mul_mat(g, w_ih, xt), c.w(p + "bias"));
+        ggml_set_output(gx);
+        ggml_build_forward_expand(gb.gf, gx);
+        c.alloc(VS_STAGE_SPEAKER, gb.gf);
+        ggml_backend_tensor_set(xs, seq.data(), 0, ggml_nbytes(xs));
+        c.compute(gb.gf);
+        if (!gx->buffer || ggml_backend_buffer_is_host(gx->buffer)) {
+            throw error(VS_ERR_COMPUTE, p + ": input projections were not computed on " + c.device);
+        }
+        std::vector<float> hc((size_t) (H * B), 0.0f), cc((size_t) (H * B), 0.0f), out((size_t) (H * B * T));
+        const auto         k0 = std::chrono::steady_clock::now();
+        cuda::lstm(c.cuda_device, static_cast<const float *>(gx->data), w_hh->data, w_hh->type, H, T, B, 1, hc.data(),
+                   cc.data(), out.data(), c.device_scratch(cuda::lstm_scratch_bytes(H, T, B)));
+        c.profile_kernel("LSTM (engine's CUDA kernel)", ms_since(k0));
+        seq = std::move(out);  // [H, B, T]
+        hs  = std::move(hc);   // the last step's [H, B]
+    }
+    auto           gb = c.new_graph(64);
+    ggml_context * g  = gb.ctx.get();
+    ggml_tensor *  hl = ggml_new_tensor_2d(g, GGML_TYPE_F32, H, B);
+    ggml_set_input(hl);
+    ggml_tensor * e = ggml_relu(g, ggml_add(g, ggml_mul_mat(g, c.w("linear.weight"), hl), c.w("linear.bias")));
+    return run_graph(c, VS_STAGE_SPEAKER, gb, hl, hs, e);
+}
+
 // Embeddings [hidden, B] (ReLU'd, not normalized) of B partials x [n_mels, B, T].
 std::vector<float> run_encoder(vs_context & c, const ge2e_hparams & h, const std::vector<float> & x, int64_t B) {
+    if (c.cuda_device >= 0) {
+        bool fused = true;
+        for (int64_t l = 0; l < h.layers; ++l) {
+            const ggml_tensor * w = c.w("lstm." + std::to_string(l) + ".weight_hh");
+            fused                 = fused && cuda::lstm_supported(w->type, h.hidden) && w->buffer &&
+                    !ggml_backend_buffer_is_host(w->buffer);
+        }
+        if (fused) {
+            return run_encoder_cuda(c, h, x, B);
+        }
+    }
     const int64_t  T = h.partial_frames, H = h.hidden;
     auto           gb = c.new_graph((size_t) (h.layers * T * 24 + T * 4 + 64));
     ggml_context * g  = gb.ctx.get();

@@ -1,0 +1,110 @@
+// The engine's CUDA LSTM kernels (vs-cuda.h) against a loop on the host: F16 and F32
+// weights, a hidden size the cluster kernel takes (256, on sm_90) and one only the
+// one-block kernel takes (72), two directions, three sequences, a state carried in.
+// Exits 77 (skipped) where there is no CUDA device.
+#include <cuda_runtime.h>
+#include <ggml.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "vs-cuda.h"
+
+namespace {
+
+float sigmoid(float x) {
+    return 1.0f / (1.0f + std::exp(-x));
+}
+
+bool check(ggml_type type, int64_t H, int64_t n, int64_t D, int64_t B) {
+    std::mt19937                          rng(7);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const int64_t                         cols = D * B, H4 = 4 * H;
+    std::vector<float>                    w((size_t) (H * H4 * D)), gx((size_t) (H4 * n * cols));
+    std::vector<float>                    h((size_t) (H * cols)), c((size_t) (H * cols));
+    for (float & v : w) {
+        v = 0.15f * u(rng);
+    }
+    for (auto * vec : { &gx, &h, &c }) {
+        for (float & v : *vec) {
+            v = u(rng);
+        }
+    }
+    // The weights as the device holds them (F16 rounds them; the reference uses the rounded values).
+    std::vector<ggml_fp16_t> w16(w.size());
+    if (type == GGML_TYPE_F16) {
+        for (size_t i = 0; i < w.size(); ++i) {
+            w16[i] = ggml_fp32_to_fp16(w[i]);
+            w[i]   = ggml_fp16_to_fp32(w16[i]);
+        }
+    }
+    // Reference: column j = (direction j % D, sequence j / D), step-major gx [4H, n, cols].
+    std::vector<float> rh = h, rc = c, rout((size_t) (H * cols * n));
+    for (int64_t j = 0; j < cols; ++j) {
+        const float * wd = w.data() + (j % D) * H4 * H;
+        for (int64_t t = 0; t < n; ++t) {
+            std::vector<float> z((size_t) H4);
+            for (int64_t r = 0; r < H4; ++r) {
+                double acc = gx[(size_t) ((j * n + t) * H4 + r)];
+                for (int64_t k = 0; k < H; ++k) {
+                    acc += (double) wd[r * H + k] * rh[(size_t) (j * H + k)];
+                }
+                z[(size_t) r] = (float) acc;
+            }
+            for (int64_t k = 0; k < H; ++k) {
+                const float i = sigmoid(z[(size_t) k]), f = sigmoid(z[(size_t) (H + k)]);
+                const float g = std::tanh(z[(size_t) (2 * H + k)]), o = sigmoid(z[(size_t) (3 * H + k)]);
+                float &     cs                          = rc[(size_t) (j * H + k)];
+                cs                                      = f * cs + i * g;
+                rh[(size_t) (j * H + k)]                = o * std::tanh(cs);
+                rout[(size_t) ((t * cols + j) * H + k)] = rh[(size_t) (j * H + k)];
+            }
+        }
+    }
+
+    const size_t wbytes = type == GGML_TYPE_F16 ? w16.size() * sizeof(ggml_fp16_t) : w.size() * sizeof(float);
+    void *       d_w = nullptr, *d_gx = nullptr, *d_scratch = nullptr;
+    cudaMalloc(&d_w, wbytes);
+    cudaMalloc(&d_gx, gx.size() * sizeof(float));
+    cudaMalloc(&d_scratch, vs::cuda::lstm_scratch_bytes(H, n, cols));
+    cudaMemcpy(d_w, type == GGML_TYPE_F16 ? (const void *) w16.data() : (const void *) w.data(), wbytes,
+               cudaMemcpyHostToDevice);
+    cudaMemcpy(d_gx, gx.data(), gx.size() * sizeof(float), cudaMemcpyHostToDevice);
+    std::vector<float> out((size_t) (H * cols * n));
+    vs::cuda::lstm(0, (const float *) d_gx, d_w, type, H, n, cols, D, h.data(), c.data(), out.data(), d_scratch);
+    cudaFree(d_w);
+    cudaFree(d_gx);
+    cudaFree(d_scratch);
+
+    double worst = 0.0;
+    for (size_t i = 0; i < out.size(); ++i) {
+        worst = std::max(worst, (double) std::fabs(out[i] - rout[i]));
+    }
+    for (size_t i = 0; i < h.size(); ++i) {
+        worst = std::max(worst, (double) std::fabs(h[i] - rh[i]));
+        worst = std::max(worst, (double) std::fabs(c[i] - rc[i]));
+    }
+    const bool ok = worst < 1e-4;
+    std::printf("%s %s H=%lld n=%lld D=%lld B=%lld: largest difference %.2e\n", ok ? "ok  " : "FAIL",
+                ggml_type_name(type), (long long) H, (long long) n, (long long) D, (long long) B, worst);
+    return ok;
+}
+
+}  // namespace
+
+int main() {
+    int n_dev = 0;
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+        std::printf("no CUDA device: skipped\n");
+        return 77;
+    }
+    bool ok = true;
+    for (ggml_type type : { GGML_TYPE_F16, GGML_TYPE_F32 }) {
+        ok = check(type, 256, 37, 2, 3) && ok;
+        ok = check(type, 72, 19, 2, 2) && ok;
+        ok = check(type, 256, 5, 1, 1) && ok;
+    }
+    return ok ? 0 : 1;
+}
