@@ -13,6 +13,10 @@ bool lstm_supported(ggml_type, int64_t) {
     return false;
 }
 
+bool lstm_uses_clusters(int, ggml_type, int64_t) {
+    return false;
+}
+
 size_t lstm_scratch_bytes(int64_t, int64_t, int64_t) {
     return 0;
 }

@@ -17,6 +17,10 @@ int device_of(ggml_backend_dev_t dev);
 // Whether lstm() takes recurrent weights of this type and hidden size.
 bool lstm_supported(ggml_type type, int64_t H);
 
+// Whether lstm() on `device` runs one cluster of blocks a column (sm_90 and later, where the
+// build has code for it) rather than one block a column.
+bool lstm_uses_clusters(int device, ggml_type type, int64_t H);
+
 // Device memory lstm() needs for n steps over `cols` columns.
 size_t lstm_scratch_bytes(int64_t H, int64_t n, int64_t cols);
 

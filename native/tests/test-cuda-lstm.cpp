@@ -100,8 +100,18 @@ int main() {
         std::printf("no CUDA device: skipped\n");
         return 77;
     }
-    bool ok = true;
+    bool           ok = true;
+    cudaDeviceProp prop{};
+    cudaGetDeviceProperties(&prop, 0);
     for (ggml_type type : { GGML_TYPE_F16, GGML_TYPE_F32 }) {
+        // On sm_90 and later, H = 256 takes the cluster kernel (this build has code for it).
+        const bool clusters = vs::cuda::lstm_uses_clusters(0, type, 256);
+        std::printf("%s on %s (sm_%d%d): H=256 %s\n", ggml_type_name(type), prop.name, prop.major, prop.minor,
+                    clusters ? "in clusters" : "one block a column");
+        if (prop.major >= 9 && !clusters) {
+            std::printf("FAIL the cluster kernel is not taken on sm_%d%d\n", prop.major, prop.minor);
+            ok = false;
+        }
         ok = check(type, 256, 37, 2, 3) && ok;
         ok = check(type, 72, 19, 2, 2) && ok;
         ok = check(type, 256, 5, 1, 1) && ok;

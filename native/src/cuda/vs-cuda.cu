@@ -255,14 +255,18 @@ size_t cluster_shared_bytes(ggml_type type, int64_t H) {
     return (size_t) (4 * H / CLUSTER) * H * w + sizeof(float) * (size_t) (2 * H + 4 * H / CLUSTER);
 }
 
+// The device launches clusters, and the code it runs was compiled for sm_90 or later (a
+// build for older architectures only would run the kernel's empty body there, from PTX).
 bool cluster_supported(int device, ggml_type type, int64_t H) {
-    const int64_t V     = type == GGML_TYPE_F16 ? 8 : 4;
-    int           major = 0, cluster_launch = 0, max_shared = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    const int64_t      V              = type == GGML_TYPE_F16 ? 8 : 4;
+    int                cluster_launch = 0, max_shared = 0;
+    cudaFuncAttributes fa{};
     cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device);
     cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    return major >= 9 && cluster_launch && H % (32 * V) == 0 && H % CLUSTER == 0 && H / CLUSTER <= CLUSTER_THREADS &&
-           cluster_shared_bytes(type, H) <= (size_t) max_shared;
+    const cudaError_t e = type == GGML_TYPE_F16 ? cudaFuncGetAttributes(&fa, lstm_cluster_kernel<half>)
+                                                : cudaFuncGetAttributes(&fa, lstm_cluster_kernel<float>);
+    return e == cudaSuccess && fa.ptxVersion >= 90 && cluster_launch && H % (32 * V) == 0 && H % CLUSTER == 0 &&
+           H / CLUSTER <= CLUSTER_THREADS && cluster_shared_bytes(type, H) <= (size_t) max_shared;
 }
 
 template <typename W>
@@ -307,6 +311,10 @@ int device_of(ggml_backend_dev_t dev) {
 bool lstm_supported(ggml_type type, int64_t H) {
     const int64_t V = type == GGML_TYPE_F16 ? 8 : type == GGML_TYPE_F32 ? 4 : 0;
     return V > 0 && H > 0 && H % V == 0 && H <= 32 * LSTM_MAX_VEC * V && H <= LSTM_THREADS;
+}
+
+bool lstm_uses_clusters(int device, ggml_type type, int64_t H) {
+    return lstm_supported(type, H) && cudaSetDevice(device) == cudaSuccess && cluster_supported(device, type, H);
 }
 
 size_t lstm_scratch_bytes(int64_t H, int64_t n, int64_t cols) {
