@@ -135,12 +135,29 @@ void * vs_context::device_scratch(size_t bytes) {
     return ggml_backend_buffer_get_base(scratch.get());
 }
 
-void vs_context::profile_kernel(const char * name, double ms) {
+void vs_context::profile_op(const char * name, double ms) {
     if (profiling) {
         auto & st = op_profile[{ current_stage, name }];
         st.count++;
         st.ms += ms;
     }
+}
+
+bool vs_context::fused_lstm(const ggml_tensor * w_hh, int64_t H) const {
+    return cuda_device >= 0 && vs::cuda::lstm_supported(w_hh->type, H) && w_hh->buffer &&
+           !ggml_backend_buffer_is_host(w_hh->buffer);
+}
+
+void vs_context::lstm(const ggml_tensor * gx, const ggml_tensor * w_hh, int64_t H, int64_t n, int64_t cols, int64_t D,
+                      float * h, float * c, float * out) {
+    if (!gx->buffer || ggml_backend_buffer_is_host(gx->buffer)) {
+        throw vs::error(VS_ERR_COMPUTE,
+                        std::string(ggml_get_name(w_hh)) + ": input projections were not computed on " + device);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    vs::cuda::lstm(cuda_device, static_cast<const float *>(gx->data), w_hh->data, w_hh->type, H, n, cols, D, h, c, out,
+                   device_scratch(vs::cuda::lstm_scratch_bytes(H, n, cols)));
+    profile_op("LSTM (engine's CUDA kernel)", vs::ms_since(t0));
 }
 
 bool vs_context::aborted() const {
@@ -204,9 +221,7 @@ static bool profile_node(ggml_tensor * node, bool ask, void * data) {
         return true;
     }
     if (!is_view(node)) {
-        auto & st = c->op_profile[{ c->current_stage, ggml_op_desc(node) }];
-        st.count++;
-        st.ms += ms_since(c->node_start);
+        c->profile_op(ggml_op_desc(node), ms_since(c->node_start));
     }
     return true;
 }

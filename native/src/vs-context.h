@@ -86,8 +86,17 @@ struct vs_context {
 
     // At least `bytes` of device memory, valid until the next call.
     void * device_scratch(size_t bytes);
-    // A kernel of the engine's own in the op profile, under the stage being computed.
-    void profile_kernel(const char * name, double ms);
+    // Adds a node (or a kernel of the engine's own) to the op profile, under the stage being
+    // computed, while profiling is on.
+    void profile_op(const char * name, double ms);
+
+    // Whether lstm() runs the recurrence over `w_hh` (on this device) in the engine's kernel.
+    bool fused_lstm(const ggml_tensor * w_hh, int64_t H) const;
+    // n steps of LSTMs over `cols` columns in the engine's kernel (vs::cuda::lstm), from the
+    // input projections `gx` [4H, n, cols] a graph computed on this device; h, c and out on
+    // the host as there.
+    void lstm(const ggml_tensor * gx, const ggml_tensor * w_hh, int64_t H, int64_t n, int64_t cols, int64_t D,
+              float * h, float * c, float * out);
 
     void set_output(const std::string & name, std::vector<float> data, int64_t rows, int64_t cols);
 

@@ -62,24 +62,70 @@ struct vec16<float> {
     }
 };
 
-// One block per column. Each step: every warp takes gate rows (LSTM_ROWS at a time, so
-// several row loads are in flight), a lane holding its slice of h in registers; lane 0
-// adds the input projection. Then the first H threads update the cell and publish h.
-// The weights (at most a few MB) stay in L2 across steps; c stays in a register.
+// z[r] = row r of w (H weights a row) times h, for rows [0, R): each warp takes LSTM_ROWS
+// rows at a time (so several row loads are in flight), each lane holding its slice of h in
+// registers; lane 0 writes the sums. The caller synchronizes before reading z.
+template <typename W>
+__device__ __forceinline__ void gate_rows(const W * __restrict__ w, const float * h, int H, int R, float * z) {
+    constexpr int V    = vec16<W>::N;
+    const int     lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+    const int     n_vec = (H + 32 * V - 1) / (32 * V);  // loads per lane and row
+    float         hv[LSTM_MAX_VEC][V];
+#pragma unroll
+    for (int v = 0; v < LSTM_MAX_VEC; ++v) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+            const int k = (v * 32 + lane) * V + e;
+            hv[v][e]    = v < n_vec && k < H ? h[k] : 0.0f;
+        }
+    }
+    for (int r0 = warp * LSTM_ROWS; r0 < R; r0 += n_warps * LSTM_ROWS) {
+        float acc[LSTM_ROWS] = {};
+#pragma unroll
+        for (int v = 0; v < LSTM_MAX_VEC; ++v) {
+            const int k = (v * 32 + lane) * V;
+            if (v >= n_vec || k >= H) {
+                break;
+            }
+#pragma unroll
+            for (int r = 0; r < LSTM_ROWS; ++r) {
+                if (r0 + r < R) {
+                    float wv[V];
+                    vec16<W>::load(w + (size_t) (r0 + r) * H + k, wv);
+#pragma unroll
+                    for (int e = 0; e < V; ++e) {
+                        acc[r] = fmaf(wv[e], hv[v][e], acc[r]);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < LSTM_ROWS; ++r) {
+#pragma unroll
+            for (int off = 16; off > 0; off /= 2) {
+                acc[r] += __shfl_xor_sync(0xffffffff, acc[r], off);
+            }
+            if (lane == 0 && r0 + r < R) {
+                z[r0 + r] = acc[r];
+            }
+        }
+    }
+}
+
+// One block per column. Each step: the block's warps take the gate rows (gate_rows), then
+// the first H threads add the input projections, update the cell and publish h. The
+// weights (at most a few MB) stay in L2 across steps; c stays in a register.
 template <typename W>
 __global__ void __launch_bounds__(LSTM_THREADS)
     lstm_kernel(const float * __restrict__ gx, const W * __restrict__ w_hh, int H, int n, int cols, int D,
                 float * __restrict__ h_state, float * __restrict__ c_state, float * __restrict__ out) {
-    constexpr int           V = vec16<W>::N;
     extern __shared__ float smem[];
     float *                 sh = smem;      // h [H]
-    float *                 z  = smem + H;  // gate pre-activations [4H]
+    float *                 z  = smem + H;  // recurrent part of the gates [4H]
 
-    const int     col = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const int     n_warps = blockDim.x / 32, H4 = 4 * H;
-    const W *     w     = w_hh + (size_t) (col % D) * H4 * H;
-    const float * g     = gx + (size_t) col * n * H4;
-    const int     n_vec = (H + 32 * V - 1) / (32 * V);  // loads per lane and row
+    const int     col = blockIdx.x, tid = threadIdx.x, H4 = 4 * H;
+    const W *     w = w_hh + (size_t) (col % D) * H4 * H;
+    const float * g = gx + (size_t) col * n * H4;
 
     for (int k = tid; k < H; k += blockDim.x) {
         sh[k] = h_state[(size_t) col * H + k];
@@ -88,50 +134,12 @@ __global__ void __launch_bounds__(LSTM_THREADS)
     __syncthreads();
 
     for (int j = 0; j < n; ++j) {
-        float hv[LSTM_MAX_VEC][V];
-#pragma unroll
-        for (int v = 0; v < LSTM_MAX_VEC; ++v) {
-#pragma unroll
-            for (int e = 0; e < V; ++e) {
-                const int k = (v * 32 + lane) * V + e;
-                hv[v][e]    = v < n_vec && k < H ? sh[k] : 0.0f;
-            }
-        }
-        for (int r0 = warp * LSTM_ROWS; r0 < H4; r0 += n_warps * LSTM_ROWS) {
-            float acc[LSTM_ROWS] = {};
-#pragma unroll
-            for (int v = 0; v < LSTM_MAX_VEC; ++v) {
-                const int k = (v * 32 + lane) * V;
-                if (v >= n_vec || k >= H) {
-                    break;
-                }
-#pragma unroll
-                for (int r = 0; r < LSTM_ROWS; ++r) {
-                    if (r0 + r < H4) {
-                        float wv[V];
-                        vec16<W>::load(w + (size_t) (r0 + r) * H + k, wv);
-#pragma unroll
-                        for (int e = 0; e < V; ++e) {
-                            acc[r] = fmaf(wv[e], hv[v][e], acc[r]);
-                        }
-                    }
-                }
-            }
-#pragma unroll
-            for (int r = 0; r < LSTM_ROWS; ++r) {
-#pragma unroll
-                for (int off = 16; off > 0; off /= 2) {
-                    acc[r] += __shfl_xor_sync(0xffffffff, acc[r], off);
-                }
-                if (lane == 0 && r0 + r < H4) {
-                    z[r0 + r] = acc[r] + g[(size_t) j * H4 + r0 + r];
-                }
-            }
-        }
+        gate_rows(w, sh, H, H4, z);
         __syncthreads();
         if (tid < H) {
-            const float i = sigmoid(z[tid]), f = sigmoid(z[H + tid]), gg = tanhf(z[2 * H + tid]);
-            const float o                            = sigmoid(z[3 * H + tid]);
+            const float * gj = g + (size_t) j * H4;  // the step's input projections
+            const float   i = sigmoid(z[tid] + gj[tid]), f = sigmoid(z[H + tid] + gj[H + tid]);
+            const float   gg = tanhf(z[2 * H + tid] + gj[2 * H + tid]), o = sigmoid(z[3 * H + tid] + gj[3 * H + tid]);
             c                                        = f * c + i * gg;
             const float h                            = o * tanhf(c);
             sh[tid]                                  = h;
@@ -147,8 +155,8 @@ __global__ void __launch_bounds__(LSTM_THREADS)
 
 // sm_90 and later: one cluster of CLUSTER blocks a column, each holding the gate rows of
 // H / CLUSTER hidden units in shared memory for all of the steps (no weight traffic
-// after the first). A step: each warp takes its rows against h (read from the block's
-// own copy), the first U threads update their units' cells and write h into every
+// after the first). A step: the block's warps take its rows against h (gate_rows, from
+// the block's own copy), the first U threads update their units' cells and write h into every
 // block's next copy of h (distributed shared memory); one cluster barrier a step.
 template <typename W>
 __global__ void __launch_bounds__(CLUSTER_THREADS)
@@ -159,9 +167,8 @@ __global__ void __launch_bounds__(CLUSTER_THREADS)
     constexpr int     V       = vec16<W>::N;
     cg::cluster_group cluster = cg::this_cluster();
     const int         rank    = (int) cluster.block_rank();
-    const int         col = blockIdx.x / CLUSTER, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const int         n_warps = blockDim.x / 32, U = H / CLUSTER, R = 4 * U, H4 = 4 * H;
-    const int         n_vec = H / (32 * V);
+    const int         col = blockIdx.x / CLUSTER, tid = threadIdx.x;
+    const int         U = H / CLUSTER, R = 4 * U, H4 = 4 * H;
 
     extern __shared__ float4 smem4[];
     W *                      ws = reinterpret_cast<W *>(smem4);           // [R, H]: local row gate * U + u
@@ -190,44 +197,7 @@ __global__ void __launch_bounds__(CLUSTER_THREADS)
                 gxv[q] = g[(size_t) j * H4 + q * H + unit];
             }
         }
-        float hv[LSTM_MAX_VEC][V];
-#pragma unroll
-        for (int v = 0; v < LSTM_MAX_VEC; ++v) {
-#pragma unroll
-            for (int e = 0; e < V; ++e) {
-                hv[v][e] = v < n_vec ? hc[(v * 32 + lane) * V + e] : 0.0f;
-            }
-        }
-        for (int r0 = warp * LSTM_ROWS; r0 < R; r0 += n_warps * LSTM_ROWS) {
-            float acc[LSTM_ROWS] = {};
-#pragma unroll
-            for (int v = 0; v < LSTM_MAX_VEC; ++v) {
-                if (v >= n_vec) {
-                    break;
-                }
-#pragma unroll
-                for (int r = 0; r < LSTM_ROWS; ++r) {
-                    if (r0 + r < R) {
-                        float wv[V];
-                        vec16<W>::load(ws + (size_t) (r0 + r) * H + (v * 32 + lane) * V, wv);
-#pragma unroll
-                        for (int e = 0; e < V; ++e) {
-                            acc[r] = fmaf(wv[e], hv[v][e], acc[r]);
-                        }
-                    }
-                }
-            }
-#pragma unroll
-            for (int r = 0; r < LSTM_ROWS; ++r) {
-#pragma unroll
-                for (int off = 16; off > 0; off /= 2) {
-                    acc[r] += __shfl_xor_sync(0xffffffff, acc[r], off);
-                }
-                if (lane == 0 && r0 + r < R) {
-                    z[r0 + r] = acc[r];
-                }
-            }
-        }
+        gate_rows(ws, hc, H, R, z);
         __syncthreads();
         if (tid < U) {
             const float i = sigmoid(z[tid] + gxv[0]), f = sigmoid(z[U + tid] + gxv[1]);

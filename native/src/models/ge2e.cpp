@@ -5,7 +5,6 @@
 #include <cmath>
 
 #include "../vs-context.h"
-#include "../vs-cuda.h"
 #include "../vs-graph.h"
 
 namespace vs {
@@ -117,14 +116,8 @@ std::vector<float> run_encoder_cuda(vs_context & c, const ge2e_hparams & h, cons
         c.alloc(VS_STAGE_SPEAKER, gb.gf);
         ggml_backend_tensor_set(xs, seq.data(), 0, ggml_nbytes(xs));
         c.compute(gb.gf);
-        if (!gx->buffer || ggml_backend_buffer_is_host(gx->buffer)) {
-            throw error(VS_ERR_COMPUTE, p + ": input projections were not computed on " + c.device);
-        }
         std::vector<float> hc((size_t) (H * B), 0.0f), cc((size_t) (H * B), 0.0f), out((size_t) (H * B * T));
-        const auto         k0 = std::chrono::steady_clock::now();
-        cuda::lstm(c.cuda_device, static_cast<const float *>(gx->data), w_hh->data, w_hh->type, H, T, B, 1, hc.data(),
-                   cc.data(), out.data(), c.device_scratch(cuda::lstm_scratch_bytes(H, T, B)));
-        c.profile_kernel("LSTM (engine's CUDA kernel)", ms_since(k0));
+        c.lstm(gx, w_hh, H, T, B, 1, hc.data(), cc.data(), out.data());
         seq = std::move(out);  // [H, B, T]
         hs  = std::move(hc);   // the last step's [H, B]
     }
@@ -138,16 +131,12 @@ std::vector<float> run_encoder_cuda(vs_context & c, const ge2e_hparams & h, cons
 
 // Embeddings [hidden, B] (ReLU'd, not normalized) of B partials x [n_mels, B, T].
 std::vector<float> run_encoder(vs_context & c, const ge2e_hparams & h, const std::vector<float> & x, int64_t B) {
-    if (c.cuda_device >= 0) {
-        bool fused = true;
-        for (int64_t l = 0; l < h.layers; ++l) {
-            const ggml_tensor * w = c.w("lstm." + std::to_string(l) + ".weight_hh");
-            fused                 = fused && cuda::lstm_supported(w->type, h.hidden) && w->buffer &&
-                    !ggml_backend_buffer_is_host(w->buffer);
-        }
-        if (fused) {
-            return run_encoder_cuda(c, h, x, B);
-        }
+    bool fused = true;
+    for (int64_t l = 0; l < h.layers; ++l) {
+        fused = fused && c.fused_lstm(c.w("lstm." + std::to_string(l) + ".weight_hh"), h.hidden);
+    }
+    if (fused) {
+        return run_encoder_cuda(c, h, x, B);
     }
     const int64_t  T = h.partial_frames, H = h.hidden;
     auto           gb = c.new_graph((size_t) (h.layers * T * 24 + T * 4 + 64));

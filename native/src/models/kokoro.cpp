@@ -18,7 +18,6 @@
 #include <cstring>
 
 #include "../vs-context.h"
-#include "../vs-cuda.h"
 #include "../vs-graph.h"
 
 namespace vs {
@@ -455,7 +454,6 @@ style_table make_style_table(vs_context & c, const vs_model & m, const std::stri
 struct cond {
     ggml_tensor *       s      = nullptr;  // [128, 1]
     ggml_tensor *       ones   = nullptr;  // [1, n]
-    ggml_cgraph *       gf     = nullptr;  // the graph, where a node must come early (adain_snake_tc)
     const style_table * table  = nullptr;
     ggml_tensor *       styles = nullptr;  // [rows, 1]
 };
@@ -548,8 +546,21 @@ ggml_tensor * adain_snake(vs_context & c, ggml_context * g, ggml_tensor * x, con
 // Off the CPU, where a graph's cost is its kernel launches, AdaIN (then Snake) of x [C, T]
 // with time along ne0, returned as [T, C]. That layout has both as few kernels: the
 // instance norm is ggml's group norm with a group a channel (two passes over each), and
-// the chain mul, sin, sqr, mul, add (in that order, 1 / alpha computed before it) is one
-// kernel in ggml's CUDA backend.
+// the chain mul, sin, sqr, mul, add (1 / alpha a leaf, made once) is one kernel in
+// ggml's CUDA backend.
+// A weight's values as floats, from the file's copy.
+std::vector<float> host_floats(const ggml_tensor * t) {
+    std::vector<float> v((size_t) ggml_nelements(t));
+    if (t->type == GGML_TYPE_F32) {
+        std::memcpy(v.data(), t->data, ggml_nbytes(t));
+    } else if (const auto * traits = ggml_get_type_traits(t->type); traits->to_float) {
+        traits->to_float(t->data, v.data(), ggml_nelements(t));
+    } else {
+        throw error(VS_ERR_FORMAT, std::string("'") + ggml_get_name(t) + "' has a type without floats");
+    }
+    return v;
+}
+
 // AdaIN of x [C, T] as [T, C]: a group norm with a group a channel, then the style's affine.
 ggml_tensor * adain_tc(vs_context & c, ggml_context * g, ggml_tensor * x, const cond & k, const std::string & fc) {
     const int64_t C = x->ne[0], T = x->ne[1];
@@ -565,40 +576,32 @@ ggml_tensor * adain_tc(vs_context & c, ggml_context * g, ggml_tensor * x, const 
 
 ggml_tensor * adain_snake_tc(vs_context & c, ggml_context * g, ggml_tensor * x, const cond & k, const std::string & fc,
                              const std::string & alpha_name) {
-    const int64_t       C     = x->ne[0];
-    ggml_tensor *       y     = adain_tc(c, g, x, k, fc);
-    ggml_tensor *       a     = ggml_reshape_2d(g, c.w(alpha_name), 1, C);
-    const ggml_tensor * alpha = c.model->tensor(alpha_name);
-    ggml_tensor *       inv   = nullptr;
-    if (alpha->type == GGML_TYPE_F32) {  // 1 / alpha, made once
-        inv = c.derived_tensor(alpha_name + ".inv", GGML_TYPE_F32, { 1, C, 1, 1 }, [&](uint8_t * out) {
-            for (int64_t i = 0; i < C; ++i) {
-                reinterpret_cast<float *>(out)[i] = 1.0f / static_cast<const float *>(alpha->data)[i];
-            }
-        });
-    } else {
-        inv = ggml_div(g, ggml_view_2d(g, k.ones, 1, C, k.ones->nb[1], 0), a);
-        ggml_build_forward_expand(k.gf, inv);
-    }
-    ggml_tensor * s2 = ggml_sqr(g, ggml_sin(g, ggml_mul(g, y, a)));
+    const int64_t C   = x->ne[0];
+    ggml_tensor * y   = adain_tc(c, g, x, k, fc);
+    ggml_tensor * a   = ggml_reshape_2d(g, c.w(alpha_name), 1, C);
+    ggml_tensor * inv = c.derived_tensor(alpha_name + ".inv", GGML_TYPE_F32, { 1, C, 1, 1 }, [&](uint8_t * out) {
+        const std::vector<float> alpha = host_floats(c.model->tensor(alpha_name));  // 1 / alpha, made once
+        for (int64_t i = 0; i < C; ++i) {
+            reinterpret_cast<float *>(out)[i] = 1.0f / alpha[(size_t) i];
+        }
+    });
+    ggml_tensor * s2  = ggml_sqr(g, ggml_sin(g, ggml_mul(g, y, a)));
     return ggml_add(g, y, ggml_mul(g, s2, inv));
 }
 
 // Conv1d (PyTorch semantics) of xt [T, IC] (time along ne0) -> [OC, T']: ggml's im2col in
 // the layout it was made for, padding and dilation inside the op, against the weights with
-// their first two axes swapped ([K, IC, OC], made once per context). Null where that copy
-// cannot be made or the matrix would be too large (the caller takes conv1d).
+// their first two axes swapped ([K, IC, OC], made once per context). Where that copy cannot
+// be made or the matrix would be too large, conv1d of a transposed copy.
 ggml_tensor * conv1d_tc(vs_context & c, ggml_context * g, ggml_tensor * xt, const std::string & w_name, ggml_tensor * b,
                         int dilation, int padding) {
     ggml_tensor * w  = c.w(w_name);
     const int64_t IC = w->ne[0], K = w->ne[1], OC = w->ne[2];
     const int64_t T_out = xt->ne[0] + 2 * padding - dilation * (K - 1);
-    if ((size_t) (IC * K * T_out) * sizeof(uint16_t) > MAX_IM2COL_TC_BYTES) {
-        return nullptr;
-    }
-    ggml_tensor * ws = c.swapped_weight(w_name);
+    ggml_tensor * ws =
+        (size_t) (IC * K * T_out) * sizeof(uint16_t) <= MAX_IM2COL_TC_BYTES ? c.swapped_weight(w_name) : nullptr;
     if (!ws) {
-        return nullptr;
+        return conv1d(g, ggml_cont(g, ggml_transpose(g, xt)), w, b, dilation, padding);
     }
     const ggml_type type = ws->type == GGML_TYPE_F16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
     ggml_tensor *   cols = ggml_im2col(g, ws, xt, 1, 0, padding, 0, dilation, 0, false, type);  // [IC * K, T']
@@ -627,9 +630,8 @@ ggml_tensor * depthwise_upsample(ggml_context * g, ggml_tensor * x, ggml_tensor 
 // StyleTTS 2's AdainResBlk1d (LeakyReLU 0.2, optional 2x upsampling), scaled by 1/sqrt(2).
 ggml_tensor * kokoro_voice::adain_res_block(vs_context & c, ggml_context * g, ggml_tensor * x, const cond & k,
                                             const std::string & pre, bool upsample) const {
-    const bool    on_cpu = !c.device_graphs;
-    ggml_tensor * r      = nullptr;
-    if (!on_cpu) {  // in [T, C] where the convolutions allow (see adain_tc)
+    ggml_tensor * r = nullptr;
+    if (c.device_graphs) {  // in [T, C] in between (see adain_tc)
         ggml_tensor * t = ggml_leaky_relu(g, adain_tc(c, g, x, k, pre + "norm1.fc"), 0.2f, false);
         if (upsample) {
             t = depthwise_upsample(g, ggml_cont(g, ggml_transpose(g, t)), c.w(pre + "pool.weight"),
@@ -638,15 +640,9 @@ ggml_tensor * kokoro_voice::adain_res_block(vs_context & c, ggml_context * g, gg
         } else {
             r = conv1d_tc(c, g, t, pre + "conv1.weight", c.w(pre + "conv1.bias"), 1, 1);
         }
-        if (r) {
-            t                = ggml_leaky_relu(g, adain_tc(c, g, r, k, pre + "norm2.fc"), 0.2f, false);
-            ggml_tensor * r2 = conv1d_tc(c, g, t, pre + "conv2.weight", c.w(pre + "conv2.bias"), 1, 1);
-            r                = r2 ? r2
-                                  : conv1d(g, ggml_cont(g, ggml_transpose(g, t)), c.w(pre + "conv2.weight"), c.w(pre + "conv2.bias"),
-                                           1, 1);
-        }
-    }
-    if (!r) {
+        t = ggml_leaky_relu(g, adain_tc(c, g, r, k, pre + "norm2.fc"), 0.2f, false);
+        r = conv1d_tc(c, g, t, pre + "conv2.weight", c.w(pre + "conv2.bias"), 1, 1);
+    } else {
         r = ggml_leaky_relu(g, adain(c, g, x, k, pre + "norm1.fc"), 0.2f, false);
         if (upsample) {
             r = depthwise_upsample(g, r, c.w(pre + "pool.weight"), c.w(pre + "pool.bias"));
@@ -667,29 +663,23 @@ ggml_tensor * kokoro_voice::adain_res_block(vs_context & c, ggml_context * g, gg
 // iSTFTNet's AdaINResBlock1: three (AdaIN, Snake, dilated conv, AdaIN, Snake, conv) residuals.
 ggml_tensor * kokoro_voice::snake_res_block(vs_context & c, ggml_context * g, ggml_tensor * x, const cond & k,
                                             const std::string & pre, int kernel) const {
-    const bool on_cpu = !c.device_graphs;
     for (int i = 0; i < 3; ++i) {
         const std::string n  = std::to_string(i);
         const int         d  = hp_.res_dilations[i];
+        const std::string a1 = pre + "adain1." + n + ".fc", a2 = pre + "adain2." + n + ".fc";
+        const std::string s1 = pre + "alpha1." + n, s2 = pre + "alpha2." + n;
         const std::string c1 = pre + "convs1." + n, c2 = pre + "convs2." + n;
         ggml_tensor *     y = nullptr;
-        if (!on_cpu) {
-            ggml_tensor * t = adain_snake_tc(c, g, x, k, pre + "adain1." + n + ".fc", pre + "alpha1." + n);
-            y               = conv1d_tc(c, g, t, c1 + ".weight", c.w(c1 + ".bias"), d, (kernel * d - d) / 2);
-            if (y) {
-                t = adain_snake_tc(c, g, y, k, pre + "adain2." + n + ".fc", pre + "alpha2." + n);
-                y = conv1d_tc(c, g, t, c2 + ".weight", c.w(c2 + ".bias"), 1, (kernel - 1) / 2);
-                if (!y) {
-                    y = conv1d(g, ggml_cont(g, ggml_transpose(g, t)), c.w(c2 + ".weight"), c.w(c2 + ".bias"), 1,
-                               (kernel - 1) / 2);
-                }
-            }
-        }
-        if (!y) {
-            y = adain_snake(c, g, x, k, pre + "adain1." + n + ".fc", c.w(pre + "alpha1." + n));
-            y = conv1d(g, y, c.w(c1 + ".weight"), c.w(c1 + ".bias"), d, (kernel * d - d) / 2);
-            y = adain_snake(c, g, y, k, pre + "adain2." + n + ".fc", c.w(pre + "alpha2." + n));
-            y = conv1d(g, y, c.w(c2 + ".weight"), c.w(c2 + ".bias"), 1, (kernel - 1) / 2);
+        if (c.device_graphs) {  // AdaIN and Snake in [T, C] (see adain_tc)
+            y = conv1d_tc(c, g, adain_snake_tc(c, g, x, k, a1, s1), c1 + ".weight", c.w(c1 + ".bias"), d,
+                          (kernel * d - d) / 2);
+            y = conv1d_tc(c, g, adain_snake_tc(c, g, y, k, a2, s2), c2 + ".weight", c.w(c2 + ".bias"), 1,
+                          (kernel - 1) / 2);
+        } else {
+            y = conv1d(g, adain_snake(c, g, x, k, a1, c.w(s1)), c.w(c1 + ".weight"), c.w(c1 + ".bias"), d,
+                       (kernel * d - d) / 2);
+            y = conv1d(g, adain_snake(c, g, y, k, a2, c.w(s2)), c.w(c2 + ".weight"), c.w(c2 + ".bias"), 1,
+                       (kernel - 1) / 2);
         }
         x = ggml_add(g, x, y);
     }
@@ -727,8 +717,7 @@ std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::st
     // On a CUDA device the recurrence is one kernel of the engine's own per chunk (the
     // graph computes only the input projections); elsewhere ggml ops, step by step.
     ggml_tensor * w_hh  = c.w(prefix + ".weight_hh");
-    const bool    fused = c.cuda_device >= 0 && cuda::lstm_supported(w_hh->type, H) && w_hh->buffer &&
-                       !ggml_backend_buffer_is_host(w_hh->buffer);
+    const bool    fused = c.fused_lstm(w_hh, H);
     const int64_t chunk = fused ? LSTM_CHUNK_FUSED : LSTM_CHUNK;
 
     for (int64_t t0 = 0; t0 < T; t0 += chunk) {
@@ -790,13 +779,7 @@ std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::st
         std::vector<float> o((size_t) (H * cols * n));
         if (fused) {
             c.compute(gb.gf);
-            if (!gx->buffer || ggml_backend_buffer_is_host(gx->buffer)) {
-                throw error(VS_ERR_COMPUTE, prefix + ": input projections were not computed on " + c.device);
-            }
-            const auto k0 = std::chrono::steady_clock::now();
-            cuda::lstm(c.cuda_device, static_cast<const float *>(gx->data), w_hh->data, w_hh->type, H, n, cols, D,
-                       h.data(), cs.data(), o.data(), c.device_scratch(cuda::lstm_scratch_bytes(H, n, cols)));
-            c.profile_kernel("LSTM (engine's CUDA kernel)", ms_since(k0));
+            c.lstm(gx, w_hh, H, n, cols, D, h.data(), cs.data(), o.data());
         } else {
             set_input(h0, h.data());
             set_input(c0, cs.data());
@@ -1192,7 +1175,6 @@ std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, 
     ggml_tensor *  basis    = input_2d(g, N_FFT, 2 * (N_FFT / 2 + 1), "stft_basis");
     ggml_tensor *  gain     = input_2d(g, N_FFT / 2, 1, "istft_head_gain");
     cond           k        = make_cond(g, n_frames);
-    k.gf                    = gb.gf;
     use_style_table(c, g, k, GEN);
 
     // Harmonic source, as the export computes it: per harmonic h the phase increment
