@@ -42,6 +42,32 @@ def test_gpu_speaks_like_the_cpu_with_every_stage_on_the_device(device, sentence
 
 
 @pytest.mark.parametrize("device", GPUS)
+def test_gpu_packs_a_piper_batch_and_each_sentence_sounds_as_alone(device, sentences, joe_path):
+    with Engine.open("piper:joe", device=device) as gpu:
+        ipa = "\n".join(line for text in sentences for line in gpu.phonemize(text))
+        alone, together = [], []
+        gpu.synthesize(phonemes=ipa, on_chunk=lambda i, audio: alone.append(audio))
+        logw = gpu.output("logw")
+        take = gpu.synthesize(phonemes=ipa, batch=len(alone), on_chunk=lambda i, audio: together.append(audio))
+        assert len(together) == len(alone) > 6 and take.timings["chunks"] == len(alone)
+        # Packed graphs have other shapes, so F16 matmuls round differently (not more):
+        # attending or convolving across sentences would move the edge tokens far more.
+        assert np.abs(gpu.output("logw") - logw).max() <= 0.02 * np.abs(logw).max()
+        same_length = 0
+        for x, y in zip(alone, together, strict=True):
+            # A token's frames are a ceiling: one near a whole number may round the other way.
+            assert abs(len(x) - len(y)) <= 2 * 256
+            assert np.isfinite(y).all()
+            if len(x) == len(y):
+                assert log_mel_cosine(y, x, gpu.sample_rate) >= 0.999
+                same_length += 1
+            else:  # the frames after the moved one are shifted
+                assert log_mel_cosine(y, x, gpu.sample_rate) >= 0.98
+        assert same_length >= len(alone) // 2
+        assert gpu.fallback_stages == []
+
+
+@pytest.mark.parametrize("device", GPUS)
 def test_gpu_runs_all_of_kokoro(device, sentences):
     from app.core import models
 

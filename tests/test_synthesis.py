@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from app.core.engine import Engine
 from app.core.errors import CancelledError, InvalidArgumentError, NothingToSpeakError
 
 
@@ -186,3 +187,34 @@ def test_batch_gives_the_same_audio(engine):
     a = engine.synthesize(text=text, seed=5)
     b = engine.synthesize(text=text, seed=5, batch=2)
     assert np.array_equal(a.audio, b.audio) and b.timings["chunks"] == 2
+
+
+def test_gpu_graphs_pack_a_batch_and_each_sentence_sounds_as_alone(joe_path, monkeypatch):
+    """Off the CPU a batch's sentences share each stage's graph, laid end to end with masked
+    gaps and attention kept to each sentence. The CPU backend runs those graphs here (CI has
+    no GPU)."""
+    ipa = "\n".join(
+        [
+            "hˈaɪ!",
+            "ðə kwˈɪk bɹˈaʊn fˈɑːks dʒˈʌmps ˌoʊvɚ ðə lˈeɪzi dˈɑːɡ, ænd ðˈɛn ɪt ɹˈʌnz fˈɑːɹ ɐwˈeɪ.",
+            "wˈɛɹ ɪz ɪt?",
+        ]
+    )
+    monkeypatch.setenv("VOICESTUDIO_DEVICE_GRAPHS", "1")
+    with Engine.open("piper:joe", device="cpu", threads=2) as e:
+        alone, together, tiled = [], [], []
+        e.synthesize(phonemes=ipa, seed=3, on_chunk=lambda i, audio: alone.append(audio))
+        logw, z = e.output("logw"), e.output("z")
+        b = e.synthesize(phonemes=ipa, seed=3, batch=3, on_chunk=lambda i, audio: together.append(audio))
+        assert b.timings["chunks"] == 3
+        # The last sentence's intermediates, its noise drawn as alone.
+        np.testing.assert_allclose(e.output("logw"), logw, atol=1e-4)
+        np.testing.assert_allclose(e.output("z"), z, atol=1e-3)
+        # Tiles of 120 frames: the short sentences share one, the long one goes alone in tiles.
+        e.synthesize(phonemes=ipa, seed=3, batch=3, decoder_tile=120, on_chunk=lambda i, audio: tiled.append(audio))
+        assert len(alone) == len(together) == len(tiled) == 3
+        assert len(alone[1]) > 120 * 256 > len(alone[0]) + len(alone[2])
+        for x, y, t in zip(alone, together, tiled, strict=True):
+            assert len(x) == len(y) == len(t)
+            np.testing.assert_allclose(y, x, atol=1e-4)
+            np.testing.assert_allclose(t, x, atol=1e-4)

@@ -199,7 +199,8 @@ class Engine:
         Kokoro: ``length_scale`` is 1 / speed; ``style`` a pack of its own ([rows, 256]) instead
         of the voice's; ``durations`` frames per token replacing the predicted ones (tests).
         ``batch``: sentences synthesized together (Kokoro shares its LSTM steps between them;
-        their audio arrives together); 1 streams sentence by sentence. The audio is the same."""
+        on a GPU Piper's sentences share each stage's graph; their audio arrives together);
+        1 streams sentence by sentence. The audio is the same."""
         if (text is None) == (phonemes is None):
             raise InvalidArgumentError("give either text or phonemes")
         source = text if text is not None else phonemes

@@ -3,10 +3,11 @@
 //
 // Each stage is its own graph. Durations are rounded on the host between the
 // duration and flow stages (the frame count decides the later graphs' shapes);
-// everything else is ggml ops on the context's device.
+// everything else is ggml ops on the context's device. Off the CPU a batch's sentences
+// share each stage's graph (packing).
 #include <algorithm>
 #include <cmath>
-#include <random>
+#include <thread>
 
 #include "../vs-context.h"
 #include "../vs-graph.h"
@@ -25,6 +26,87 @@ constexpr int same_padding(int kernel, int dilation) {
 // where each tile's kernels cost their launches more than their memory, about 47 s.
 constexpr int64_t DEFAULT_DECODER_TILE = 256;
 constexpr int64_t DEVICE_DECODER_TILE  = 4096;
+
+// Off the CPU a batch's sentences share each stage's graphs (see packing), up to this many
+// tokens (slots included) a graph.
+constexpr int64_t PACK_TOKENS = 8192;
+
+// Sentences laid end to end along time with at least `gap` frames between neighbours, so
+// that a batch runs as one graph. Every convolution of a packed graph reads its input
+// masked (zero outside the sentences) and each gap is at least as wide as that
+// convolution's padding, so a sentence sees the zeros it sees alone. With `slots`, each
+// sentence starts a slot of the longest one's length plus the gap: [C, total] is then
+// [C, slot, n], which the encoder's attention takes as a batch. One sentence is laid out
+// as itself: no gaps, no masks.
+struct packing {
+    std::vector<int64_t> start, len;
+    int64_t              total = 0, slot = 0;
+
+    packing(const std::vector<int64_t> & lens, int64_t gap, bool slots = false) {
+        const int64_t longest = lens.empty() ? 0 : *std::max_element(lens.begin(), lens.end());
+        slot                  = lens.size() > 1 ? longest + gap : longest;
+        for (int64_t n : lens) {
+            total += start.empty() ? 0 : gap;
+            start.push_back(slots ? (int64_t) start.size() * slot : total);
+            len.push_back(n);
+            total = start.back() + n;
+        }
+        if (slots) {
+            total = (int64_t) lens.size() * slot;
+        }
+    }
+    bool packed() const { return start.size() > 1; }
+
+    // 1 on the sentences' samples (`rate` a frame) and 0 in the gaps, after `before` and
+    // followed by `after` zeros.
+    std::vector<float> mask(int64_t rate = 1, int64_t before = 0, int64_t after = 0) const {
+        std::vector<float> m((size_t) (before + total * rate + after), 0.0f);
+        for (size_t i = 0; i < start.size(); ++i) {
+            std::fill_n(m.begin() + before + start[i] * rate, len[i] * rate, 1.0f);
+        }
+        return m;
+    }
+
+    // Slots only: [slot, slot, 1, n] added to the attention scores of slot i: 0 for the
+    // keys of its sentence, -inf for the rest.
+    std::vector<float> key_mask() const {
+        std::vector<float> m((size_t) (slot * slot) * start.size(), -INFINITY);
+        for (size_t i = 0; i < start.size(); ++i) {
+            for (int64_t q = 0; q < slot; ++q) {
+                std::fill_n(m.begin() + ((int64_t) i * slot + q) * slot, len[i], 0.0f);
+            }
+        }
+        return m;
+    }
+
+    // Sentence i's columns of a packed [C, total] activation.
+    std::vector<float> slice(const std::vector<float> & x, int64_t C, size_t i) const {
+        return std::vector<float>(x.begin() + start[i] * C, x.begin() + (start[i] + len[i]) * C);
+    }
+};
+
+// Inputs of a graph under construction whose values are known now and set after allocation.
+struct host_inputs {
+    std::vector<std::pair<ggml_tensor *, std::vector<float>>> pending;
+
+    ggml_tensor * add(ggml_context * g, int64_t ne0, int64_t ne1, std::vector<float> values, int64_t ne2 = 1,
+                      int64_t ne3 = 1) {
+        ggml_tensor * t = ggml_new_tensor_4d(g, GGML_TYPE_F32, ne0, ne1, ne2, ne3);
+        ggml_set_input(t);
+        pending.emplace_back(t, std::move(values));
+        return t;
+    }
+    void set() const {
+        for (const auto & [t, v] : pending) {
+            ggml_backend_tensor_set(t, v.data(), 0, ggml_nbytes(t));
+        }
+    }
+};
+
+// x with the frames outside the sentences zeroed (x itself where nothing is packed).
+ggml_tensor * masked(ggml_context * g, ggml_tensor * x, ggml_tensor * mask) {
+    return mask ? ggml_mul(g, x, mask) : x;
+}
 
 struct piper_hparams {
     int                         sample_rate;
@@ -147,7 +229,11 @@ class piper_voice final : public voice {
     }
 
     std::vector<float> synthesize(vs_context & ctx, const std::vector<int32_t> & ids, const vs_synth_params & p,
-                                  int chunk) override;
+                                  int chunk) override {
+        return synthesize_batch(ctx, { ids }, p, chunk)[0];
+    }
+    std::vector<std::vector<float>> synthesize_batch(vs_context & ctx, const std::vector<std::vector<int32_t>> & ids,
+                                                     const vs_synth_params & p, int first_chunk) override;
 
   private:
     piper_hparams hp_;
@@ -180,21 +266,43 @@ class piper_voice final : public voice {
         return ids;
     }
 
-    ggml_tensor * attention(vs_context & c, ggml_context * g, ggml_tensor * x, int il) const;
-    ggml_tensor * dds_conv(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * cond,
-                           const std::string & prefix) const;
-    ggml_tensor * spline_inverse(ggml_context * g, ggml_tensor * x, ggml_tensor * h, const spline_consts & k) const;
-    ggml_tensor * wavenet(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & prefix) const;
+    // One sentence's state through the stages.
+    struct job {
+        std::vector<int32_t> ids;
+        uint64_t             key;  // its noise's streams: its audio does not depend on the other chunks
+        std::vector<float>   m_p, logs_p, logw, z, audio;
+        std::vector<int32_t> frame_to_token;
+    };
+    // Jobs [first, last) through every stage, in shared graphs where they are packed.
+    void run_group(vs_context & c, std::vector<job> & jobs, size_t first, size_t last, const vs_synth_params & p,
+                   int first_chunk);
+    void decode(vs_context & c, std::vector<job> & jobs, size_t first, size_t last, int64_t tile);
 
-    void               run_encoder(vs_context & c, const std::vector<int32_t> & ids, std::vector<float> & hidden,
-                                   std::vector<float> & m_p, std::vector<float> & logs_p);
-    std::vector<float> run_duration(vs_context & c, const std::vector<float> & hidden, int64_t T,
+    // Gaps between packed sentences: the widest padding of any convolution over tokens,
+    // over latent frames in the flow, and in the decoder (in latent frames, at every rate).
+    int64_t token_gap() const;
+    int64_t flow_gap() const;
+    int64_t decoder_gap() const;
+
+    ggml_tensor * attention(vs_context & c, ggml_context * g, ggml_tensor * x, int il, int64_t n,
+                            ggml_tensor * kq_mask) const;
+    ggml_tensor * dds_conv(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * cond,
+                           const std::string & prefix, ggml_tensor * mask) const;
+    ggml_tensor * spline_inverse(ggml_context * g, ggml_tensor * x, ggml_tensor * h, const spline_consts & k) const;
+    ggml_tensor * wavenet(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & prefix,
+                          ggml_tensor * mask) const;
+
+    // Each stage over packed sentences (pk); activations [C, pk.total].
+    void run_encoder(vs_context & c, const std::vector<int32_t> & ids, const packing & pk, std::vector<float> & hidden,
+                     std::vector<float> & m_p, std::vector<float> & logs_p);
+    std::vector<float> run_duration(vs_context & c, const std::vector<float> & hidden, const packing & pk,
                                     const std::vector<float> & noise);
+    // frame_to_token: each packed frame's packed token (T of them); pk packs the frames.
     std::vector<float> run_flow(vs_context & c, const std::vector<float> & m_p, const std::vector<float> & logs_p,
                                 const std::vector<int32_t> & frame_to_token, const std::vector<float> & noise,
-                                float noise_scale, int64_t T);
-    std::vector<float> run_decoder(vs_context & c, const std::vector<float> & z, int64_t F);
-    // The decoder over [0, F) in tiles of at most `tile` frames plus a halo on each side.
+                                float noise_scale, int64_t T, const packing & pk);
+    std::vector<float> run_decoder(vs_context & c, const std::vector<float> & z, const packing & pk);
+    // The decoder over one sentence's [0, F) in tiles of at most `tile` frames plus a halo on each side.
     std::vector<float> run_decoder_tiled(vs_context & c, const std::vector<float> & z, int64_t F, int64_t tile);
     int64_t            decoder_halo_frames() const;
 };
@@ -233,38 +341,48 @@ ggml_tensor * relative_embeddings(ggml_context * g, ggml_tensor * emb, int windo
     return ggml_cont(g, ggml_view_2d(g, e, d, 2 * T - 1, e->nb[1], (size_t) (-pad) * e->nb[1]));
 }
 
-ggml_tensor * piper_voice::attention(vs_context & c, ggml_context * g, ggml_tensor * x, int il) const {
+// Over n sentences in slots (x [C, S * n], see packing; kq_mask [S, S, 1, n]) or one (n = 1,
+// no mask): each slot is a batch item of the attention.
+ggml_tensor * piper_voice::attention(vs_context & c, ggml_context * g, ggml_tensor * x, int il, int64_t n,
+                                     ggml_tensor * kq_mask) const {
     const std::string pre = "enc_p.encoder.attn_layers." + std::to_string(il) + ".";
-    const int64_t     T = x->ne[1], H = hp_.n_heads, d = hp_.hidden / hp_.n_heads;
+    const int64_t     S = x->ne[1] / n, H = hp_.n_heads, d = hp_.hidden / hp_.n_heads;
 
     ggml_tensor * q = conv1d(g, x, c.w(pre + "conv_q.weight"), c.w(pre + "conv_q.bias"), 1, 0);
     ggml_tensor * k = conv1d(g, x, c.w(pre + "conv_k.weight"), c.w(pre + "conv_k.bias"), 1, 0);
     ggml_tensor * v = conv1d(g, x, c.w(pre + "conv_v.weight"), c.w(pre + "conv_v.bias"), 1, 0);
     q               = ggml_scale(g, q, 1.0f / std::sqrt((float) d));
 
-    q = ggml_cont(g, ggml_permute(g, ggml_reshape_3d(g, q, d, H, T), 0, 2, 1, 3));  // [d, T, H]
-    k = ggml_cont(g, ggml_permute(g, ggml_reshape_3d(g, k, d, H, T), 0, 2, 1, 3));  // [d, T, H]
-    v = ggml_cont(g, ggml_permute(g, ggml_reshape_3d(g, v, d, H, T), 1, 2, 0, 3));  // [T, d, H]
+    q = ggml_cont(g, ggml_permute(g, ggml_reshape_4d(g, q, d, H, S, n), 0, 2, 1, 3));  // [d, S, H, n]
+    k = ggml_cont(g, ggml_permute(g, ggml_reshape_4d(g, k, d, H, S, n), 0, 2, 1, 3));  // [d, S, H, n]
+    v = ggml_cont(g, ggml_permute(g, ggml_reshape_4d(g, v, d, H, S, n), 1, 2, 0, 3));  // [S, d, H, n]
 
-    ggml_tensor * scores = ggml_mul_mat(g, k, q);  // [Tk, Tq, H]
-    ggml_tensor * rel_k  = relative_embeddings(g, c.w(pre + "emb_rel_k"), hp_.window, T);
-    scores               = ggml_add(g, scores, relative_to_absolute(g, ggml_mul_mat(g, rel_k, q)));
-    ggml_tensor * attn   = ggml_soft_max(g, scores);
+    ggml_tensor * scores = ggml_mul_mat(g, k, q);  // [Sk, Sq, H, n]
+    ggml_tensor * rel_k  = relative_embeddings(g, c.w(pre + "emb_rel_k"), hp_.window, S);
+    ggml_tensor * rel    = ggml_reshape_3d(g, ggml_mul_mat(g, rel_k, q), 2 * S - 1, S, H * n);
+    scores               = ggml_add(g, scores, ggml_reshape_4d(g, relative_to_absolute(g, rel), S, S, H, n));
+    ggml_tensor * attn   = ggml_soft_max_ext(g, scores, kq_mask, 1.0f, 0.0f);
     ggml_set_name(attn, ("attn_weights." + std::to_string(il)).c_str());
 
-    ggml_tensor * out   = ggml_mul_mat(g, v, attn);  // [d, Tq, H]
-    ggml_tensor * rel_v = relative_embeddings(g, c.w(pre + "emb_rel_v"), hp_.window, T);
-    rel_v               = ggml_cont(g, ggml_transpose(g, rel_v));  // [2T-1, d]
-    out                 = ggml_add(g, out, ggml_mul_mat(g, rel_v, absolute_to_relative(g, attn)));
-    out                 = ggml_reshape_2d(g, ggml_cont(g, ggml_permute(g, out, 0, 2, 1, 3)), hp_.hidden, T);  // [C, T]
+    ggml_tensor * out   = ggml_mul_mat(g, v, attn);  // [d, Sq, H, n]
+    ggml_tensor * rel_v = relative_embeddings(g, c.w(pre + "emb_rel_v"), hp_.window, S);
+    rel_v               = ggml_cont(g, ggml_transpose(g, rel_v));  // [2S-1, d]
+    ggml_tensor * a_rel = absolute_to_relative(g, ggml_reshape_3d(g, attn, S, S, H * n));
+    out                 = ggml_add(g, out, ggml_reshape_4d(g, ggml_mul_mat(g, rel_v, a_rel), d, S, H, n));
+    out = ggml_reshape_2d(g, ggml_cont(g, ggml_permute(g, out, 0, 2, 1, 3)), hp_.hidden, S * n);  // [C, S * n]
     return conv1d(g, out, c.w(pre + "conv_o.weight"), c.w(pre + "conv_o.bias"), 1, 0);
 }
 
-void piper_voice::run_encoder(vs_context & c, const std::vector<int32_t> & ids, std::vector<float> & hidden,
-                              std::vector<float> & m_p, std::vector<float> & logs_p) {
+void piper_voice::run_encoder(vs_context & c, const std::vector<int32_t> & ids, const packing & pk,
+                              std::vector<float> & hidden, std::vector<float> & m_p, std::vector<float> & logs_p) {
     const int64_t  T  = (int64_t) ids.size();
     auto           gb = c.new_graph();
     ggml_context * g  = gb.ctx.get();
+    host_inputs    in;
+    ggml_tensor *  mask = pk.packed() ? in.add(g, 1, T, pk.mask()) : nullptr;
+    const int64_t  n    = (int64_t) pk.start.size();
+    GGML_ASSERT(pk.slot * n == T);
+    ggml_tensor * kq_mask = pk.packed() ? in.add(g, pk.slot, pk.slot, pk.key_mask(), 1, n) : nullptr;
 
     ggml_tensor * tokens = ggml_new_tensor_1d(g, GGML_TYPE_I32, T);
     ggml_set_name(tokens, "tokens");
@@ -275,13 +393,14 @@ void piper_voice::run_encoder(vs_context & c, const std::vector<int32_t> & ids, 
     const int pad   = hp_.ffn_kernel / 2;
     for (int il = 0; il < hp_.n_layers; ++il) {
         const std::string l = std::to_string(il);
-        x = layer_norm(g, ggml_add(g, x, attention(c, g, x, il)), c.w("enc_p.encoder.norm_layers_1." + l + ".gamma"),
-                       c.w("enc_p.encoder.norm_layers_1." + l + ".beta"), 1e-5f);
+        x                   = layer_norm(g, ggml_add(g, x, attention(c, g, x, il, n, kq_mask)),
+                                         c.w("enc_p.encoder.norm_layers_1." + l + ".gamma"),
+                                         c.w("enc_p.encoder.norm_layers_1." + l + ".beta"), 1e-5f);
         const std::string f = "enc_p.encoder.ffn_layers." + l + ".";
-        ggml_tensor *     y = conv1d(g, x, c.w(f + "conv_1.weight"), c.w(f + "conv_1.bias"), 1, pad);
-        y                   = conv1d(g, ggml_relu(g, y), c.w(f + "conv_2.weight"), c.w(f + "conv_2.bias"), 1, pad);
-        x                   = layer_norm(g, ggml_add(g, x, y), c.w("enc_p.encoder.norm_layers_2." + l + ".gamma"),
-                                         c.w("enc_p.encoder.norm_layers_2." + l + ".beta"), 1e-5f);
+        ggml_tensor *     y = conv1d(g, masked(g, x, mask), c.w(f + "conv_1.weight"), c.w(f + "conv_1.bias"), 1, pad);
+        y = conv1d(g, masked(g, ggml_relu(g, y), mask), c.w(f + "conv_2.weight"), c.w(f + "conv_2.bias"), 1, pad);
+        x = layer_norm(g, ggml_add(g, x, y), c.w("enc_p.encoder.norm_layers_2." + l + ".gamma"),
+                       c.w("enc_p.encoder.norm_layers_2." + l + ".beta"), 1e-5f);
     }
     ggml_set_name(x, "enc_hidden");
     ggml_set_output(x);
@@ -298,6 +417,7 @@ void piper_voice::run_encoder(vs_context & c, const std::vector<int32_t> & ids, 
 
     c.alloc(VS_STAGE_ENCODER, gb.gf);
     ggml_backend_tensor_set(tokens, ids.data(), 0, ggml_nbytes(tokens));
+    in.set();
     c.compute(gb.gf);
     hidden.resize(ggml_nelements(x));
     m_p.resize(ggml_nelements(m));
@@ -308,7 +428,7 @@ void piper_voice::run_encoder(vs_context & c, const std::vector<int32_t> & ids, 
 }
 
 ggml_tensor * piper_voice::dds_conv(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * cond,
-                                    const std::string & prefix) const {
+                                    const std::string & prefix, ggml_tensor * mask) const {
     if (cond) {
         x = ggml_add(g, x, cond);
     }
@@ -316,7 +436,7 @@ ggml_tensor * piper_voice::dds_conv(vs_context & c, ggml_context * g, ggml_tenso
     for (int i = 0; i < hp_.dp_layers; ++i, dilation *= hp_.dp_kernel) {
         const std::string l   = std::to_string(i);
         const int         pad = (hp_.dp_kernel * dilation - dilation) / 2;
-        ggml_tensor *     y   = conv1d_depthwise(g, x, c.w(prefix + "convs_sep." + l + ".weight"),
+        ggml_tensor *     y   = conv1d_depthwise(g, masked(g, x, mask), c.w(prefix + "convs_sep." + l + ".weight"),
                                                  c.w(prefix + "convs_sep." + l + ".bias"), dilation, pad);
         y                     = ggml_gelu_erf(g, layer_norm(g, y, c.w(prefix + "norms_1." + l + ".gamma"),
                                                             c.w(prefix + "norms_1." + l + ".beta"), 1e-5f));
@@ -380,11 +500,14 @@ ggml_tensor * piper_voice::spline_inverse(ggml_context * g, ggml_tensor * x, ggm
     return ggml_add(g, x, ggml_mul(g, inside, ggml_sub(g, y, x)));
 }
 
-std::vector<float> piper_voice::run_duration(vs_context & c, const std::vector<float> & hidden, int64_t T,
+std::vector<float> piper_voice::run_duration(vs_context & c, const std::vector<float> & hidden, const packing & pk,
                                              const std::vector<float> & noise) {
+    const int64_t  T    = pk.total;
     auto           gb   = c.new_graph();
     ggml_context * g    = gb.ctx.get();
     const int      bins = hp_.dp_bins;
+    host_inputs    in;
+    ggml_tensor *  mask = pk.packed() ? in.add(g, 1, T, pk.mask()) : nullptr;
 
     ggml_tensor * x_in = ggml_new_tensor_2d(g, GGML_TYPE_F32, hp_.hidden, T);
     ggml_set_name(x_in, "enc_hidden");
@@ -402,7 +525,7 @@ std::vector<float> piper_voice::run_duration(vs_context & c, const std::vector<f
     }
 
     ggml_tensor * cond = conv1d(g, x_in, c.w("dp.pre.weight"), c.w("dp.pre.bias"), 1, 0);
-    cond               = dds_conv(c, g, cond, nullptr, "dp.convs.");
+    cond               = dds_conv(c, g, cond, nullptr, "dp.convs.", mask);
     cond               = conv1d(g, cond, c.w("dp.proj.weight"), c.w("dp.proj.bias"), 1, 0);
 
     // z0, z1: [1, T] each.
@@ -412,7 +535,7 @@ std::vector<float> piper_voice::run_duration(vs_context & c, const std::vector<f
     for (auto it = hp_.dp_flow_ids.rbegin(); it != hp_.dp_flow_ids.rend(); ++it) {
         const std::string f = "dp.flows." + std::to_string(*it) + ".";
         ggml_tensor *     h = conv1d(g, z0, c.w(f + "pre.weight"), c.w(f + "pre.bias"), 1, 0);
-        h                   = dds_conv(c, g, h, cond, f + "convs.");
+        h                   = dds_conv(c, g, h, cond, f + "convs.", mask);
         h                   = conv1d(g, h, c.w(f + "proj.weight"), c.w(f + "proj.bias"), 1, 0);  // [3*bins-1, T]
         z1                  = spline_inverse(g, z1, h, k);
         std::swap(z0, z1);
@@ -428,6 +551,7 @@ std::vector<float> piper_voice::run_duration(vs_context & c, const std::vector<f
     c.alloc(VS_STAGE_DURATION, gb.gf);
     ggml_backend_tensor_set(x_in, hidden.data(), 0, ggml_nbytes(x_in));
     ggml_backend_tensor_set(z_in, noise.data(), 0, ggml_nbytes(z_in));
+    in.set();
     std::vector<float> cumsum((bins + 1) * bins, 0.0f), diff((bins + 1) * bins, 0.0f), ends(bins + 1, 0.0f),
         last(bins + 1, 0.0f);
     for (int j = 0; j <= bins; ++j) {
@@ -451,14 +575,14 @@ std::vector<float> piper_voice::run_duration(vs_context & c, const std::vector<f
     return out;
 }
 
-ggml_tensor * piper_voice::wavenet(vs_context & c, ggml_context * g, ggml_tensor * x,
-                                   const std::string & prefix) const {
+ggml_tensor * piper_voice::wavenet(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & prefix,
+                                   ggml_tensor * mask) const {
     ggml_tensor * out      = nullptr;
     int           dilation = 1;
     for (int i = 0; i < hp_.wn_layers; ++i, dilation *= hp_.wn_dilation_rate) {
         const std::string l    = std::to_string(i);
         const int         pad  = (hp_.wn_kernel * dilation - dilation) / 2;
-        ggml_tensor *     x_in = conv1d(g, x, c.w(prefix + "in_layers." + l + ".weight"),
+        ggml_tensor *     x_in = conv1d(g, masked(g, x, mask), c.w(prefix + "in_layers." + l + ".weight"),
                                         c.w(prefix + "in_layers." + l + ".bias"), dilation, pad);  // [2H, T]
         ggml_tensor *     acts = ggml_mul(g, ggml_tanh(g, channels(g, x_in, 0, hp_.hidden)),
                                           ggml_sigmoid(g, channels(g, x_in, hp_.hidden, hp_.hidden)));
@@ -477,10 +601,13 @@ ggml_tensor * piper_voice::wavenet(vs_context & c, ggml_context * g, ggml_tensor
 
 std::vector<float> piper_voice::run_flow(vs_context & c, const std::vector<float> & m_p,
                                          const std::vector<float> & logs_p, const std::vector<int32_t> & frame_to_token,
-                                         const std::vector<float> & noise, float noise_scale, int64_t T) {
+                                         const std::vector<float> & noise, float noise_scale, int64_t T,
+                                         const packing & pk) {
     const int64_t  F = (int64_t) frame_to_token.size(), C = hp_.inter, half = C / 2;
     auto           gb = c.new_graph();
     ggml_context * g  = gb.ctx.get();
+    host_inputs    in;
+    ggml_tensor *  mask = pk.packed() ? in.add(g, 1, F, pk.mask()) : nullptr;
 
     ggml_tensor * m_in    = ggml_new_tensor_2d(g, GGML_TYPE_F32, C, T);
     ggml_tensor * logs_in = ggml_new_tensor_2d(g, GGML_TYPE_F32, C, T);
@@ -502,7 +629,7 @@ std::vector<float> piper_voice::run_flow(vs_context & c, const std::vector<float
         ggml_tensor * x0    = channels(g, z, 0, half);
         ggml_tensor * x1    = channels(g, z, half, half);
         ggml_tensor * h     = conv1d(g, x0, c.w(f + "pre.weight"), c.w(f + "pre.bias"), 1, 0);
-        h                   = wavenet(c, g, h, f + "enc.");
+        h                   = wavenet(c, g, h, f + "enc.", mask);
         ggml_tensor * mean  = conv1d(g, h, c.w(f + "post.weight"), c.w(f + "post.bias"), 1, 0);
         z                   = ggml_concat(g, x0, ggml_sub(g, x1, mean), 0);
     }
@@ -520,21 +647,29 @@ std::vector<float> piper_voice::run_flow(vs_context & c, const std::vector<float
         rev_idx[i] = (int32_t) (C - 1 - i);
     }
     ggml_backend_tensor_set(rev, rev_idx.data(), 0, ggml_nbytes(rev));
+    in.set();
     c.compute(gb.gf);
     std::vector<float> out(ggml_nelements(z));
     ggml_backend_tensor_get(z, out.data(), 0, ggml_nbytes(z));
     return out;
 }
 
-std::vector<float> piper_voice::run_decoder(vs_context & c, const std::vector<float> & z, int64_t F) {
+std::vector<float> piper_voice::run_decoder(vs_context & c, const std::vector<float> & z, const packing & pk) {
+    const int64_t  F  = pk.total;
     auto           gb = c.new_graph();
     ggml_context * g  = gb.ctx.get();
+    host_inputs    in;
+    // Packed, each rate has its mask: 1 on the sentences' samples, 0 in the gaps and margins.
+    auto mask_at = [&](int64_t rate, int64_t before, int64_t after) {
+        return pk.packed() ? in.add(g, 1, before + F * rate + after, pk.mask(rate, before, after)) : nullptr;
+    };
 
     ggml_tensor * z_in = ggml_new_tensor_2d(g, GGML_TYPE_F32, hp_.inter, F);
     ggml_set_name(z_in, "z");
     ggml_set_input(z_in);
     ggml_tensor * x = conv1d(g, z_in, c.w("dec.conv_pre.weight"), c.w("dec.conv_pre.bias"), 1, hp_.dec_kernel_pre / 2);
-    const int     n_kernels = (int) hp_.res_kernels.size();
+    x               = masked(g, x, mask_at(1, 0, 0));
+    const int n_kernels = (int) hp_.res_kernels.size();
     // Each stage keeps its signal between zero margins, so the residual blocks read their
     // padded input as views and add their output back in place: no per-convolution pad.
     int64_t margin = 0;
@@ -564,8 +699,11 @@ std::vector<float> piper_voice::run_decoder(vs_context & c, const std::vector<fl
                                                 (hp_.ups_kernels[i] - s) / 2, margin, after);
         // x: [C, margin + T + after]
         GGML_ASSERT(x->ne[1] == margin + T + after);
-        const size_t  fb = x->nb[1];
-        ggml_tensor * xs = nullptr;
+        ggml_tensor * mask  = mask_at(T / F, margin, after);
+        x                   = masked(g, x, mask);
+        ggml_tensor * inner = mask ? ggml_view_2d(g, mask, 1, T, mask->nb[1], margin * mask->nb[1]) : nullptr;
+        const size_t  fb    = x->nb[1];
+        ggml_tensor * xs    = nullptr;
         for (int j = 0; j < n_kernels; ++j) {
             const std::string r  = "dec.resblocks." + std::to_string(i * n_kernels + j) + ".convs.";
             ggml_tensor *     rb = x;
@@ -575,6 +713,7 @@ std::vector<float> piper_voice::run_decoder(vs_context & c, const std::vector<fl
                 ggml_tensor *     y =
                     conv1d_window(g, ggml_leaky_relu(g, rb, 0.1f, false), margin - same_padding(hp_.res_kernels[j], d),
                                   T, c.w(w + "weight"), c.w(w + "bias"), d);  // [C, T]
+                y = masked(g, y, inner);
                 // rb += y over the signal frames; the margins stay zero.
                 rb = rb == x ? ggml_acc(g, rb, y, fb, ggml_nbytes(rb), ggml_nbytes(rb), margin * fb)
                              : ggml_acc_inplace(g, rb, y, fb, ggml_nbytes(rb), ggml_nbytes(rb), margin * fb);
@@ -596,19 +735,52 @@ std::vector<float> piper_voice::run_decoder(vs_context & c, const std::vector<fl
 
     c.alloc(VS_STAGE_DECODER, gb.gf);
     ggml_backend_tensor_set(z_in, z.data(), 0, ggml_nbytes(z_in));
+    in.set();
     c.compute(gb.gf);
     std::vector<float> audio(ggml_nelements(x));
     ggml_backend_tensor_get(x, audio.data(), 0, ggml_nbytes(x));
     return audio;
 }
 
-std::vector<float> gaussian(std::mt19937_64 & rng, size_t n) {
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    std::vector<float>              out(n);
-    for (float & v : out) {
-        v = dist(rng);
+uint64_t mix64(uint64_t z) {  // splitmix64's finalizer
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// Standard normal noise: value i of stream `key` depends on nothing else (a counter-based
+// generator, Box-Muller over one hash a pair), so long runs are drawn on several threads
+// and a stage that scales its noise by zero draws none, changing nothing after it.
+void gaussian_fill(uint64_t key, float * out, size_t n, float scale, int n_threads) {
+    auto pairs = [&](size_t p0, size_t p1) {
+        for (size_t p = p0; p < p1; ++p) {
+            const uint64_t h  = mix64(key ^ mix64(p));
+            const float    u1 = (float) ((h >> 40) + 1) * (1.0f / 16777216.0f);  // (0, 1]
+            const float    u2 = (float) (h & 0xFFFFFF) * (1.0f / 16777216.0f);   // [0, 1)
+            const float    r  = scale * std::sqrt(-2.0f * std::log(u1));
+            const float    th = 6.28318530718f * u2;
+            out[2 * p]        = r * std::cos(th);
+            if (2 * p + 1 < n) {
+                out[2 * p + 1] = r * std::sin(th);
+            }
+        }
+    };
+    const size_t n_pairs = (n + 1) / 2;
+    const size_t parts   = std::min<size_t>((size_t) std::max(1, n_threads), n_pairs / 16384 + 1);
+    if (parts <= 1) {
+        pairs(0, n_pairs);
+        return;
     }
-    return out;
+    std::vector<std::thread> workers;
+    const size_t             per = (n_pairs + parts - 1) / parts;
+    for (size_t k = 1; k < parts; ++k) {
+        workers.emplace_back(pairs, std::min(n_pairs, k * per), std::min(n_pairs, (k + 1) * per));
+    }
+    pairs(0, std::min(n_pairs, per));
+    for (auto & w : workers) {
+        w.join();
+    }
 }
 
 // The frames each output frame of the decoder depends on, on either side: the kernel
@@ -640,7 +812,7 @@ std::vector<float> piper_voice::run_decoder_tiled(vs_context & c, const std::vec
     const int64_t halo = decoder_halo_frames();
     tile               = std::max<int64_t>(tile, 4 * halo);  // tiles much smaller than their halo waste work
     if (F <= tile) {
-        return run_decoder(c, z, F);
+        return run_decoder(c, z, packing({ F }, 0));
     }
     int64_t hop = 1;
     for (int s : hp_.ups_rates) {
@@ -653,59 +825,202 @@ std::vector<float> piper_voice::run_decoder_tiled(vs_context & c, const std::vec
         const int64_t      f1 = std::min(F, f0 + tile);
         const int64_t      a = std::max<int64_t>(0, f0 - halo), b = std::min(F, f1 + halo);
         std::vector<float> part(z.begin() + a * hp_.inter, z.begin() + b * hp_.inter);
-        std::vector<float> out = run_decoder(c, part, b - a);
+        std::vector<float> out = run_decoder(c, part, packing({ b - a }, 0));
         // Keep the frames this tile owns; its halo was computed only to feed them.
         audio.insert(audio.end(), out.begin() + (f0 - a) * hop, out.begin() + (f1 - a) * hop);
     }
     return audio;
 }
 
-std::vector<float> piper_voice::synthesize(vs_context & c, const std::vector<int32_t> & ids, const vs_synth_params & p,
-                                           int chunk) {
-    const float   noise_scale  = p.noise_scale < 0 ? hp_.noise_scale : p.noise_scale;
-    const float   length_scale = p.length_scale <= 0 ? hp_.length_scale : p.length_scale;
-    const float   noise_w      = p.noise_w < 0 ? hp_.noise_w : p.noise_w;
-    const int64_t T            = (int64_t) ids.size();
-    // One stream per chunk so that a chunk's audio does not depend on the ones before it.
-    std::mt19937_64 rng(p.seed * 0x9E3779B97F4A7C15ull + (uint64_t) chunk);
+int64_t piper_voice::token_gap() const {
+    int64_t gap = hp_.ffn_kernel / 2;
+    for (int i = 0, d = 1; i < hp_.dp_layers; ++i, d *= hp_.dp_kernel) {
+        gap = std::max<int64_t>(gap, same_padding(hp_.dp_kernel, d));
+    }
+    return std::max<int64_t>(gap, 1);
+}
 
-    auto stage = [&](int id, auto && fn) { c.timed_stage(id, chunk, p, fn); };
+int64_t piper_voice::flow_gap() const {
+    int64_t gap = 1;
+    for (int i = 0, d = 1; i < hp_.wn_layers; ++i, d *= hp_.wn_dilation_rate) {
+        gap = std::max<int64_t>(gap, same_padding(hp_.wn_kernel, d));
+    }
+    return gap;
+}
 
-    std::vector<float>   hidden, m_p, logs_p, logw, z, audio;
-    std::vector<int32_t> frame_to_token;
-    stage(VS_STAGE_ENCODER, [&] { run_encoder(c, ids, hidden, m_p, logs_p); });
-    stage(VS_STAGE_DURATION, [&] {
-        std::vector<float> noise = gaussian(rng, 2 * T);
-        for (float & v : noise) {
-            v *= noise_w;
+int64_t piper_voice::decoder_gap() const {
+    int64_t widest = 0;
+    for (size_t j = 0; j < hp_.res_kernels.size(); ++j) {
+        for (int cv = 0; cv < hp_.res_convs; ++cv) {
+            widest =
+                std::max<int64_t>(widest, same_padding(hp_.res_kernels[j], hp_.res_dilations[j * hp_.res_convs + cv]));
         }
-        logw = run_duration(c, hidden, T, noise);
-        for (int64_t t = 0; t < T; ++t) {
-            const int frames = (int) std::ceil(std::exp(logw[t]) * length_scale);
-            for (int k = 0; k < frames; ++k) {
-                frame_to_token.push_back((int32_t) t);
+    }
+    // A transposed convolution reads one input frame either side: at least one frame.
+    int64_t gap = std::max(1, hp_.dec_kernel_pre / 2), rate = 1;
+    for (int s : hp_.ups_rates) {
+        rate *= s;
+        gap = std::max(gap, (widest + rate - 1) / rate);
+    }
+    return std::max<int64_t>(gap, (hp_.dec_kernel_post / 2 + rate - 1) / rate);
+}
+
+std::vector<std::vector<float>> piper_voice::synthesize_batch(vs_context &                              c,
+                                                              const std::vector<std::vector<int32_t>> & ids,
+                                                              const vs_synth_params & p, int first_chunk) {
+    std::vector<job> jobs(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+        jobs[i].ids = ids[i];
+        jobs[i].key = mix64(p.seed * 0x9E3779B97F4A7C15ull + (uint64_t) (first_chunk + (int) i));
+    }
+    // Off the CPU, where a stage costs its kernel launches more than its arithmetic, the
+    // sentences share graphs (packing, a slot of the longest one's length each); on the CPU
+    // each has its own.
+    const int64_t gap = token_gap();
+    for (size_t first = 0; first < jobs.size();) {
+        size_t  last    = first + 1;
+        int64_t longest = (int64_t) jobs[first].ids.size();
+        while (c.device_graphs && last < jobs.size()) {
+            const int64_t l = std::max(longest, (int64_t) jobs[last].ids.size());
+            if ((int64_t) (last + 1 - first) * (l + gap) > PACK_TOKENS) {
+                break;
+            }
+            longest = l;
+            ++last;
+        }
+        run_group(c, jobs, first, last, p, first_chunk);
+        first = last;
+    }
+
+    std::vector<std::vector<float>> audio;
+    for (auto & j : jobs) {
+        c.timings.n_phoneme_ids += (int32_t) j.ids.size();
+        c.timings.n_frames += (int32_t) j.frame_to_token.size();
+        audio.push_back(std::move(j.audio));
+    }
+    // The named intermediates are the last chunk's.
+    job &         j = jobs.back();
+    const int64_t T = (int64_t) j.ids.size(), F = (int64_t) j.frame_to_token.size();
+    c.set_output("m_p", std::move(j.m_p), T, hp_.inter);
+    c.set_output("logs_p", std::move(j.logs_p), T, hp_.inter);
+    c.set_output("logw", std::move(j.logw), T, 1);
+    c.set_output("z", std::move(j.z), F, hp_.inter);
+    return audio;
+}
+
+void piper_voice::run_group(vs_context & c, std::vector<job> & jobs, size_t first, size_t last,
+                            const vs_synth_params & p, int first_chunk) {
+    const float  noise_scale  = p.noise_scale < 0 ? hp_.noise_scale : p.noise_scale;
+    const float  length_scale = p.length_scale <= 0 ? hp_.length_scale : p.length_scale;
+    const float  noise_w      = p.noise_w < 0 ? hp_.noise_w : p.noise_w;
+    const size_t n            = last - first;
+    auto         stage        = [&](int id, auto && fn) { c.timed_stage(id, first_chunk + (int) first, p, fn); };
+
+    std::vector<int64_t> lens;
+    for (size_t i = first; i < last; ++i) {
+        lens.push_back((int64_t) jobs[i].ids.size());
+    }
+    const packing        tok(lens, token_gap(), true);
+    std::vector<int32_t> ids((size_t) tok.total, hp_.phoneme_ids.at(U'_'));  // the gaps' tokens are masked
+    for (size_t i = 0; i < n; ++i) {
+        std::copy(jobs[first + i].ids.begin(), jobs[first + i].ids.end(), ids.begin() + tok.start[i]);
+    }
+
+    std::vector<float> hidden, m_p, logs_p;
+    stage(VS_STAGE_ENCODER, [&] { run_encoder(c, ids, tok, hidden, m_p, logs_p); });
+    stage(VS_STAGE_DURATION, [&] {
+        std::vector<float> noise((size_t) (2 * tok.total), 0.0f);  // [T, 2]: a row a channel
+        for (size_t i = 0; noise_w != 0.0f && i < n; ++i) {
+            for (int64_t ch = 0; ch < 2; ++ch) {
+                gaussian_fill(mix64(jobs[first + i].key ^ (uint64_t) (1 + ch)),
+                              noise.data() + ch * tok.total + tok.start[i], (size_t) tok.len[i], noise_w, 1);
             }
         }
-        if (frame_to_token.empty()) {
-            frame_to_token.push_back(0);  // the reference clamps the length to one frame
+        const std::vector<float> logw = run_duration(c, hidden, tok, noise);
+        for (size_t i = 0; i < n; ++i) {
+            job & j = jobs[first + i];
+            j.logw  = tok.slice(logw, 1, i);
+            for (int64_t t = 0; t < tok.len[i]; ++t) {
+                const int frames = (int) std::ceil(std::exp(j.logw[t]) * length_scale);
+                for (int k = 0; k < frames; ++k) {
+                    j.frame_to_token.push_back((int32_t) t);
+                }
+            }
+            if (j.frame_to_token.empty()) {
+                j.frame_to_token.push_back(0);  // the reference clamps the length to one frame
+            }
         }
     });
-    const int64_t F = (int64_t) frame_to_token.size();
     stage(VS_STAGE_FLOW, [&] {
-        z = run_flow(c, m_p, logs_p, frame_to_token, gaussian(rng, (size_t) (hp_.inter * F)), noise_scale, T);
+        const int64_t        C = hp_.inter;
+        std::vector<int64_t> frames_of;
+        for (size_t i = first; i < last; ++i) {
+            frames_of.push_back((int64_t) jobs[i].frame_to_token.size());
+        }
+        const packing        frm(frames_of, flow_gap());
+        std::vector<int32_t> frame_to_token((size_t) frm.total, 0);  // gap frames are masked
+        std::vector<float>   eps((size_t) (C * frm.total), 0.0f);
+        for (size_t i = 0; i < n; ++i) {
+            const job & j = jobs[first + i];
+            for (int64_t f = 0; f < frm.len[i]; ++f) {
+                frame_to_token[frm.start[i] + f] = (int32_t) tok.start[i] + j.frame_to_token[f];
+            }
+            if (noise_scale != 0.0f) {  // else z is the means: no noise to draw
+                gaussian_fill(mix64(j.key ^ 3u), eps.data() + frm.start[i] * C, (size_t) (C * frm.len[i]), 1.0f,
+                              c.n_threads);
+            }
+        }
+        const std::vector<float> z = run_flow(c, m_p, logs_p, frame_to_token, eps, noise_scale, tok.total, frm);
+        for (size_t i = 0; i < n; ++i) {
+            jobs[first + i].z = frm.slice(z, C, i);
+        }
     });
+    for (size_t i = 0; i < n; ++i) {
+        jobs[first + i].m_p    = tok.slice(m_p, hp_.inter, i);
+        jobs[first + i].logs_p = tok.slice(logs_p, hp_.inter, i);
+    }
     const int64_t tile = p.decoder_tile_frames != 0 ? p.decoder_tile_frames
                          : c.device_graphs          ? DEVICE_DECODER_TILE
                                                     : DEFAULT_DECODER_TILE;
-    stage(VS_STAGE_DECODER, [&] { audio = tile < 0 ? run_decoder(c, z, F) : run_decoder_tiled(c, z, F, tile); });
+    stage(VS_STAGE_DECODER, [&] { decode(c, jobs, first, last, tile); });
+}
 
-    c.timings.n_phoneme_ids += (int32_t) T;
-    c.timings.n_frames += (int32_t) F;
-    c.set_output("m_p", std::move(m_p), T, hp_.inter);
-    c.set_output("logs_p", std::move(logs_p), T, hp_.inter);
-    c.set_output("logw", std::move(logw), T, 1);
-    c.set_output("z", std::move(z), F, hp_.inter);
-    return audio;
+// Sentences that fit a tile share one (packed); a longer one goes alone, in tiles.
+void piper_voice::decode(vs_context & c, std::vector<job> & jobs, size_t first, size_t last, int64_t tile) {
+    const int64_t C = hp_.inter, gap = decoder_gap();
+    int64_t       hop = 1;
+    for (int s : hp_.ups_rates) {
+        hop *= s;
+    }
+    auto frames = [&](size_t i) { return (int64_t) jobs[i].frame_to_token.size(); };
+    for (size_t a = first; a < last;) {
+        c.check_abort();
+        if (tile >= 0 && frames(a) > tile) {
+            jobs[a].audio = run_decoder_tiled(c, jobs[a].z, frames(a), tile);
+            ++a;
+            continue;
+        }
+        size_t  b     = a + 1;
+        int64_t total = frames(a);
+        while (b < last && (tile < 0 || total + gap + frames(b) <= tile)) {
+            total += gap + frames(b++);
+        }
+        std::vector<int64_t> lens;
+        for (size_t i = a; i < b; ++i) {
+            lens.push_back(frames(i));
+        }
+        const packing      pk(lens, gap);
+        std::vector<float> z((size_t) (C * pk.total), 0.0f);
+        for (size_t i = a; i < b; ++i) {
+            std::copy(jobs[i].z.begin(), jobs[i].z.end(), z.begin() + pk.start[i - a] * C);
+        }
+        const std::vector<float> audio = run_decoder(c, z, pk);
+        for (size_t i = a; i < b; ++i) {
+            jobs[i].audio.assign(audio.begin() + pk.start[i - a] * hop,
+                                 audio.begin() + (pk.start[i - a] + pk.len[i - a]) * hop);
+        }
+        a = b;
+    }
 }
 
 }  // namespace
