@@ -215,8 +215,9 @@ struct vs_synth_params {
 
     // Chunks (sentences) synthesized together: with n > 1 each stage runs over up to n
     // chunks before the next stage, and the architecture shares work between them where
-    // it batches it (Kokoro: its LSTMs run all the chunks' steps in the same graphs);
-    // their audio is delivered together, after the batch. <= 1: one chunk at a time, each
+    // it batches it (Kokoro: its LSTMs run all the chunks' steps in the same kernels; off
+    // the CPU, Kokoro's BERT and every stage of Piper take the chunks in one graph); their
+    // audio is delivered together, after the batch. <= 1: one chunk at a time, each
     // delivered as soon as it is ready (the default). The audio is the same either way.
     int batch;
 
