@@ -15,6 +15,15 @@ def test_same_seed_same_audio_different_seed_differs(engine):
     assert len(a.audio) != len(c.audio) or not np.allclose(a.audio, c.audio, atol=1e-3)
 
 
+def test_a_sentence_sounds_the_same_wherever_it_stands(engine):
+    """Its noise comes from the seed and its phonemes, so a script's sentence re-synthesized
+    alone (or in another batch) gives the take it got among the others."""
+    chunks = []
+    engine.synthesize(text="A first sentence. The second one.", seed=4, on_chunk=lambda i, audio: chunks.append(audio))
+    alone = engine.synthesize(text="The second one.", seed=4)
+    assert len(chunks) == 2 and np.array_equal(chunks[1], alone.audio)
+
+
 @pytest.mark.parametrize(
     "text, expected",
     [

@@ -269,7 +269,7 @@ class piper_voice final : public voice {
     // One sentence's state through the stages.
     struct job {
         std::vector<int32_t> ids;
-        uint64_t             key;  // its noise's streams: its audio does not depend on the other chunks
+        uint64_t             key;  // its noise's streams, from the seed and its phonemes alone
         std::vector<float>   m_p, logs_p, logw, z, audio;
         std::vector<int32_t> frame_to_token;
     };
@@ -871,7 +871,13 @@ std::vector<std::vector<float>> piper_voice::synthesize_batch(vs_context &      
     std::vector<job> jobs(ids.size());
     for (size_t i = 0; i < ids.size(); ++i) {
         jobs[i].ids = ids[i];
-        jobs[i].key = mix64(p.seed * 0x9E3779B97F4A7C15ull + (uint64_t) (first_chunk + (int) i));
+        // A sentence's noise depends on the seed and its phonemes, not on where it stands:
+        // the same sentence sounds the same alone, in a longer text or in another batch.
+        uint64_t key = mix64(p.seed * 0x9E3779B97F4A7C15ull);
+        for (int32_t id : ids[i]) {
+            key = mix64(key ^ (uint32_t) id);
+        }
+        jobs[i].key = key;
     }
     // Off the CPU, where a stage costs its kernel launches more than its arithmetic, the
     // sentences share graphs (packing, a slot of the longest one's length each); on the CPU
