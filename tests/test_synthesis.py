@@ -85,6 +85,22 @@ def test_callback_exception_reaches_caller(engine):
         engine.synthesize(text="One. Two.", on_chunk=boom)
 
 
+def test_many_texts_in_one_call_give_each_the_take_it_gets_alone(engine):
+    texts = ["First things first. Then the rest.", "A short one.", "And the last, with a clause, here."]
+    alone = [engine.synthesize(text=t, seed=2) for t in texts]
+    stages = []
+    takes = engine.synthesize_many(texts, seed=2, batch=3, on_stage=lambda stage, chunk, ms: stages.append(chunk))
+    assert [len(t.audio) for t in takes] == [len(t.audio) for t in alone]
+    for a, b in zip(alone, takes, strict=True):
+        assert np.array_equal(a.audio, b.audio)
+    assert takes[0].timings["chunks"] == 4 and sorted(set(stages)) == [0, 1, 2, 3]  # numbered across the texts
+    # One text with nothing to speak fails the call, naming it; nothing is returned.
+    with pytest.raises(NothingToSpeakError, match="input 1"):
+        engine.synthesize_many(["Fine.", "...!?"])
+    with pytest.raises(InvalidArgumentError):
+        engine.synthesize_many([])
+
+
 @pytest.mark.parametrize("text", ["", "   ", "...!?", "\n\n"])
 def test_nothing_to_speak(engine, text):
     with pytest.raises(NothingToSpeakError):
@@ -201,7 +217,13 @@ def test_batch_gives_the_same_audio(engine):
 def test_gpu_graphs_pack_a_batch_and_each_sentence_sounds_as_alone(joe_path, monkeypatch):
     """Off the CPU a batch's sentences share each stage's graph, laid end to end with masked
     gaps and attention kept to each sentence. The CPU backend runs those graphs here (CI has
-    no GPU)."""
+    no GPU). Exact only with F32 weights (the default install): with F16 ones, matmuls of
+    another shape may round a token's duration across a frame boundary (tests/test_gpu.py
+    checks that case on a GPU)."""
+    from app.core import models
+
+    if models.installed_weights("piper:joe") not in (None, "f32"):
+        pytest.skip("piper:joe is installed with other than F32 weights")
     ipa = "\n".join(
         [
             "hˈaɪ!",

@@ -93,6 +93,25 @@ def test_synthesize_all_signals_in_order_and_views_match_the_takes(qtbot, window
     assert window.jobs_panel.state(job.id) == "done"
 
 
+def test_on_a_gpu_sentences_go_in_batches_and_get_the_takes_they_get_alone(qtbot, window, monkeypatch):
+    """A GPU engine takes a job's sentences GPU_BATCH at a time in one call; forced here on the CPU."""
+    from app.ui import workers
+
+    monkeypatch.setattr(workers, "batch_size", lambda engine: 2)
+    set_script(window, TEXT)
+    job, events, (_, state) = run_job(qtbot, window)
+    assert state == "done"
+    # Sentences 0 and 1 together (both started, then their stages, then their takes), then 2 alone.
+    assert events.index("sentence 1") < events.index("encoder") < events.index("done 0") < events.index("sentence 2")
+    for i in range(3):
+        assert events.index(f"chunk {i}") < events.index(f"done {i}")
+    engine, settings = window.engine, window.project.settings
+    for sentence in window.project.sentences:
+        alone = engine.synthesize(text=sentence.text, seed=settings["seed"], length_scale=1.0 / settings["speed"])
+        assert np.array_equal(sentence.take.audio, alone.audio)
+    assert window.timings.stage_ms["decoder"] > 0
+
+
 def test_edits_make_sentences_stale_and_only_those_are_redone(qtbot, window):
     set_script(window, TEXT)
     run_job(qtbot, window)

@@ -205,31 +205,69 @@ class Engine:
             raise InvalidArgumentError("give either text or phonemes")
         source = text if text is not None else phonemes
         _check_input(source)
+        audio, warnings = self._collecting_warnings(
+            lambda: self._context.synthesize(
+                source,
+                phonemes=phonemes is not None,
+                on_chunk=on_chunk,
+                decoder_tile=int(decoder_tile),
+                durations=None if durations is None else np.ascontiguousarray(durations, dtype=np.int32),
+                **self._call_params(noise_scale, length_scale, noise_w, seed, on_stage, cancelled, style, batch),
+            )
+        )
+        return Take(audio, self.sample_rate, self._context.timings(), self.device, self.threads, warnings)
+
+    def synthesize_many(
+        self,
+        texts: list[str],
+        *,
+        noise_scale: float | None = None,
+        length_scale: float | None = None,
+        noise_w: float | None = None,
+        seed: int = 0,
+        on_stage: Callable[[str, int, float], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
+        batch: int = 1,
+    ) -> list[Take]:
+        """A take for each text, their sentences synthesized together ``batch`` at a time across
+        the texts (how a GPU earns its keep on a script of short sentences). Each take's audio
+        is what ``synthesize`` gives for its text alone; their timings are the whole call's."""
+        if not texts:
+            raise InvalidArgumentError("no texts to synthesize")
+        for text in texts:
+            _check_input(text)
+        if sum(len(t) for t in texts) > MAX_INPUT_CHARS:
+            raise InvalidArgumentError(f"the texts have more than {MAX_INPUT_CHARS:,} characters together")
+        params = self._call_params(noise_scale, length_scale, noise_w, seed, on_stage, cancelled, None, batch)
+        audio, warnings = self._collecting_warnings(lambda: self._context.synthesize_many(list(texts), **params))
+        timings = self._context.timings()
+        return [Take(a, self.sample_rate, dict(timings), self.device, self.threads, list(warnings)) for a in audio]
+
+    def _call_params(self, noise_scale, length_scale, noise_w, seed, on_stage, cancelled, style, batch) -> dict:
         own = style if style is not None else self.pack
+        return {
+            "noise_scale": -1.0 if noise_scale is None else float(noise_scale),
+            "length_scale": -1.0 if length_scale is None else float(length_scale),
+            "noise_w": -1.0 if noise_w is None else float(noise_w),
+            "seed": int(seed),
+            "on_stage": on_stage,
+            "abort": cancelled,
+            "voice": self.style,
+            "style": None if own is None else np.ascontiguousarray(own, dtype=np.float32),
+            "batch": int(batch),
+        }
+
+    @staticmethod
+    def _collecting_warnings(call):
+        """``call()``'s result and the warnings the engine logged on this thread meanwhile."""
         warnings: list[str] = []
         with _log_lock:
             _log_sinks[threading.get_ident()] = warnings
         try:
-            audio = self._context.synthesize(
-                source,
-                phonemes=phonemes is not None,
-                noise_scale=-1.0 if noise_scale is None else float(noise_scale),
-                length_scale=-1.0 if length_scale is None else float(length_scale),
-                noise_w=-1.0 if noise_w is None else float(noise_w),
-                seed=int(seed),
-                on_stage=on_stage,
-                on_chunk=on_chunk,
-                abort=cancelled,
-                decoder_tile=int(decoder_tile),
-                voice=self.style,
-                style=None if own is None else np.ascontiguousarray(own, dtype=np.float32),
-                durations=None if durations is None else np.ascontiguousarray(durations, dtype=np.int32),
-                batch=int(batch),
-            )
+            return call(), warnings
         finally:
             with _log_lock:
                 _log_sinks.pop(threading.get_ident(), None)
-        return Take(audio, self.sample_rate, self._context.timings(), self.device, self.threads, warnings)
 
     def output(self, name: str) -> np.ndarray:
         """A named intermediate of the last chunk, [time, channels] (Piper: ``m_p``, ``logs_p``,

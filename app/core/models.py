@@ -335,6 +335,11 @@ def assemble_kokoro_onnx(dest: Path, progress: Progress = _quiet) -> tuple[Path,
     return onnx_path, voices, vocab
 
 
+def installed_weights(voice_id: str) -> str | None:
+    """The weight type an installed voice was converted with ("f32", "f16", "q8_0"), if known."""
+    return _installed_weights(kokoro_path().with_suffix(".json") if is_kokoro(voice_id) else _manifest_path(voice_id))
+
+
 def _installed_weights(manifest: Path) -> str | None:
     try:
         return json.loads(manifest.read_text(encoding="utf-8")).get("weights")

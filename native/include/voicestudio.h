@@ -238,6 +238,12 @@ VS_API struct vs_synth_params vs_synth_default_params(void);
 // Synthesizes `input` (text or phonemes) into `*audio`, which the caller frees.
 VS_API int vs_synthesize(vs_context * ctx, const char * input, int kind, struct vs_synth_params params,
                          vs_audio ** audio);
+// Synthesizes several inputs in one call: their sentences are batched together across the
+// inputs (`params.batch` at a time) and audio[i] receives input i's audio (each freed by
+// the caller). Chunks are numbered across all inputs, in order. Timings cover the call.
+// On an error no audio is returned.
+VS_API int vs_synthesize_many(vs_context * ctx, const char * const * inputs, size_t n_inputs, int kind,
+                              struct vs_synth_params params, vs_audio ** audio);
 // The phonemes espeak-ng produces for `text`, one sentence a line. Free with vs_string_free().
 VS_API int  vs_phonemize(vs_context * ctx, const char * text, char ** phonemes);
 VS_API void vs_string_free(char * s);

@@ -5,10 +5,12 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "voicestudio.h"
 
@@ -130,11 +132,84 @@ class Context {
         return ctx_;
     }
 
-    audio_array synthesize(
-        const std::string & input, bool phonemes, float noise_scale, float length_scale, float noise_w, uint64_t seed,
-        nb::object on_stage, nb::object on_chunk, nb::object abort, int decoder_tile, std::optional<std::string> voice,
-        std::optional<nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>>   style,
-        std::optional<nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>> durations, int batch) {
+    using style_array     = nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+    using durations_array = nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+    struct audio_deleter {
+        void operator()(vs_audio * a) const { vs_audio_free(a); }
+    };
+    using audio_ptr = std::unique_ptr<vs_audio, audio_deleter>;
+
+    static audio_array to_array(audio_ptr a) {
+        vs_audio *  raw = a.release();
+        nb::capsule owner(raw, [](void * p) noexcept { vs_audio_free((vs_audio *) p); });
+        return audio_array((void *) vs_audio_samples(raw), { vs_audio_length(raw) }, owner);
+    }
+
+    audio_array synthesize(const std::string & input, bool phonemes, float noise_scale, float length_scale,
+                           float noise_w, uint64_t seed, nb::object on_stage, nb::object on_chunk, nb::object abort,
+                           int decoder_tile, std::optional<std::string> voice, std::optional<style_array> style,
+                           std::optional<durations_array> durations, int batch) {
+        audio_ptr out;
+        run(noise_scale, length_scale, noise_w, seed, on_stage, on_chunk, abort, decoder_tile, voice, style, durations,
+            batch, [&](vs_context * c, const vs_synth_params & p) {
+                vs_audio * a     = nullptr;
+                const int status = vs_synthesize(c, input.c_str(), phonemes ? VS_INPUT_PHONEMES : VS_INPUT_TEXT, p, &a);
+                out.reset(a);
+                return status;
+            });
+        return to_array(std::move(out));
+    }
+
+    nb::list synthesize_many(const std::vector<std::string> & inputs, bool phonemes, float noise_scale,
+                             float length_scale, float noise_w, uint64_t seed, nb::object on_stage, nb::object on_chunk,
+                             nb::object abort, int decoder_tile, std::optional<std::string> voice,
+                             std::optional<style_array> style, int batch) {
+        std::vector<audio_ptr> outs(inputs.size());
+        run(noise_scale, length_scale, noise_w, seed, on_stage, on_chunk, abort, decoder_tile, voice, style,
+            std::nullopt, batch, [&](vs_context * c, const vs_synth_params & p) {
+                std::vector<const char *> in;
+                for (const auto & s : inputs) {
+                    in.push_back(s.c_str());
+                }
+                std::vector<vs_audio *> a(inputs.size(), nullptr);
+                const int               status = vs_synthesize_many(c, in.data(), in.size(),
+                                                      phonemes ? VS_INPUT_PHONEMES : VS_INPUT_TEXT, p, a.data());
+                for (size_t i = 0; i < a.size(); ++i) {
+                    outs[i].reset(a[i]);
+                }
+                return status;
+            });
+        nb::list result;
+        for (auto & o : outs) {
+            result.append(to_array(std::move(o)));
+        }
+        return result;
+    }
+
+    audio_array embed(nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> audio) {
+        vs_context * c    = get();
+        const int    size = vs_model_embedding_size(vs_context_model(c));
+        if (size <= 0) {
+            throw engine_error(VS_ERR_INVALID_ARG, "this model is a voice, not a speaker encoder");
+        }
+        float * out = new float[(size_t) size];
+        int     status;
+        {
+            nb::gil_scoped_release release;
+            status = vs_embed(c, audio.data(), audio.shape(0), out, size);
+        }
+        nb::capsule owner(out, [](void * p) noexcept { delete[] (float *) p; });
+        check(status);
+        return audio_array(out, { (size_t) size }, owner);
+    }
+
+    // Builds a synthesis's parameters and callbacks, runs `call` with the GIL released and
+    // rethrows the first exception a callback raised (else the engine's error).
+    template <typename F>
+    void run(float noise_scale, float length_scale, float noise_w, uint64_t seed, nb::object on_stage,
+             nb::object on_chunk, nb::object abort, int decoder_tile, const std::optional<std::string> & voice,
+             const std::optional<style_array> & style, const std::optional<durations_array> & durations, int batch,
+             F && call) {
         vs_context *    c = get();
         call_state      st{ on_stage, on_chunk, abort, nullptr };
         vs_synth_params p     = vs_synth_default_params();
@@ -201,37 +276,15 @@ class Context {
                 return true;
             }
         };
-
-        vs_audio * audio = nullptr;
-        int        status;
+        int status;
         {
             nb::gil_scoped_release release;
-            status = vs_synthesize(c, input.c_str(), phonemes ? VS_INPUT_PHONEMES : VS_INPUT_TEXT, p, &audio);
+            status = call(c, p);
         }
         if (st.error) {
-            vs_audio_free(audio);
             throw nb::python_error(*st.error);
         }
         check(status);
-        nb::capsule owner(audio, [](void * a) noexcept { vs_audio_free((vs_audio *) a); });
-        return audio_array((void *) vs_audio_samples(audio), { vs_audio_length(audio) }, owner);
-    }
-
-    audio_array embed(nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> audio) {
-        vs_context * c    = get();
-        const int    size = vs_model_embedding_size(vs_context_model(c));
-        if (size <= 0) {
-            throw engine_error(VS_ERR_INVALID_ARG, "this model is a voice, not a speaker encoder");
-        }
-        float * out = new float[(size_t) size];
-        int     status;
-        {
-            nb::gil_scoped_release release;
-            status = vs_embed(c, audio.data(), audio.shape(0), out, size);
-        }
-        nb::capsule owner(out, [](void * p) noexcept { delete[] (float *) p; });
-        check(status);
-        return audio_array(out, { (size_t) size }, owner);
     }
 
     std::string phonemize(const std::string & text) {
@@ -430,6 +483,10 @@ NB_MODULE(_engine, m) {
              "length_scale"_a = -1.0f, "noise_w"_a = -1.0f, "seed"_a = 0, "on_stage"_a = nb::none(),
              "on_chunk"_a = nb::none(), "abort"_a = nb::none(), "decoder_tile"_a = 0, "voice"_a = nb::none(),
              "style"_a = nb::none(), "durations"_a = nb::none(), "batch"_a = 1)
+        .def("synthesize_many", &Context::synthesize_many, "inputs"_a, "phonemes"_a = false, "noise_scale"_a = -1.0f,
+             "length_scale"_a = -1.0f, "noise_w"_a = -1.0f, "seed"_a = 0, "on_stage"_a = nb::none(),
+             "on_chunk"_a = nb::none(), "abort"_a = nb::none(), "decoder_tile"_a = 0, "voice"_a = nb::none(),
+             "style"_a = nb::none(), "batch"_a = 1)
         .def("embed", &Context::embed, "audio"_a,
              "The L2-normalized speaker embedding of mono audio at the model's rate (speaker encoders).")
         .def("phonemize", &Context::phonemize)

@@ -272,6 +272,82 @@ struct vs_synth_params vs_synth_default_params(void) {
     return p;
 }
 
+}  // extern "C"
+
+namespace {
+
+// Every input's chunks (sentences) through the voice, `params.batch` at a time across the
+// inputs; audio[i] gets input i's. Chunks are numbered across all inputs, in order.
+void synthesize_inputs(vs_context * ctx, const std::vector<const char *> & inputs, int kind,
+                       const vs_synth_params & params, std::vector<std::unique_ptr<vs_audio>> & audio) {
+    if (!ctx->voice) {
+        throw vs::error(VS_ERR_INVALID_ARG, "'" + ctx->model->path + "' is a speaker encoder; it cannot speak");
+    }
+    struct active_guard {
+        vs_context * c;
+        ~active_guard() { c->active = nullptr; }
+    } guard{ ctx };
+    ctx->active   = &params;
+    const auto t0 = std::chrono::steady_clock::now();
+
+    int                               skipped = 0;
+    std::vector<std::vector<int32_t>> chunks;
+    std::vector<size_t>               owner;  // the input of each chunk
+    {
+        auto tp = std::chrono::steady_clock::now();
+        for (size_t i = 0; i < inputs.size(); ++i) {
+            auto ids = kind == VS_INPUT_PHONEMES ? ctx->voice->ids_from_phonemes(inputs[i], skipped)
+                                                 : ctx->voice->ids_from_text(*ctx, inputs[i], skipped);
+            if (ids.empty()) {
+                throw vs::error(VS_ERR_TEXT, inputs.size() == 1 ? "nothing to speak in the input"
+                                                                : "nothing to speak in input " + std::to_string(i));
+            }
+            for (auto & c : ids) {
+                chunks.push_back(std::move(c));
+                owner.push_back(i);
+            }
+        }
+        double ms                                 = vs::ms_since(tp);
+        ctx->timings.stage_ms[VS_STAGE_PHONEMIZE] = ms;
+        if (params.on_stage) {
+            params.on_stage(VS_STAGE_PHONEMIZE, 0, ms, params.on_stage_user_data);
+        }
+    }
+    ctx->timings.n_skipped_symbols = skipped;
+    if (skipped > 0) {
+        vs::log(VS_LOG_WARN, std::to_string(skipped) + " symbol(s) the voice cannot pronounce were skipped");
+    }
+    audio.clear();
+    for (size_t i = 0; i < inputs.size(); ++i) {
+        audio.push_back(std::make_unique<vs_audio>());
+        audio.back()->sample_rate = ctx->model->sample_rate;
+    }
+    const size_t batch = (size_t) std::max(1, params.batch);
+    for (size_t i = 0; i < chunks.size(); i += batch) {
+        ctx->check_abort();
+        const size_t                      n = std::min(batch, chunks.size() - i);
+        std::vector<std::vector<int32_t>> group(chunks.begin() + i, chunks.begin() + i + n);
+        std::vector<std::vector<float>>   pcm = ctx->voice->synthesize_batch(*ctx, group, params, (int) i);
+        for (size_t k = 0; k < n; ++k) {
+            if (params.on_chunk) {
+                params.on_chunk((int) (i + k), pcm[k].data(), pcm[k].size(), params.on_chunk_user_data);
+            }
+            if (i + k == 0) {
+                ctx->timings.first_audio_ms = vs::ms_since(t0);
+            }
+            auto & out = audio[owner[i + k]]->samples;
+            out.insert(out.end(), pcm[k].begin(), pcm[k].end());
+            ctx->timings.n_samples += (int64_t) pcm[k].size();
+            ctx->timings.n_chunks++;
+        }
+    }
+    ctx->timings.total_ms = vs::ms_since(t0);
+}
+
+}  // namespace
+
+extern "C" {
+
 int vs_synthesize(vs_context * ctx, const char * input, int kind, struct vs_synth_params params, vs_audio ** audio) {
     if (ctx) {
         ctx->clear_results();
@@ -281,57 +357,34 @@ int vs_synthesize(vs_context * ctx, const char * input, int kind, struct vs_synt
             throw vs::error(VS_ERR_INVALID_ARG, "vs_synthesize: ctx, input and audio are required");
         }
         *audio = nullptr;
-        if (!ctx->voice) {
-            throw vs::error(VS_ERR_INVALID_ARG, "'" + ctx->model->path + "' is a speaker encoder; it cannot speak");
-        }
-        struct active_guard {
-            vs_context * c;
-            ~active_guard() { c->active = nullptr; }
-        } guard{ ctx };
-        ctx->active   = &params;
-        const auto t0 = std::chrono::steady_clock::now();
+        std::vector<std::unique_ptr<vs_audio>> out;
+        synthesize_inputs(ctx, { input }, kind, params, out);
+        *audio = out[0].release();
+    });
+}
 
-        int                               skipped = 0;
-        std::vector<std::vector<int32_t>> chunks;
-        {
-            auto tp   = std::chrono::steady_clock::now();
-            chunks    = kind == VS_INPUT_PHONEMES ? ctx->voice->ids_from_phonemes(input, skipped)
-                                                  : ctx->voice->ids_from_text(*ctx, input, skipped);
-            double ms = vs::ms_since(tp);
-            ctx->timings.stage_ms[VS_STAGE_PHONEMIZE] = ms;
-            if (params.on_stage) {
-                params.on_stage(VS_STAGE_PHONEMIZE, 0, ms, params.on_stage_user_data);
+int vs_synthesize_many(vs_context * ctx, const char * const * inputs, size_t n_inputs, int kind,
+                       struct vs_synth_params params, vs_audio ** audio) {
+    if (ctx) {
+        ctx->clear_results();
+    }
+    return vs::guarded([&] {
+        if (!ctx || !inputs || n_inputs == 0 || !audio) {
+            throw vs::error(VS_ERR_INVALID_ARG,
+                            "vs_synthesize_many: ctx, inputs (at least one) and audio are required");
+        }
+        std::fill_n(audio, n_inputs, nullptr);
+        std::vector<const char *> in(inputs, inputs + n_inputs);
+        for (const char * s : in) {
+            if (!s) {
+                throw vs::error(VS_ERR_INVALID_ARG, "vs_synthesize_many: an input is NULL");
             }
         }
-        ctx->timings.n_skipped_symbols = skipped;
-        if (skipped > 0) {
-            vs::log(VS_LOG_WARN, std::to_string(skipped) + " symbol(s) the voice cannot pronounce were skipped");
+        std::vector<std::unique_ptr<vs_audio>> out;
+        synthesize_inputs(ctx, in, kind, params, out);
+        for (size_t i = 0; i < n_inputs; ++i) {
+            audio[i] = out[i].release();
         }
-        if (chunks.empty()) {
-            throw vs::error(VS_ERR_TEXT, "nothing to speak in the input");
-        }
-        auto out           = std::make_unique<vs_audio>();
-        out->sample_rate   = ctx->model->sample_rate;
-        const size_t batch = (size_t) std::max(1, params.batch);
-        for (size_t i = 0; i < chunks.size(); i += batch) {
-            ctx->check_abort();
-            const size_t                      n = std::min(batch, chunks.size() - i);
-            std::vector<std::vector<int32_t>> group(chunks.begin() + i, chunks.begin() + i + n);
-            std::vector<std::vector<float>>   pcm = ctx->voice->synthesize_batch(*ctx, group, params, (int) i);
-            for (size_t k = 0; k < n; ++k) {
-                if (params.on_chunk) {
-                    params.on_chunk((int) (i + k), pcm[k].data(), pcm[k].size(), params.on_chunk_user_data);
-                }
-                if (i + k == 0) {
-                    ctx->timings.first_audio_ms = vs::ms_since(t0);
-                }
-                out->samples.insert(out->samples.end(), pcm[k].begin(), pcm[k].end());
-                ctx->timings.n_chunks++;
-            }
-        }
-        ctx->timings.n_samples = (int64_t) out->samples.size();
-        ctx->timings.total_ms  = vs::ms_since(t0);
-        *audio                 = out.release();
     });
 }
 
