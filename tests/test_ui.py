@@ -53,6 +53,10 @@ def run_job(qtbot, window, which="all", timeout=120_000):
     with qtbot.waitSignal(window.job_ended, timeout=timeout) as ended:
         assert window.synthesize(which)
     window.job_added.disconnect(hook)
+    # job_ended comes from the window's own slot for the job's last signal; this hook's slots
+    # for the same signals are queued events of their own, which may still be pending.
+    if ended.args[1] in ("done", "cancelled"):
+        qtbot.waitUntil(lambda: events[-1] in ("finished", "cancelled"), timeout=5_000)
     return hook.job, events, ended.args
 
 
