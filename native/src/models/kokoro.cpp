@@ -543,11 +543,6 @@ ggml_tensor * adain_snake(vs_context & c, ggml_context * g, ggml_tensor * x, con
     return ggml_mul(g, ggml_add(g, u, ggml_sqr(g, ggml_sin(g, u))), inv);
 }
 
-// Off the CPU, where a graph's cost is its kernel launches, AdaIN (then Snake) of x [C, T]
-// with time along ne0, returned as [T, C]. That layout has both as few kernels: the
-// instance norm is ggml's group norm with a group a channel (two passes over each), and
-// the chain mul, sin, sqr, mul, add (1 / alpha a leaf, made once) is one kernel in
-// ggml's CUDA backend.
 // A weight's values as floats, from the file's copy.
 std::vector<float> host_floats(const ggml_tensor * t) {
     std::vector<float> v((size_t) ggml_nelements(t));
@@ -560,6 +555,12 @@ std::vector<float> host_floats(const ggml_tensor * t) {
     }
     return v;
 }
+
+// Off the CPU, where a graph's cost is its kernel launches, AdaIN (then Snake) of x [C, T]
+// with time along ne0, returned as [T, C]. That layout has both as few kernels: the
+// instance norm is ggml's group norm with a group a channel (two passes over each), and
+// the chain mul, sin, sqr, mul, add (1 / alpha a leaf, made once) is one kernel in
+// ggml's CUDA backend.
 
 // AdaIN of x [C, T] as [T, C]: a group norm with a group a channel, then the style's affine.
 ggml_tensor * adain_tc(vs_context & c, ggml_context * g, ggml_tensor * x, const cond & k, const std::string & fc) {

@@ -42,17 +42,12 @@ struct packing {
     std::vector<int64_t> start, len;
     int64_t              total = 0, slot = 0;
 
-    packing(const std::vector<int64_t> & lens, int64_t gap, bool slots = false) {
+    packing(const std::vector<int64_t> & lens, int64_t gap, bool slots = false) : len(lens) {
         const int64_t longest = lens.empty() ? 0 : *std::max_element(lens.begin(), lens.end());
         slot                  = lens.size() > 1 ? longest + gap : longest;
-        for (int64_t n : lens) {
-            total += start.empty() ? 0 : gap;
-            start.push_back(slots ? (int64_t) start.size() * slot : total);
-            len.push_back(n);
-            total = start.back() + n;
-        }
-        if (slots) {
-            total = (int64_t) lens.size() * slot;
+        for (size_t i = 0; i < lens.size(); ++i) {
+            start.push_back(slots ? (int64_t) i * slot : i == 0 ? 0 : total + gap);
+            total = slots ? (int64_t) (i + 1) * slot : start.back() + lens[i];
         }
     }
     bool packed() const { return start.size() > 1; }
@@ -270,7 +265,8 @@ class piper_voice final : public voice {
     struct job {
         std::vector<int32_t> ids;
         uint64_t             key;  // its noise's streams, from the seed and its phonemes alone
-        std::vector<float>   m_p, logs_p, logw, z, audio;
+        std::vector<float>   logw, z, audio;
+        std::vector<float>   m_p, logs_p;  // the call's last sentence only (named outputs)
         std::vector<int32_t> frame_to_token;
     };
     // Jobs [first, last) through every stage, in shared graphs where they are packed.
@@ -283,6 +279,8 @@ class piper_voice final : public voice {
     int64_t token_gap() const;
     int64_t flow_gap() const;
     int64_t decoder_gap() const;
+    int64_t widest_resblock_padding() const;  // of the decoder's residual convolutions
+    int64_t decoder_hop() const;              // samples per latent frame
 
     ggml_tensor * attention(vs_context & c, ggml_context * g, ggml_tensor * x, int il, int64_t n,
                             ggml_tensor * kq_mask) const;
@@ -672,15 +670,8 @@ std::vector<float> piper_voice::run_decoder(vs_context & c, const std::vector<fl
     const int n_kernels = (int) hp_.res_kernels.size();
     // Each stage keeps its signal between zero margins, so the residual blocks read their
     // padded input as views and add their output back in place: no per-convolution pad.
-    int64_t margin = 0;
-    for (int j = 0; j < n_kernels; ++j) {
-        for (int cv = 0; cv < hp_.res_convs; ++cv) {
-            margin =
-                std::max<int64_t>(margin, same_padding(hp_.res_kernels[j], hp_.res_dilations[j * hp_.res_convs + cv]));
-        }
-    }
-    margin    = std::max<int64_t>(margin, hp_.dec_kernel_post / 2);
-    int64_t T = F;
+    const int64_t margin = std::max<int64_t>(widest_resblock_padding(), hp_.dec_kernel_post / 2);
+    int64_t       T      = F;
     for (size_t i = 0; i < hp_.ups_rates.size(); ++i) {
         const std::string u = "dec.ups." + std::to_string(i) + ".";
         const int         s = hp_.ups_rates[i];
@@ -814,10 +805,7 @@ std::vector<float> piper_voice::run_decoder_tiled(vs_context & c, const std::vec
     if (F <= tile) {
         return run_decoder(c, z, packing({ F }, 0));
     }
-    int64_t hop = 1;
-    for (int s : hp_.ups_rates) {
-        hop *= s;
-    }
+    const int64_t      hop = decoder_hop();
     std::vector<float> audio;
     audio.reserve((size_t) (F * hop));
     for (int64_t f0 = 0; f0 < F; f0 += tile) {
@@ -848,7 +836,7 @@ int64_t piper_voice::flow_gap() const {
     return gap;
 }
 
-int64_t piper_voice::decoder_gap() const {
+int64_t piper_voice::widest_resblock_padding() const {
     int64_t widest = 0;
     for (size_t j = 0; j < hp_.res_kernels.size(); ++j) {
         for (int cv = 0; cv < hp_.res_convs; ++cv) {
@@ -856,6 +844,19 @@ int64_t piper_voice::decoder_gap() const {
                 std::max<int64_t>(widest, same_padding(hp_.res_kernels[j], hp_.res_dilations[j * hp_.res_convs + cv]));
         }
     }
+    return widest;
+}
+
+int64_t piper_voice::decoder_hop() const {
+    int64_t hop = 1;
+    for (int s : hp_.ups_rates) {
+        hop *= s;
+    }
+    return hop;
+}
+
+int64_t piper_voice::decoder_gap() const {
+    const int64_t widest = widest_resblock_padding();
     // A transposed convolution reads one input frame either side: at least one frame.
     int64_t gap = std::max(1, hp_.dec_kernel_pre / 2), rate = 1;
     for (int s : hp_.ups_rates) {
@@ -981,9 +982,9 @@ void piper_voice::run_group(vs_context & c, std::vector<job> & jobs, size_t firs
             jobs[first + i].z = frm.slice(z, C, i);
         }
     });
-    for (size_t i = 0; i < n; ++i) {
-        jobs[first + i].m_p    = tok.slice(m_p, hp_.inter, i);
-        jobs[first + i].logs_p = tok.slice(logs_p, hp_.inter, i);
+    if (last == jobs.size()) {  // the named intermediates are the last chunk's
+        jobs.back().m_p    = tok.slice(m_p, hp_.inter, n - 1);
+        jobs.back().logs_p = tok.slice(logs_p, hp_.inter, n - 1);
     }
     const int64_t tile = p.decoder_tile_frames != 0 ? p.decoder_tile_frames
                          : c.device_graphs          ? DEVICE_DECODER_TILE
@@ -993,12 +994,8 @@ void piper_voice::run_group(vs_context & c, std::vector<job> & jobs, size_t firs
 
 // Sentences that fit a tile share one (packed); a longer one goes alone, in tiles.
 void piper_voice::decode(vs_context & c, std::vector<job> & jobs, size_t first, size_t last, int64_t tile) {
-    const int64_t C = hp_.inter, gap = decoder_gap();
-    int64_t       hop = 1;
-    for (int s : hp_.ups_rates) {
-        hop *= s;
-    }
-    auto frames = [&](size_t i) { return (int64_t) jobs[i].frame_to_token.size(); };
+    const int64_t C = hp_.inter, gap = decoder_gap(), hop = decoder_hop();
+    auto          frames = [&](size_t i) { return (int64_t) jobs[i].frame_to_token.size(); };
     for (size_t a = first; a < last;) {
         c.check_abort();
         if (tile >= 0 && frames(a) > tile) {
