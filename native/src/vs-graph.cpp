@@ -41,61 +41,7 @@ ggml_tensor * im2col(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, int s
     return ggml_reshape_2d(ctx, cols, IC * K, cols->ne[2]);  // [IC * K, T_out]
 }
 
-// The window matrix of a convolution as a view into its input, which holds x [C, S, d]
-// (F16): frame s of dilation phase q (input frame s * d + q) at column s of matrix q. Output
-// frame t = q + d * (r + K * j) reads frames r + K * j .. r + K * j + K - 1 of phase q: K * C
-// values in a row, so matrix (r, q) of the view, column j, is that window, and rows K * C
-// apart are disjoint. The view is [K * C, J, K, d], its matrices overlapping.
-ggml_tensor * phase_windows(ggml_context * ctx, ggml_tensor * x, int64_t K, int64_t J) {
-    const int64_t C = x->ne[0], S = x->ne[1], d = x->ne[2];
-    const size_t  es = ggml_element_size(x);
-    GGML_ASSERT(ggml_is_contiguous(x) && S >= J * K + K - 1);
-    ggml_tensor * v = ggml_view_4d(ctx, x, K * C, 1, 1, 1, K * C * es, C * es, S * C * es, 0);
-    v->ne[1]        = J;
-    v->ne[2]        = K;
-    v->ne[3]        = d;
-    GGML_ASSERT(ggml_nbytes(v) <= ggml_nbytes(x));
-    return v;
-}
-
 }  // namespace
-
-ggml_tensor * conv1d_phases(ggml_context * ctx, ggml_tensor * x, bool time_along_ne0, int64_t pad_before, int64_t T_out,
-                            ggml_tensor * w, ggml_tensor * b, int dilation) {
-    const int64_t C = w->ne[0], K = w->ne[1], OC = w->ne[2], d = dilation;
-    GGML_ASSERT(x->type == GGML_TYPE_F32 && x->ne[time_along_ne0 ? 1 : 0] == C && K > 1);
-    const int64_t per_phase = (T_out + d - 1) / d;  // outputs of each dilation phase
-    const int64_t J         = (per_phase + K - 1) / K;
-    const int64_t S         = J * K + K - 1;  // input frames of each dilation phase
-    const int64_t T_in      = d * S;          // padded input frames
-    const int64_t T         = std::min(x->ne[time_along_ne0 ? 0 : 1], T_in - pad_before);
-    const int64_t after     = T_in - pad_before - T;
-    // Zeros around the input, then its frames by phase: [C, S, d], F16.
-    ggml_tensor * phases;
-    if (time_along_ne0) {
-        // Padded in [T, C], made F16, then moved by ggml's tiled transposes (F32 is padded,
-        // F16 moved): a dilation's phases first become [S, d, C], then the whole [C, S * d].
-        ggml_tensor * xv = ggml_view_2d(ctx, x, T, C, x->nb[1], 0);
-        xv = ggml_cast(ctx, ggml_pad_ext(ctx, xv, (int) pad_before, (int) after, 0, 0, 0, 0, 0, 0), GGML_TYPE_F16);
-        if (d > 1) {
-            xv = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, xv, d, S, C), 1, 0, 2, 3));  // [S, d, C]
-            xv = ggml_reshape_2d(ctx, xv, S * d, C);
-        }
-        phases = ggml_reshape_3d(ctx, ggml_cont(ctx, ggml_transpose(ctx, xv)), C, S, d);
-    } else {
-        // Padded, then grouped by phase and made F16 in one copy.
-        ggml_tensor * xv = pad_time(ctx, ggml_view_2d(ctx, x, C, T, x->nb[1], 0), pad_before, after);  // [C, T_in]
-        phases = ggml_cast(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, xv, C, d, S), 0, 2, 1, 3), GGML_TYPE_F16);
-    }
-    // One matmul a window phase and dilation phase (K * d of them, one batched GEMM).
-    ggml_tensor * y = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w, K * C, OC), phase_windows(ctx, phases, K, J));
-    ggml_mul_mat_set_prec(y, GGML_PREC_F32);  // [OC, J, K, d], written as F32 by the GEMM itself
-    // Time order (t = q + d * (r + K * j)): the bias add (or a copy) writes it.
-    ggml_tensor * yt = ggml_permute(ctx, y, 0, 3, 2, 1);  // [OC, d, K, J] view
-    yt               = b ? ggml_add(ctx, yt, b) : ggml_cont(ctx, yt);
-    yt               = ggml_reshape_2d(ctx, yt, OC, d * K * J);
-    return d * K * J == T_out ? yt : ggml_view_2d(ctx, yt, OC, T_out, yt->nb[1], 0);
-}
 
 // Padded as one long row: a GPU pad kernel may launch a block row per frame, and grids
 // cap that at 65535.
@@ -128,10 +74,6 @@ ggml_tensor * conv1d_strided(ggml_context * ctx, ggml_tensor * x, ggml_tensor * 
     return b ? ggml_add(ctx, y, b) : y;
 }
 
-bool phases_apply(const ggml_tensor * w) {
-    return !g_device_is_cpu && w->type == GGML_TYPE_F16 && w->ne[1] > 1;
-}
-
 void set_graph_device_is_cpu(bool is_cpu) {
     g_device_is_cpu = is_cpu;
 }
@@ -161,10 +103,6 @@ ggml_tensor * conv1d_window(ggml_context * ctx, ggml_tensor * xp, int64_t start,
             y                 = y ? ggml_add(ctx, y, yk) : yk;
         }
         return b ? ggml_add(ctx, y, b) : y;
-    }
-    if (phases_apply(w)) {
-        return conv1d_phases(ctx, ggml_view_2d(ctx, xp, IC, xp->ne[1] - start, fb, start * fb), false, 0, T_out, w, b,
-                             dilation);
     }
     // Other weight types convert src1 row by row anyway, so overlapping rows cost
     // nothing extra: one mul_mat with the taps folded into the contraction. That
@@ -208,9 +146,6 @@ ggml_tensor * conv1d_window(ggml_context * ctx, ggml_tensor * xp, int64_t start,
 
 ggml_tensor * conv1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int dilation, int padding) {
     const int64_t K = w->ne[1], T_out = x->ne[1] + 2 * padding - dilation * (K - 1);
-    if (phases_apply(w)) {
-        return conv1d_phases(ctx, ggml_is_contiguous(x) ? x : ggml_cont(ctx, x), false, padding, T_out, w, b, dilation);
-    }
     const int64_t need  = conv1d_frames_needed(T_out, K, dilation);
     const int64_t after = need - x->ne[1] - padding;  // >= padding; the extra frames feed dropped outputs
     ggml_tensor * xp    = (padding > 0 || after > 0) ? pad_time(ctx, x, padding, after) : x;

@@ -12,7 +12,7 @@ namespace vs {
 // Graphs built on this thread from now on run on the CPU backend (true) or on another
 // device (false). The CPU's mul_mat accepts a src1 whose rows overlap (an im2col matrix
 // for free); other backends copy src1 with strided 2-D copies that need disjoint rows,
-// so there F16 weights take conv1d_phases and others ggml's im2col op.
+// so there ggml's im2col op builds the matrix (in F16 for F16 weights).
 void set_graph_device_is_cpu(bool is_cpu);
 
 // Conv1d with PyTorch semantics. w: [IC, K, OC] (PyTorch's [OC, IC, K] with the
@@ -28,21 +28,6 @@ ggml_tensor * conv1d_window(ggml_context * ctx, ggml_tensor * xp, int64_t start,
                             ggml_tensor * b, int dilation);
 
 int64_t conv1d_frames_needed(int64_t T_out, int64_t K, int dilation);
-
-// Off the CPU with F16 weights (phases_apply), conv1d and conv1d_window take this path:
-// no im2col matrix, one batched GEMM whose operands are views of the input. The input,
-// zero-padded, is copied to F16 with its frames grouped by dilation phase; output
-// frame t = q + d * (r + K * j) then reads K adjacent frames of phase q, so each (window
-// phase r, dilation phase q) pair is a matrix whose columns j are disjoint windows of K * C
-// values: a GEMM with the taps inside the contraction. Its [OC, J, K, d] result goes back
-// to time order in the bias add. x: F32 [C, T] or, time_along_ne0, [T, C]; pad_before
-// zero frames come before it and as many after as the output needs (frames past those are
-// not read). Returns a contiguous [OC, T_out].
-ggml_tensor * conv1d_phases(ggml_context * ctx, ggml_tensor * x, bool time_along_ne0, int64_t pad_before, int64_t T_out,
-                            ggml_tensor * w, ggml_tensor * b, int dilation);
-
-// Whether conv1d and conv1d_window take conv1d_phases for these weights on this thread's graphs.
-bool phases_apply(const ggml_tensor * w);
 
 // Depthwise conv1d. w: [C, K] (stored transposed by the converter); x: [C, T].
 ggml_tensor * conv1d_depthwise(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int dilation,

@@ -599,9 +599,6 @@ ggml_tensor * conv1d_tc(vs_context & c, ggml_context * g, ggml_tensor * xt, cons
     ggml_tensor * w  = c.w(w_name);
     const int64_t IC = w->ne[0], K = w->ne[1], OC = w->ne[2];
     const int64_t T_out = xt->ne[0] + 2 * padding - dilation * (K - 1);
-    if (phases_apply(w)) {
-        return conv1d_phases(g, xt, true, padding, T_out, w, b, dilation);
-    }
     ggml_tensor * ws =
         (size_t) (IC * K * T_out) * sizeof(uint16_t) <= MAX_IM2COL_TC_BYTES ? c.swapped_weight(w_name) : nullptr;
     if (!ws) {
