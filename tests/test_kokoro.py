@@ -161,7 +161,8 @@ def test_batched_sentences_sound_as_they_do_alone(kokoro):
 
 def test_gpu_graphs_on_the_cpu_sound_like_the_cpu_graphs(kokoro, monkeypatch):
     """The graphs built for GPUs, run by the CPU backend (CI has no GPU): AdaIN and Snake with
-    time along ne0, convolutions through ggml's im2col op, a batch's BERT in one masked graph."""
+    time along ne0, convolutions as batched GEMMs over their input's phases (conv1d_phases), a
+    batch's BERT in one masked graph."""
     ipa = "hˈaɪ!\nwˈɛɹ ɪz ɪt?"
     alone = []
     kokoro.synthesize(phonemes=ipa, on_chunk=lambda i, audio: alone.append(audio))

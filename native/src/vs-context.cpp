@@ -177,21 +177,18 @@ void vs_context::set_output(const std::string & name, std::vector<float> data, i
 void vs_context::prewarm() {
     const auto t0 = std::chrono::steady_clock::now();
     if (voice) {
-        // Every stage at the size of a long sentence (7 s), so that the buffers of most
-        // sentences are already there: "The quick brown fox jumps over the lazy dog, and
-        // then it runs far away into the woods, where nobody will ever find it again."
-        const char * ipa =
-            "ðə kwˈɪk bɹˈaʊn fˈɑːks dʒˈʌmps ˌoʊvɚ ðə lˈeɪzi dˈɑːɡ, ænd ðˈɛn ɪt ɹˈʌnz fˈɑːɹ ɐwˈeɪ "
-            "ˌɪntʊ ðə wˈʊdz, wˌɛɹ nˈoʊbɑːdi wɪl ˈɛvɚ fˈaɪnd ɪɾ ɐɡˈɛn.";
-        int  skipped = 0;
-        auto chunks  = voice->ids_from_phonemes(ipa, skipped);
-        if (chunks.empty()) {
-            throw vs::error(VS_ERR_FORMAT, "'" + model->path + "' has none of the phonemes its prewarm needs");
-        }
-        vs_synth_params p = vs_synth_default_params();
-        active            = &p;
+        const std::vector<std::string> sentences = voice->prewarm_phonemes(*this);
+        vs_synth_params                p         = vs_synth_default_params();
+        active                                   = &p;
         try {
-            voice->synthesize(*this, chunks[0], p, 0);
+            for (const std::string & ipa : sentences) {
+                int  skipped = 0;
+                auto chunks  = voice->ids_from_phonemes(ipa.c_str(), skipped);
+                if (chunks.empty()) {
+                    throw vs::error(VS_ERR_FORMAT, "'" + model->path + "' has none of the phonemes its prewarm needs");
+                }
+                voice->synthesize(*this, chunks[0], p, 0);
+            }
         } catch (...) {
             active = nullptr;
             throw;

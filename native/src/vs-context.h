@@ -128,6 +128,17 @@ class voice {
     // Audio of one chunk; calls on_stage for each stage.
     virtual std::vector<float> synthesize(vs_context & ctx, const std::vector<int32_t> & ids, const vs_synth_params & p,
                                           int chunk) = 0;
+    // What vs_context::prewarm synthesizes, in order: by default one long sentence (7 s), so
+    // that the buffers of most sentences are already there. "The quick brown fox jumps over
+    // the lazy dog, and then it runs far away into the woods, where nobody will ever find it
+    // again."
+    virtual std::vector<std::string> prewarm_phonemes(const vs_context & ctx) const {
+        (void) ctx;
+        return {
+            "ðə kwˈɪk bɹˈaʊn fˈɑːks dʒˈʌmps ˌoʊvɚ ðə lˈeɪzi dˈɑːɡ, ænd ðˈɛn ɪt ɹˈʌnz fˈɑːɹ ɐwˈeɪ "
+            "ˌɪntʊ ðə wˈʊdz, wˌɛɹ nˈoʊbɑːdi wɪl ˈɛvɚ fˈaɪnd ɪɾ ɐɡˈɛn."
+        };
+    }
     // Audio of several chunks synthesized together, chunk `first_chunk` onwards: each stage
     // runs over all of them before the next, with work shared where the architecture
     // batches it. By default one after another.

@@ -41,7 +41,62 @@ ggml_tensor * im2col(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, int s
     return ggml_reshape_2d(ctx, cols, IC * K, cols->ne[2]);  // [IC * K, T_out]
 }
 
+// The window matrix of a convolution as a view into its input, which holds x [C, S, d]
+// (F16): frame s of dilation phase q (input frame s * d + q) at column s of matrix q. Output
+// frame t = q + d * (r + K * j) reads frames r + K * j .. r + K * j + K - 1 of phase q: K * C
+// values in a row, so matrix (r, q) of the view, column j, is that window, and rows K * C
+// apart are disjoint. The view is [K * C, J, K, d], its matrices overlapping.
+ggml_tensor * phase_windows(ggml_context * ctx, ggml_tensor * x, int64_t K, int64_t J) {
+    const int64_t C = x->ne[0], S = x->ne[1], d = x->ne[2];
+    const size_t  es = ggml_element_size(x);
+    GGML_ASSERT(ggml_is_contiguous(x) && S >= J * K + K - 1);
+    ggml_tensor * v = ggml_view_4d(ctx, x, K * C, 1, 1, 1, K * C * es, C * es, S * C * es, 0);
+    v->ne[1]        = J;
+    v->ne[2]        = K;
+    v->ne[3]        = d;
+    GGML_ASSERT(ggml_nbytes(v) <= ggml_nbytes(x));
+    return v;
+}
+
 }  // namespace
+
+int64_t phase_columns(int64_t n) {
+    int64_t b = 1;
+    while (b < n) {
+        b *= 2;
+    }
+    return b;
+}
+
+ggml_tensor * conv1d_phases(ggml_context * ctx, ggml_tensor * xt, int64_t pad_before, int64_t T_out, ggml_tensor * w,
+                            ggml_tensor * b, int dilation) {
+    const int64_t C = w->ne[0], K = w->ne[1], OC = w->ne[2], d = dilation;
+    GGML_ASSERT(xt->type == GGML_TYPE_F32 && xt->ne[1] == C && K > 1);
+    const int64_t per_phase = (T_out + d - 1) / d;  // outputs of each dilation phase
+    const int64_t J         = phase_columns((per_phase + K - 1) / K);
+    const int64_t S         = J * K + K - 1;  // input frames of each dilation phase
+    const int64_t T_in      = d * S;          // padded input frames
+    const int64_t T         = std::min(xt->ne[0], T_in - pad_before);
+    // Zeros around the input, then its frames by phase as [C, S, d] F16: padded in [T, C],
+    // made F16, then moved by ggml's tiled transposes (a dilation's phases first become
+    // [S, d, C], then the whole [C, S * d]).
+    ggml_tensor * xv = ggml_view_2d(ctx, xt, T, C, xt->nb[1], 0);
+    xv = ggml_pad_ext(ctx, xv, (int) pad_before, (int) (T_in - pad_before - T), 0, 0, 0, 0, 0, 0);  // [T_in, C]
+    xv = ggml_cast(ctx, xv, GGML_TYPE_F16);
+    if (d > 1) {
+        xv = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, xv, d, S, C), 1, 0, 2, 3));  // [S, d, C]
+        xv = ggml_reshape_2d(ctx, xv, S * d, C);
+    }
+    ggml_tensor * phases = ggml_reshape_3d(ctx, ggml_cont(ctx, ggml_transpose(ctx, xv)), C, S, d);
+    // One matmul a window phase and dilation phase (K * d of them, one batched GEMM).
+    ggml_tensor * y = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w, K * C, OC), phase_windows(ctx, phases, K, J));
+    ggml_mul_mat_set_prec(y, GGML_PREC_F32);  // [OC, J, K, d], written as F32 by the GEMM itself
+    // Time order (t = q + d * (r + K * j)): the bias add (or a copy) writes it.
+    ggml_tensor * yt = ggml_permute(ctx, y, 0, 3, 2, 1);  // [OC, d, K, J] view
+    yt               = b ? ggml_add(ctx, yt, b) : ggml_cont(ctx, yt);
+    yt               = ggml_reshape_2d(ctx, yt, OC, d * K * J);
+    return d * K * J == T_out ? yt : ggml_view_2d(ctx, yt, OC, T_out, yt->nb[1], 0);
+}
 
 // Padded as one long row: a GPU pad kernel may launch a block row per frame, and grids
 // cap that at 65535.
@@ -72,6 +127,10 @@ ggml_tensor * conv1d_strided(ggml_context * ctx, ggml_tensor * x, ggml_tensor * 
                              : im2col(ctx, ggml_view_2d(ctx, xp, IC, (T_out - 1) * stride + K, fb, 0), w, stride, 1);
     ggml_tensor * y    = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w, IC * K, OC), cols);  // [OC, T_out]
     return b ? ggml_add(ctx, y, b) : y;
+}
+
+bool phases_apply(const ggml_tensor * w) {
+    return !g_device_is_cpu && w->type == GGML_TYPE_F16 && w->ne[1] > 1;
 }
 
 void set_graph_device_is_cpu(bool is_cpu) {

@@ -29,6 +29,27 @@ ggml_tensor * conv1d_window(ggml_context * ctx, ggml_tensor * xp, int64_t start,
 
 int64_t conv1d_frames_needed(int64_t T_out, int64_t K, int dilation);
 
+// Conv1d of xt [T, IC] (time along ne0, F32) -> [OC, T_out] without an im2col matrix, for
+// F16 weights off the CPU (phases_apply): one batched GEMM whose operands are views of the
+// input. The input, zero-padded (pad_before frames before it and as many after as the
+// output needs), is copied to F16 with its frames grouped by dilation phase q. Output frame
+// t = q + d * (r + K * j) then reads K adjacent frames of phase q, so each (window phase r,
+// dilation phase q) pair is a matrix whose columns j are disjoint windows of K * IC values:
+// a GEMM with the taps inside the contraction. Its [OC, J, K, d] result goes back to time
+// order in the bias add. Returns a contiguous [OC, T_out].
+ggml_tensor * conv1d_phases(ggml_context * ctx, ggml_tensor * xt, int64_t pad_before, int64_t T_out, ggml_tensor * w,
+                            ggml_tensor * b, int dilation);
+
+// conv1d_phases' columns for n windows a phase: n rounded up to a power of two. cuBLAS
+// spends about a millisecond on the first call of each GEMM shape, and the windows follow
+// the sentence's length; rounded, a convolution sees a few shapes, which the prewarm's
+// sentences of several lengths have called (kokoro_voice::prewarm_phonemes). The extra
+// columns read zeros and their outputs are dropped.
+int64_t phase_columns(int64_t n);
+
+// Whether conv1d_phases takes these weights on this thread's graphs (F16, off the CPU, K > 1).
+bool phases_apply(const ggml_tensor * w);
+
 // Depthwise conv1d. w: [C, K] (stored transposed by the converter); x: [C, T].
 ggml_tensor * conv1d_depthwise(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int dilation,
                                int padding);

@@ -58,7 +58,9 @@ void expect_close(const char * what, const std::vector<float> & got, const std::
 }
 
 // F16 weights take the folded (one mul_mat) path; F32 the per-tap one.
-void test_conv1d(int IC, int OC, int K, int T, int dilation, int pad, ggml_type wtype = GGML_TYPE_F32) {
+// time_along_ne0: the input as [T, C] through conv1d_phases (as Kokoro's GPU graphs pass it).
+void test_conv1d(int IC, int OC, int K, int T, int dilation, int pad, ggml_type wtype = GGML_TYPE_F32,
+                 bool time_along_ne0 = false) {
     auto x = random_vec(IC * T), w = random_vec(OC * IC * K), b = random_vec(OC);
     if (wtype == GGML_TYPE_F16) {
         for (float & v : w) {
@@ -88,12 +90,48 @@ void test_conv1d(int IC, int OC, int K, int T, int dilation, int pad, ggml_type 
             ggml_fp32_to_fp16_row(w.data(), (ggml_fp16_t *) w16->data, ggml_nelements(w16));
             wt = w16;
         }
-        return vs::conv1d(ctx, input(ctx, x, { IC, T }), wt, input(ctx, b, { OC }), dilation, pad);
+        ggml_tensor * xt = input(ctx, x, { IC, T });
+        if (time_along_ne0) {
+            return vs::conv1d_phases(ctx, ggml_cont(ctx, ggml_transpose(ctx, xt)), pad, T_out, wt,
+                                     input(ctx, b, { OC }), dilation);
+        }
+        return vs::conv1d(ctx, xt, wt, input(ctx, b, { OC }), dilation, pad);
     });
     char name[64];
-    snprintf(name, sizeof name, "conv1d %s k%d d%d p%d", ggml_type_name(wtype), K, dilation, pad);
+    snprintf(name, sizeof name, "conv1d %s k%d d%d p%d T%d%s", ggml_type_name(wtype), K, dilation, pad, T,
+             time_along_ne0 ? " [T, C]" : "");
     // F16 weights: the input is rounded to F16 as well.
     expect_close(name, got, want, wtype == GGML_TYPE_F16 ? 2e-2 : 1e-4);
+}
+
+// conv1d_window reading a longer, already padded input from frame `start` (Piper's tiles),
+// F16 weights.
+void test_conv1d_window(int IC, int OC, int K, int T_out, int dilation, int start) {
+    const int T = start + (int) vs::conv1d_frames_needed(T_out, K, dilation) + 5;
+    auto      x = random_vec(IC * T), w = random_vec(OC * IC * K), b = random_vec(OC);
+    for (float & v : w) {
+        v = ggml_fp16_to_fp32(ggml_fp32_to_fp16(v));
+    }
+    std::vector<float> want(OC * T_out);
+    for (int t = 0; t < T_out; ++t) {
+        for (int o = 0; o < OC; ++o) {
+            double acc = b[o];
+            for (int i = 0; i < IC; ++i) {
+                for (int k = 0; k < K; ++k) {
+                    acc += w[(o * K + k) * IC + i] * x[(start + t + k * dilation) * IC + i];
+                }
+            }
+            want[t * OC + o] = (float) acc;
+        }
+    }
+    auto got = run([&](ggml_context * ctx) {
+        ggml_tensor * w16 = ggml_new_tensor_3d(ctx, GGML_TYPE_F16, IC, K, OC);
+        ggml_fp32_to_fp16_row(w.data(), (ggml_fp16_t *) w16->data, ggml_nelements(w16));
+        return vs::conv1d_window(ctx, input(ctx, x, { IC, T }), start, T_out, w16, input(ctx, b, { OC }), dilation);
+    });
+    char name[64];
+    snprintf(name, sizeof name, "conv1d_window k%d d%d from %d", K, dilation, start);
+    expect_close(name, got, want, 2e-2);
 }
 
 void test_depthwise(int C, int K, int T, int dilation) {
@@ -176,11 +214,21 @@ int main() {
     test_conv_transpose(8, 5, 8, 9);
     test_conv_transpose(6, 4, 4, 13);
     test_conv_transpose(6, 4, 4, 13, 3, 7);
-    // As built for a GPU: F32 weights folded too, the im2col matrix materialized.
+    // As built for a GPU: F32 weights folded too, the im2col matrix materialized; and
+    // conv1d_phases from [T, C] (outputs a multiple of K * d or not, phases' columns rounded up).
+    printf("as built for a GPU:\n");
     vs::set_graph_device_is_cpu(false);
     test_conv1d(8, 6, 3, 17, 1, 1);
     test_conv1d(5, 7, 5, 23, 6, 12);
     test_conv1d(16, 8, 3, 64, 3, 3, GGML_TYPE_F16);
+    test_conv1d_window(16, 8, 3, 37, 1, 4);
+    test_conv1d_window(16, 8, 5, 41, 3, 7);
+    test_conv1d(16, 8, 3, 64, 3, 3, GGML_TYPE_F16, true);
+    test_conv1d(8, 6, 3, 16, 1, 1, GGML_TYPE_F16, true);
+    test_conv1d(32, 16, 11, 200, 5, 25, GGML_TYPE_F16, true);
+    test_conv1d(12, 9, 7, 91, 1, 3, GGML_TYPE_F16, true);
+    test_conv1d(12, 9, 7, 90, 3, 9, GGML_TYPE_F16, true);
+    test_conv1d(6, 5, 3, 40, 1, 0, GGML_TYPE_F16, true);
     vs::set_graph_device_is_cpu(true);
     return failures == 0 ? 0 : 1;
 }

@@ -156,6 +156,28 @@ class kokoro_voice final : public voice {
         return out;
     }
 
+    // On a device with F16 weights, seven lengths from under a second to 17 s (a phrase said
+    // 13, 8, 5, 3, 2 times and once, then one word: no length over twice the next), longest
+    // first so that the buffers are sized once. Each of conv1d_phases' GEMMs has then had the
+    // shapes sentences in that range give it (phase_columns); cuBLAS spends about a
+    // millisecond on a new one.
+    std::vector<std::string> prewarm_phonemes(const vs_context & ctx) const override {
+        auto it = ctx.weights->tensors.find(GEN + "resblocks.0.convs1.0.weight");
+        if (!ctx.device_graphs || it == ctx.weights->tensors.end() || it->second->type != GGML_TYPE_F16) {
+            return voice::prewarm_phonemes(ctx);
+        }
+        std::vector<std::string> out;
+        for (int n : { 13, 8, 5, 3, 2, 1 }) {
+            std::string ipa = "ðə kwˈɪk bɹˈaʊn fˈɑːks";
+            for (int i = 1; i < n; ++i) {
+                ipa += ", ðə kwˈɪk bɹˈaʊn fˈɑːks";
+            }
+            out.push_back(ipa + ".");
+        }
+        out.push_back("fˈɑːks.");
+        return out;
+    }
+
     std::string phonemize(vs_context & ctx, const std::string & text) override {
         std::string out;
         for (const auto & s : sentences(ctx, text)) {
@@ -590,15 +612,19 @@ ggml_tensor * adain_snake_tc(vs_context & c, ggml_context * g, ggml_tensor * x, 
     return ggml_add(g, y, ggml_mul(g, s2, inv));
 }
 
-// Conv1d (PyTorch semantics) of xt [T, IC] (time along ne0) -> [OC, T']: ggml's im2col in
-// the layout it was made for, padding and dilation inside the op, against the weights with
-// their first two axes swapped ([K, IC, OC], made once per context). Where that copy cannot
-// be made or the matrix would be too large, conv1d of a transposed copy.
+// Conv1d (PyTorch semantics) of xt [T, IC] (time along ne0) -> [OC, T']: with F16 weights
+// conv1d_phases (no im2col matrix), else ggml's im2col in the layout it was made for,
+// padding and dilation inside the op, against the weights with their first two axes swapped
+// ([K, IC, OC], made once per context). Where that copy cannot be made or the matrix would
+// be too large, conv1d of a transposed copy.
 ggml_tensor * conv1d_tc(vs_context & c, ggml_context * g, ggml_tensor * xt, const std::string & w_name, ggml_tensor * b,
                         int dilation, int padding) {
     ggml_tensor * w  = c.w(w_name);
     const int64_t IC = w->ne[0], K = w->ne[1], OC = w->ne[2];
     const int64_t T_out = xt->ne[0] + 2 * padding - dilation * (K - 1);
+    if (phases_apply(w)) {
+        return conv1d_phases(g, xt, padding, T_out, w, b, dilation);
+    }
     ggml_tensor * ws =
         (size_t) (IC * K * T_out) * sizeof(uint16_t) <= MAX_IM2COL_TC_BYTES ? c.swapped_weight(w_name) : nullptr;
     if (!ws) {
