@@ -57,51 +57,60 @@ void expect_close(const char * what, const std::vector<float> & got, const std::
     failures += ok ? 0 : 1;
 }
 
-// F16 weights take the folded (one mul_mat) path; F32 the per-tap one.
-// time_along_ne0: the input as [T, C] through conv1d_phases (as Kokoro's GPU graphs pass it).
-void test_conv1d(int IC, int OC, int K, int T, int dilation, int pad, ggml_type wtype = GGML_TYPE_F32,
-                 bool time_along_ne0 = false) {
-    auto x = random_vec(IC * T), w = random_vec(OC * IC * K), b = random_vec(OC);
-    if (wtype == GGML_TYPE_F16) {
-        for (float & v : w) {
-            v = ggml_fp16_to_fp32(ggml_fp32_to_fp16(v));  // the reference sees the stored weights
-        }
-    }
-    const int          T_out = T + 2 * pad - dilation * (K - 1);
+// conv1d by direct loops: output frame t sums w [IC, K, OC] times x [IC, T] at frames
+// t + k * dilation + offset (zero outside x), plus the bias.
+std::vector<float> reference_conv1d(const std::vector<float> & x, const std::vector<float> & w,
+                                    const std::vector<float> & b, int IC, int OC, int K, int T, int T_out, int dilation,
+                                    int offset) {
     std::vector<float> want(OC * T_out);
     for (int t = 0; t < T_out; ++t) {
         for (int o = 0; o < OC; ++o) {
             double acc = b[o];
             for (int i = 0; i < IC; ++i) {
                 for (int k = 0; k < K; ++k) {
-                    int src = t + k * dilation - pad;
+                    int src = t + k * dilation + offset;
                     if (src >= 0 && src < T) {
-                        acc += w[(o * K + k) * IC + i] * x[src * IC + i];  // w is [IC, K, OC], x [C, T], first fastest
+                        acc += w[(o * K + k) * IC + i] * x[src * IC + i];  // first index fastest
                     }
                 }
             }
             want[t * OC + o] = (float) acc;
         }
     }
-    auto got = run([&](ggml_context * ctx) {
-        ggml_tensor * wt = input(ctx, w, { IC, K, OC });
-        if (wtype == GGML_TYPE_F16) {
-            ggml_tensor * w16 = ggml_new_tensor_3d(ctx, GGML_TYPE_F16, IC, K, OC);
-            ggml_fp32_to_fp16_row(w.data(), (ggml_fp16_t *) w16->data, ggml_nelements(w16));
-            wt = w16;
-        }
+    return want;
+}
+
+// Weights as stored in F16: `w` is rounded in place so the reference sees the same values.
+ggml_tensor * f16_weights(ggml_context * ctx, std::vector<float> & w, int IC, int K, int OC) {
+    for (float & v : w) {
+        v = ggml_fp16_to_fp32(ggml_fp32_to_fp16(v));
+    }
+    ggml_tensor * w16 = ggml_new_tensor_3d(ctx, GGML_TYPE_F16, IC, K, OC);
+    ggml_fp32_to_fp16_row(w.data(), (ggml_fp16_t *) w16->data, ggml_nelements(w16));
+    return w16;
+}
+
+// F16 weights take the folded (one mul_mat) path; F32 the per-tap one.
+// time_along_ne0: the input as [T, C] through conv1d_phases (as Kokoro's GPU graphs pass it).
+void test_conv1d(int IC, int OC, int K, int T, int dilation, int pad, ggml_type wtype = GGML_TYPE_F32,
+                 bool time_along_ne0 = false) {
+    auto      x = random_vec(IC * T), w = random_vec(OC * IC * K), b = random_vec(OC);
+    const int T_out = T + 2 * pad - dilation * (K - 1);
+    auto      got   = run([&](ggml_context * ctx) {
+        ggml_tensor * wt = wtype == GGML_TYPE_F16 ? f16_weights(ctx, w, IC, K, OC) : input(ctx, w, { IC, K, OC });
         ggml_tensor * xt = input(ctx, x, { IC, T });
         if (time_along_ne0) {
             return vs::conv1d_phases(ctx, ggml_cont(ctx, ggml_transpose(ctx, xt)), pad, T_out, wt,
-                                     input(ctx, b, { OC }), dilation);
+                                            input(ctx, b, { OC }), dilation);
         }
         return vs::conv1d(ctx, xt, wt, input(ctx, b, { OC }), dilation, pad);
     });
-    char name[64];
+    char      name[64];
     snprintf(name, sizeof name, "conv1d %s k%d d%d p%d T%d%s", ggml_type_name(wtype), K, dilation, pad, T,
              time_along_ne0 ? " [T, C]" : "");
     // F16 weights: the input is rounded to F16 as well.
-    expect_close(name, got, want, wtype == GGML_TYPE_F16 ? 2e-2 : 1e-4);
+    expect_close(name, got, reference_conv1d(x, w, b, IC, OC, K, T, T_out, dilation, -pad),
+                 wtype == GGML_TYPE_F16 ? 2e-2 : 1e-4);
 }
 
 // conv1d_window reading a longer, already padded input from frame `start` (Piper's tiles),
@@ -109,29 +118,13 @@ void test_conv1d(int IC, int OC, int K, int T, int dilation, int pad, ggml_type 
 void test_conv1d_window(int IC, int OC, int K, int T_out, int dilation, int start) {
     const int T = start + (int) vs::conv1d_frames_needed(T_out, K, dilation) + 5;
     auto      x = random_vec(IC * T), w = random_vec(OC * IC * K), b = random_vec(OC);
-    for (float & v : w) {
-        v = ggml_fp16_to_fp32(ggml_fp32_to_fp16(v));
-    }
-    std::vector<float> want(OC * T_out);
-    for (int t = 0; t < T_out; ++t) {
-        for (int o = 0; o < OC; ++o) {
-            double acc = b[o];
-            for (int i = 0; i < IC; ++i) {
-                for (int k = 0; k < K; ++k) {
-                    acc += w[(o * K + k) * IC + i] * x[(start + t + k * dilation) * IC + i];
-                }
-            }
-            want[t * OC + o] = (float) acc;
-        }
-    }
-    auto got = run([&](ggml_context * ctx) {
-        ggml_tensor * w16 = ggml_new_tensor_3d(ctx, GGML_TYPE_F16, IC, K, OC);
-        ggml_fp32_to_fp16_row(w.data(), (ggml_fp16_t *) w16->data, ggml_nelements(w16));
-        return vs::conv1d_window(ctx, input(ctx, x, { IC, T }), start, T_out, w16, input(ctx, b, { OC }), dilation);
+    auto      got = run([&](ggml_context * ctx) {
+        return vs::conv1d_window(ctx, input(ctx, x, { IC, T }), start, T_out, f16_weights(ctx, w, IC, K, OC),
+                                      input(ctx, b, { OC }), dilation);
     });
-    char name[64];
+    char      name[64];
     snprintf(name, sizeof name, "conv1d_window k%d d%d from %d", K, dilation, start);
-    expect_close(name, got, want, 2e-2);
+    expect_close(name, got, reference_conv1d(x, w, b, IC, OC, K, T, T_out, dilation, start), 2e-2);
 }
 
 void test_depthwise(int C, int K, int T, int dilation) {
