@@ -40,9 +40,9 @@ int64_t conv1d_frames_needed(int64_t T_out, int64_t K, int dilation);
 ggml_tensor * conv1d_phases(ggml_context * ctx, ggml_tensor * xt, int64_t pad_before, int64_t T_out, ggml_tensor * w,
                             ggml_tensor * b, int dilation);
 
-// conv1d_phases' columns for n windows a phase: n rounded up to a power of two. cuBLAS
-// spends about a millisecond on the first call of each GEMM shape, and the windows follow
-// the sentence's length; rounded, a convolution sees a few shapes, which the prewarm's
+// conv1d_phases' columns for n windows a phase: n rounded up to a power of two. The first
+// call of each GEMM shape is slow (about half a millisecond on an H100), and the windows
+// follow the sentence's length; rounded, a convolution sees a few shapes, which the prewarm's
 // sentences of several lengths have called (kokoro_voice::prewarm_phonemes). The extra
 // columns read zeros and their outputs are dropped.
 int64_t phase_columns(int64_t n);

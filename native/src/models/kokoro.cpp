@@ -159,8 +159,8 @@ class kokoro_voice final : public voice {
     // On a device with F16 weights, seven lengths from under a second to 17 s (a phrase said
     // 13, 8, 5, 3, 2 times and once, then one word: no length over twice the next), longest
     // first so that the buffers are sized once. Each of conv1d_phases' GEMMs has then had the
-    // shapes sentences in that range give it (phase_columns); cuBLAS spends about a
-    // millisecond on a new one.
+    // shapes sentences in that range give it (phase_columns); a new one costs about half a
+    // millisecond.
     std::vector<std::string> prewarm_phonemes(const vs_context & ctx) const override {
         auto it = ctx.weights->tensors.find(GEN + "resblocks.0.convs1.0.weight");
         if (!ctx.device_graphs || it == ctx.weights->tensors.end() || it->second->type != GGML_TYPE_F16) {
