@@ -36,7 +36,8 @@ constexpr int     HOP                 = 5;
 constexpr int     N_HARMONICS         = 9;
 constexpr float   VOICED_F0           = 10.0f;
 constexpr float   SINE_AMP            = 0.1f;
-constexpr int64_t SAMPLES_PER_F0      = 300;  // generator upsampling (10 * 6) times the iSTFT hop
+constexpr int64_t MAX_PACKED_FRAMES   = 1 << 14;  // frames (40 a second) of sentences packed in a graph
+constexpr int64_t SAMPLES_PER_F0      = 300;      // generator upsampling (10 * 6) times the iSTFT hop
 
 // Tensor names: the PyTorch module names without their wrappers (convert_kokoro.py).
 const std::string BERT  = "bert.";
@@ -200,6 +201,9 @@ class kokoro_voice final : public voice {
 
     // Off the CPU, the AdaINs of k's graph under `prefix` read their affines from its table.
     void use_style_table(vs_context & c, ggml_context * g, struct cond & k, const std::string & prefix) const;
+    // The style table of the AdaINs under `prefix`, made on first use; null on the CPU or where
+    // their layers cannot share one.
+    const style_table * style_table_for(vs_context & c, const std::string & prefix) const;
 
     std::vector<std::string> sentences(vs_context & ctx, const std::string & text) const;
     std::vector<int32_t>     to_ids(const std::string & ipa, int & skipped) const;
@@ -218,14 +222,14 @@ class kokoro_voice final : public voice {
     // once); null where the three differ in type.
     void qkv_weights(vs_context & c, ggml_tensor *& w, ggml_tensor *& b) const;
     // Duration encoder output d [640, T], the logits and the (unrounded) frames per token.
-    void               run_duration(vs_context & c, std::vector<kokoro_job> & jobs, float speed) const;
-    void               run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) const;  // F0 and N
-    void               run_text_encoder(vs_context & c, std::vector<kokoro_job> & jobs) const;
-    act                run_decoder(vs_context & c, const act & t_en, const std::vector<int32_t> & frame_to_token,
-                                   const std::vector<float> & f0, const std::vector<float> & n,
-                                   const std::vector<float> & style) const;
-    std::vector<float> run_generator(vs_context & c, const act & x, const std::vector<float> & f0,
-                                     const std::vector<float> & style, act & har) const;
+    void run_duration(vs_context & c, std::vector<kokoro_job> & jobs, float speed) const;
+    void run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) const;  // F0 and N
+    void run_text_encoder(vs_context & c, std::vector<kokoro_job> & jobs) const;
+    // The decoder for `group` in one graph: each job's dec. With more than one job (off the
+    // CPU), on the jobs packed.
+    void run_decoder(vs_context & c, const std::vector<kokoro_job *> & group) const;
+    // The job's audio and harmonic source (har).
+    void run_generator(vs_context & c, kokoro_job & job) const;
 
     ggml_tensor * adain_res_block(vs_context & c, ggml_context * g, ggml_tensor * x, const struct cond & k,
                                   const std::string & pre, bool upsample) const;
@@ -470,27 +474,108 @@ style_table make_style_table(vs_context & c, const vs_model & m, const std::stri
     return tab;
 }
 
+// Off the CPU, a batch's sentences packed along time so that one graph's convolutions serve
+// them all: B segments of L frames, each a sentence's frames then zeros, at least as many as
+// the widest convolution pads. A convolution over the whole is then each sentence's own
+// wherever its input's gaps are zero, and AdaIN's statistics are taken per segment, over
+// its sentence's frames only (packed_adain). The decoder and the F0/N blocks run so; the
+// generator does not: at its rates the gaps' frames cost more than its launches.
+struct packing {
+    int64_t       B = 0, L = 0;
+    ggml_tensor * mask    = nullptr;  // [L, B, 1]: 1 on a sentence's frames, 0 in its gap
+    ggml_tensor * mask_ct = nullptr;  // the same as [1, B * L], for activations [C, T]
+    ggml_tensor * inv_len = nullptr;  // [1, B, 1]: 1 / the sentence's frames
+    ggml_tensor * styles  = nullptr;  // [B, rows]: the style table's rows, transposed
+};
+
 // What a graph's AdaIN layers share: the style half they read and a row of ones (their
 // statistics over time are products with it: no transposes of long activations); off the
 // CPU, the graph's style table and its product with the style.
 struct cond {
-    ggml_tensor *       s      = nullptr;  // [128, 1]
+    ggml_tensor *       s      = nullptr;  // [128, B]: a column a sentence (B = 1 but in a packing)
     ggml_tensor *       ones   = nullptr;  // [1, n]
     const style_table * table  = nullptr;
-    ggml_tensor *       styles = nullptr;  // [rows, 1]
+    ggml_tensor *       styles = nullptr;  // [rows, B]
+    const packing *     pack   = nullptr;  // off the CPU, in a batch: its sentences packed
+    const packing *     pack2  = nullptr;  // the same at twice the rate (after an upsampling)
 };
 
-void kokoro_voice::use_style_table(vs_context & c, ggml_context * g, cond & k, const std::string & prefix) const {
+const style_table * kokoro_voice::style_table_for(vs_context & c, const std::string & prefix) const {
     if (!c.device_graphs) {
-        return;
+        return nullptr;
     }
     auto it = tables_.find(prefix);
     if (it == tables_.end()) {
         it = tables_.emplace(prefix, make_style_table(c, model_, prefix)).first;
     }
-    if (it->second.w) {
-        k.table  = &it->second;
-        k.styles = ggml_add(g, ggml_mul_mat(g, it->second.w, k.s), it->second.b);
+    return it->second.w ? &it->second : nullptr;
+}
+
+// A packing's inputs: B segments of L frames reading the style table's rows styles_t [B, rows].
+packing make_packing(ggml_context * g, int64_t B, int64_t L, ggml_tensor * styles_t) {
+    packing p;
+    p.B       = B;
+    p.L       = L;
+    p.mask    = ggml_new_tensor_3d(g, GGML_TYPE_F32, L, B, 1);
+    p.inv_len = ggml_new_tensor_3d(g, GGML_TYPE_F32, 1, B, 1);
+    p.styles  = styles_t;
+    ggml_set_input(p.mask);
+    ggml_set_input(p.inv_len);
+    p.mask_ct = ggml_reshape_2d(g, p.mask, 1, B * L);
+    return p;
+}
+
+// Its mask and lengths, for sentences of lens[b] frames (after the graph's allocation).
+void fill_packing(const packing & p, const std::vector<int64_t> & lens) {
+    std::vector<float> mask((size_t) (p.B * p.L), 0.0f), inv((size_t) p.B);
+    for (int64_t b = 0; b < p.B; ++b) {
+        std::fill_n(mask.begin() + b * p.L, lens[(size_t) b], 1.0f);
+        inv[(size_t) b] = 1.0f / (float) lens[(size_t) b];
+    }
+    set_input(p.mask, mask.data());
+    set_input(p.inv_len, inv.data());
+}
+
+// The jobs, of frames[b] frames, in graphs [first, last): packed, as many consecutive jobs
+// as keep B * (longest + gap) within MAX_PACKED_FRAMES; else one a graph.
+std::vector<std::pair<size_t, size_t>> pack_groups(const std::vector<int64_t> & frames, bool packed, int64_t gap) {
+    std::vector<std::pair<size_t, size_t>> out;
+    for (size_t first = 0; first < frames.size();) {
+        size_t  last    = first + 1;
+        int64_t longest = frames[first];
+        while (packed && last < frames.size() &&
+               (int64_t) (last + 1 - first) * (std::max(longest, frames[last]) + gap) <= MAX_PACKED_FRAMES) {
+            longest = std::max(longest, frames[last++]);
+        }
+        out.emplace_back(first, last);
+        first = last;
+    }
+    return out;
+}
+
+// Host activations x_b [C, T_b] as one packed [C, B * L] (zeros in the gaps).
+std::vector<float> pack_host(const std::vector<const act *> & xs, int64_t L) {
+    const int64_t      C = xs[0]->C;
+    std::vector<float> v((size_t) (C * L * (int64_t) xs.size()), 0.0f);
+    for (size_t b = 0; b < xs.size(); ++b) {
+        std::copy(xs[b]->v.begin(), xs[b]->v.end(), v.begin() + (int64_t) b * L * C);
+    }
+    return v;
+}
+
+// Segment b (its first T frames) of a packed [C, B * L] read back from the device.
+act unpack_host(const act & packed, int64_t L, int64_t b, int64_t T) {
+    act a;
+    a.C = packed.C;
+    a.T = T;
+    a.v.assign(packed.v.begin() + b * L * a.C, packed.v.begin() + (b * L + T) * a.C);
+    return a;
+}
+
+void kokoro_voice::use_style_table(vs_context & c, ggml_context * g, cond & k, const std::string & prefix) const {
+    if (const style_table * tab = style_table_for(c, prefix)) {
+        k.table  = tab;
+        k.styles = ggml_add(g, ggml_mul_mat(g, tab->w, k.s), tab->b);
     }
 }
 
@@ -510,16 +595,16 @@ bool table_affine(ggml_context * g, const cond & k, const std::string & fc, int6
     return true;
 }
 
-cond make_cond(ggml_context * g, int64_t max_frames) {
+cond make_cond(ggml_context * g, int64_t max_frames, int64_t B = 1) {
     cond k;
-    k.s    = input_2d(g, STYLE_DIM, 1, "style");  // one half of the style row
+    k.s    = input_2d(g, STYLE_DIM, B, "style");  // one half of the style row, a column a sentence
     k.ones = input_2d(g, 1, std::max<int64_t>(max_frames, 1024), "ones");
     return k;
 }
 
 void fill_cond(const cond & k, const float * style) {
-    set_input(k.s, style);
-    if (k.ones->buffer) {  // a graph whose AdaINs are all adain_tc reads no ones
+    set_input(k.s, style);  // B style halves one after another
+    if (k.ones->buffer) {   // a graph whose AdaINs are all adain_tc reads no ones
         std::vector<float> ones((size_t) ggml_nelements(k.ones), 1.0f);
         set_input(k.ones, ones.data());
     }
@@ -597,6 +682,37 @@ ggml_tensor * adain_tc(vs_context & c, ggml_context * g, ggml_tensor * x, const 
                     ggml_reshape_2d(g, shift, 1, C));
 }
 
+// AdaIN of a packing's x [C, B * L] -> [L, B, C]: each segment's mean and variance over
+// its sentence's frames (the mask), its style's affine. The gaps hold the shift.
+ggml_tensor * packed_adain(ggml_context * g, ggml_tensor * x, const cond & k, const std::string & fc) {
+    const packing & p    = *k.pack;
+    const int64_t   C    = x->ne[0];
+    ggml_tensor *   x3   = ggml_reshape_3d(g, ggml_cont(g, ggml_transpose(g, x)), p.L, p.B, C);  // [L, B, C]
+    ggml_tensor *   mean = ggml_mul(g, ggml_sum_rows(g, ggml_mul(g, x3, p.mask)), p.inv_len);    // [1, B, C]
+    ggml_tensor *   d    = ggml_mul(g, ggml_sub(g, x3, mean), p.mask);
+    ggml_tensor *   var  = ggml_mul(g, ggml_sum_rows(g, ggml_sqr(g, d)), p.inv_len);
+    const int64_t   off  = k.table->offset.at(fc);
+    const size_t    es = ggml_element_size(p.styles), nb = p.styles->nb[1];
+    ggml_tensor *   scale = ggml_view_3d(g, p.styles, 1, p.B, C, es, nb, off * nb);
+    ggml_tensor *   shift = ggml_view_3d(g, p.styles, 1, p.B, C, es, nb, (off + C) * nb);
+    ggml_tensor *   a     = ggml_div(g, scale, ggml_sqrt(g, ggml_scale_bias(g, var, 1.0f, 1e-5f)));
+    return ggml_add(g, ggml_mul(g, d, a), shift);
+}
+
+// y [L, B, C] zeroed in a packing's gaps, as [B * L, C]: a convolution's input.
+ggml_tensor * packed_masked(ggml_context * g, ggml_tensor * y, const packing & p) {
+    return ggml_reshape_2d(g, ggml_mul(g, y, p.mask), p.B * p.L, y->ne[2]);
+}
+
+// AdaIN then LeakyReLU of x [C, T] as [T, C] (see adain_tc); in a packing, zero in its gaps.
+ggml_tensor * adain_leaky_tc(vs_context & c, ggml_context * g, ggml_tensor * x, const cond & k, const std::string & fc,
+                             float slope) {
+    if (k.pack) {
+        return packed_masked(g, ggml_leaky_relu(g, packed_adain(g, x, k, fc), slope, false), *k.pack);
+    }
+    return ggml_leaky_relu(g, adain_tc(c, g, x, k, fc), slope, false);
+}
+
 ggml_tensor * adain_snake_tc(vs_context & c, ggml_context * g, ggml_tensor * x, const cond & k, const std::string & fc,
                              const std::string & alpha_name) {
     const int64_t C   = x->ne[0];
@@ -659,15 +775,20 @@ ggml_tensor * kokoro_voice::adain_res_block(vs_context & c, ggml_context * g, gg
                                             const std::string & pre, bool upsample) const {
     ggml_tensor * r = nullptr;
     if (c.device_graphs) {  // in [T, C] in between (see adain_tc)
-        ggml_tensor * t = ggml_leaky_relu(g, adain_tc(c, g, x, k, pre + "norm1.fc"), 0.2f, false);
+        ggml_tensor * t  = adain_leaky_tc(c, g, x, k, pre + "norm1.fc", 0.2f);
+        cond          k2 = k;  // after the upsampling, in a packing: its twice as long segments
         if (upsample) {
             t = depthwise_upsample(g, ggml_cont(g, ggml_transpose(g, t)), c.w(pre + "pool.weight"),
                                    c.w(pre + "pool.bias"));
+            if (k.pack) {
+                k2.pack = k.pack2;
+                t       = ggml_mul(g, t, k2.pack->mask_ct);
+            }
             r = conv1d(g, t, c.w(pre + "conv1.weight"), c.w(pre + "conv1.bias"), 1, 1);
         } else {
             r = conv1d_tc(c, g, t, pre + "conv1.weight", c.w(pre + "conv1.bias"), 1, 1);
         }
-        t = ggml_leaky_relu(g, adain_tc(c, g, r, k, pre + "norm2.fc"), 0.2f, false);
+        t = adain_leaky_tc(c, g, r, k2, pre + "norm2.fc", 0.2f);
         r = conv1d_tc(c, g, t, pre + "conv2.weight", c.w(pre + "conv2.bias"), 1, 1);
     } else {
         r = ggml_leaky_relu(g, adain(c, g, x, k, pre + "norm1.fc"), 0.2f, false);
@@ -1071,31 +1192,74 @@ void kokoro_voice::run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) c
     }
     std::vector<act> shared = run_lstm(c, VS_STAGE_PROSODY, PRED + "shared", xs);
 
-    for (size_t j = 0; j < jobs.size(); ++j) {
-        const act &    x  = shared[j];
+    // F0 and N: one graph a job, or off the CPU the jobs packed (two frames of gap: the
+    // widest padding is a kernel of 3's).
+    std::vector<int64_t> frames;
+    for (const act & x : shared) {
+        frames.push_back(x.T);
+    }
+    const bool packs = jobs.size() > 1 && style_table_for(c, PRED);
+    for (auto [first, last] : pack_groups(frames, packs, 2)) {
+        const int64_t            B = (int64_t) (last - first);
+        int64_t                  L = 0;
+        std::vector<int64_t>     lens, lens2;
+        std::vector<const act *> in;
+        for (int64_t b = 0; b < B; ++b) {
+            const act & x = shared[first + (size_t) b];
+            lens.push_back(x.T);
+            lens2.push_back(2 * x.T);
+            in.push_back(&x);
+            L = std::max(L, x.T);
+        }
+        L                 = B > 1 ? L + 2 : L;
         auto           gb = c.new_graph();
         ggml_context * g  = gb.ctx.get();
-        ggml_tensor *  xi = input_2d(g, x.C, x.T, "x");
-        cond           k  = make_cond(g, 2 * x.T);
+        ggml_tensor *  xi = input_2d(g, in[0]->C, B * L, "x");
+        cond           k  = make_cond(g, 2 * B * L, B);
         use_style_table(c, g, k, PRED);
+        packing pk, pk2;
+        if (B > 1) {
+            ggml_tensor * styles_t = ggml_cont(g, ggml_transpose(g, k.styles));
+            pk                     = make_packing(g, B, L, styles_t);
+            pk2                    = make_packing(g, B, 2 * L, styles_t);
+            k.pack                 = &pk;
+            k.pack2                = &pk2;
+        }
+        cond k_up = k;  // after block 1's upsampling
+        k_up.pack = k.pack2;
         ggml_tensor * outs[2];
         const char *  branch[2] = { "F0", "N" };
-        for (int b = 0; b < 2; ++b) {
+        for (int r = 0; r < 2; ++r) {
             ggml_tensor * y = xi;
             for (int i = 0; i < 3; ++i) {
-                y = adain_res_block(c, g, y, k, PRED + branch[b] + "." + std::to_string(i) + ".", i == 1);
+                y = adain_res_block(c, g, y, i < 2 ? k : k_up, PRED + branch[r] + "." + std::to_string(i) + ".",
+                                    i == 1);
             }
-            y = conv1d(g, y, c.w(PRED + branch[b] + "_proj.weight"), c.w(PRED + branch[b] + "_proj.bias"), 1, 0);
+            y = conv1d(g, y, c.w(PRED + branch[r] + "_proj.weight"), c.w(PRED + branch[r] + "_proj.bias"), 1, 0);
             ggml_set_output(y);
             ggml_build_forward_expand(gb.gf, y);
-            outs[b] = y;
+            outs[r] = y;
         }
         c.alloc(VS_STAGE_PROSODY, gb.gf);
-        set_input(xi, x.v.data());
-        fill_cond(k, jobs[j].style.data() + STYLE_DIM);
+        std::vector<float> styles;
+        for (int64_t b = 0; b < B; ++b) {
+            const float * s = jobs[first + (size_t) b].style.data() + STYLE_DIM;
+            styles.insert(styles.end(), s, s + STYLE_DIM);
+        }
+        fill_cond(k, styles.data());
+        if (B > 1) {
+            set_input(xi, pack_host(in, L).data());
+            fill_packing(pk, lens);
+            fill_packing(pk2, lens2);
+        } else {
+            set_input(xi, in[0]->v.data());
+        }
         c.compute(gb.gf);
-        jobs[j].f0 = read_act(outs[0]).v;
-        jobs[j].n  = read_act(outs[1]).v;
+        const act f0 = read_act(outs[0]), n = read_act(outs[1]);
+        for (int64_t b = 0; b < B; ++b) {
+            jobs[first + (size_t) b].f0 = unpack_host(f0, 2 * L, b, 2 * lens[(size_t) b]).v;
+            jobs[first + (size_t) b].n  = unpack_host(n, 2 * L, b, 2 * lens[(size_t) b]).v;
+        }
     }
 }
 
@@ -1133,40 +1297,84 @@ void kokoro_voice::run_text_encoder(vs_context & c, std::vector<kokoro_job> & jo
     }
 }
 
-act kokoro_voice::run_decoder(vs_context & c, const act & t_en, const std::vector<int32_t> & frame_to_token,
-                              const std::vector<float> & f0, const std::vector<float> & n,
-                              const std::vector<float> & style) const {
-    const int64_t  F  = (int64_t) frame_to_token.size();
+void kokoro_voice::run_decoder(vs_context & c, const std::vector<kokoro_job *> & group) const {
+    // Packed (more than one job): segments of L frames, two of them gap (kernels of 3); the
+    // tokens' rows of every job in one table whose last row is zeros, for the gaps to read.
+    const int64_t        B = (int64_t) group.size();
+    std::vector<int64_t> lens, lens2;
+    int64_t              L = 0, rows = 0;
+    for (const kokoro_job * j : group) {
+        lens.push_back((int64_t) j->frame_to_token.size());
+        lens2.push_back(2 * lens.back());
+        L = std::max(L, lens.back());
+        rows += j->t_en.T;
+    }
+    L                 = B > 1 ? L + 2 : L;
+    const int64_t  C  = group[0]->t_en.C;
     auto           gb = c.new_graph();
     ggml_context * g  = gb.ctx.get();
-    ggml_tensor *  te = input_2d(g, t_en.C, t_en.T, "t_en");
-    ggml_tensor *  fr = ggml_new_tensor_1d(g, GGML_TYPE_I32, F);
-    ggml_tensor *  fi = input_2d(g, 1, 2 * F, "f0");
-    ggml_tensor *  ni = input_2d(g, 1, 2 * F, "n");
-    cond           k  = make_cond(g, 2 * F);
+    ggml_tensor *  te = input_2d(g, C, rows + 1, "t_en");
+    ggml_tensor *  fr = ggml_new_tensor_1d(g, GGML_TYPE_I32, B * L);
+    ggml_tensor *  fi = input_2d(g, 1, 2 * B * L, "f0");
+    ggml_tensor *  ni = input_2d(g, 1, 2 * B * L, "n");
+    cond           k  = make_cond(g, 2 * B * L, B);
     use_style_table(c, g, k, DEC);
     ggml_set_input(fr);
+    packing pk, pk2;
+    if (B > 1) {
+        if (!k.table) {
+            throw error(VS_ERR_COMPUTE, "the decoder cannot pack sentences without its style table");
+        }
+        ggml_tensor * styles_t = ggml_cont(g, ggml_transpose(g, k.styles));
+        pk                     = make_packing(g, B, L, styles_t);
+        pk2                    = make_packing(g, B, 2 * L, styles_t);
+        k.pack                 = &pk;
+        k.pack2                = &pk2;
+    }
 
-    ggml_tensor * asr = ggml_get_rows(g, te, fr);  // [512, F]: each token's frames
-    ggml_tensor * f0d = conv1d_strided(g, fi, c.w(DEC + "F0_conv.weight"), c.w(DEC + "F0_conv.bias"), 2, 1);  // [1, F]
+    ggml_tensor * asr = ggml_get_rows(g, te, fr);  // [512, B * L]: each token's frames
+    ggml_tensor * f0d = conv1d_strided(g, fi, c.w(DEC + "F0_conv.weight"), c.w(DEC + "F0_conv.bias"), 2, 1);
     ggml_tensor * nd  = conv1d_strided(g, ni, c.w(DEC + "N_conv.weight"), c.w(DEC + "N_conv.bias"), 2, 1);
-    ggml_tensor * x   = ggml_concat(g, ggml_concat(g, asr, f0d, 0), nd, 0);  // [514, F]
+    ggml_tensor * x   = ggml_concat(g, ggml_concat(g, asr, f0d, 0), nd, 0);  // [514, B * L]
     x                 = adain_res_block(c, g, x, k, DEC + "encode.", false);
-    ggml_tensor * res = conv1d(g, asr, c.w(DEC + "asr_res.0.weight"), c.w(DEC + "asr_res.0.bias"), 1, 0);  // [64, F]
+    ggml_tensor * res = conv1d(g, asr, c.w(DEC + "asr_res.0.weight"), c.w(DEC + "asr_res.0.bias"), 1, 0);  // [64, ..]
     for (int i = 0; i < 4; ++i) {
-        x = ggml_concat(g, ggml_concat(g, ggml_concat(g, x, res, 0), f0d, 0), nd, 0);  // [1090, F]
+        x = ggml_concat(g, ggml_concat(g, ggml_concat(g, x, res, 0), f0d, 0), nd, 0);  // [1090, B * L]
         x = adain_res_block(c, g, x, k, DEC + "decode." + std::to_string(i) + ".", i == 3);
     }
     ggml_set_output(x);
     ggml_build_forward_expand(gb.gf, x);
     c.alloc(VS_STAGE_DECODER, gb.gf);
-    set_input(te, t_en.v.data());
-    set_input(fr, frame_to_token.data());
-    set_input(fi, f0.data());
-    set_input(ni, n.data());
-    fill_cond(k, style.data());
+
+    std::vector<float>   tv((size_t) (C * (rows + 1)), 0.0f), f0v((size_t) (2 * B * L), 0.0f), nv(f0v.size(), 0.0f);
+    std::vector<int32_t> frv((size_t) (B * L), (int32_t) rows);
+    std::vector<float>   styles;
+    int64_t              row = 0;
+    for (int64_t b = 0; b < B; ++b) {
+        const kokoro_job & j = *group[(size_t) b];
+        std::copy(j.t_en.v.begin(), j.t_en.v.end(), tv.begin() + row * C);
+        for (int64_t f = 0; f < lens[(size_t) b]; ++f) {
+            frv[(size_t) (b * L + f)] = (int32_t) (row + j.frame_to_token[(size_t) f]);
+        }
+        std::copy(j.f0.begin(), j.f0.end(), f0v.begin() + 2 * b * L);
+        std::copy(j.n.begin(), j.n.end(), nv.begin() + 2 * b * L);
+        styles.insert(styles.end(), j.style.begin(), j.style.begin() + STYLE_DIM);
+        row += j.t_en.T;
+    }
+    set_input(te, tv.data());
+    set_input(fr, frv.data());
+    set_input(fi, f0v.data());
+    set_input(ni, nv.data());
+    fill_cond(k, styles.data());
+    if (B > 1) {
+        fill_packing(pk, lens);
+        fill_packing(pk2, lens2);
+    }
     c.compute(gb.gf);
-    return read_act(x);
+    const act out = read_act(x);
+    for (int64_t b = 0; b < B; ++b) {
+        group[(size_t) b]->dec = unpack_host(out, 2 * L, b, lens2[(size_t) b]);
+    }
 }
 
 // atan(z) for any finite z: two half-angle reductions bring |z| under tan(pi/8), then
@@ -1187,28 +1395,18 @@ ggml_tensor * atan_all(ggml_context * g, ggml_tensor * z) {
     return ggml_scale(g, ggml_mul(g, acc, z), 4.0f);
 }
 
-std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, const std::vector<float> & f0,
-                                               const std::vector<float> & style, act & har_out) const {
-    const int64_t  F2       = (int64_t) f0.size();  // F0 frames (twice the token frames)
-    const int64_t  L        = F2 * SAMPLES_PER_F0;  // samples
-    const int64_t  n_frames = L / HOP + 1;          // STFT frames of the source
-    auto           gb       = c.new_graph(16384);
-    ggml_context * g        = gb.ctx.get();
-    ggml_tensor *  x_in     = input_2d(g, xin.C, xin.T, "x");
-    ggml_tensor *  x        = x_in;
-    ggml_tensor *  fi       = input_2d(g, F2, 1, "f0");
-    ggml_tensor *  hm       = input_2d(g, 1, N_HARMONICS, "harmonics");
-    ggml_tensor *  sr       = input_2d(g, 1, 1, "sample_rate");
-    ggml_tensor *  basis    = input_2d(g, N_FFT, 2 * (N_FFT / 2 + 1), "stft_basis");
-    ggml_tensor *  gain     = input_2d(g, N_FFT / 2, 1, "istft_head_gain");
-    cond           k        = make_cond(g, n_frames);
-    use_style_table(c, g, k, GEN);
-
-    // Harmonic source, as the export computes it: per harmonic h the phase increment
-    // frac(h f0 / sr) of each F0 frame, summed over frames, scaled to radians per
-    // upsampled sample, linearly interpolated to the sample rate; sin, gated by voicing.
-    ggml_tensor * fh   = ggml_out_prod(g, fi, ggml_reshape_2d(g, hm, N_HARMONICS, 1));  // [F2, 9]: f0 * h
-    ggml_tensor * rad  = ggml_div(g, fh, sr);                                           // [F2, 9]
+// The harmonic source of F0 frames fi [F2, 1] and its STFT, as the export computes them:
+// per harmonic h the phase increment frac(h f0 / sr) of each F0 frame, summed over frames,
+// scaled to radians per upsampled sample, linearly interpolated to the sample rate; sin,
+// gated by voicing, mixed to one channel. Its STFT (reflect-padded, Hann window) is a DFT
+// basis over windows of N_FFT samples every HOP samples: magnitude and phase (atan of
+// im/re, moved to the quadrant), [22, L / HOP + 1].
+// hm [9, 1]: the harmonics' numbers; basis [1, N_FFT, 22].
+ggml_tensor * harmonic_source(vs_context & c, ggml_context * g, ggml_tensor * fi, ggml_tensor * hm, ggml_tensor * sr,
+                              ggml_tensor * basis) {
+    const int64_t L    = fi->ne[0] * SAMPLES_PER_F0;
+    ggml_tensor * fh   = ggml_out_prod(g, fi, hm);  // [F2, 9]: f0 * h
+    ggml_tensor * rad  = ggml_div(g, fh, sr);       // [F2, 9]
     rad                = ggml_sub(g, rad, ggml_floor(g, rad));
     ggml_tensor * ph   = ggml_cumsum(g, rad);
     ph                 = ggml_scale(g, ggml_scale(g, ggml_scale(g, ph, 2.0f), (float) M_PI), (float) SAMPLES_PER_F0);
@@ -1219,11 +1417,8 @@ std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, 
     sine               = ggml_cont(g, ggml_transpose(g, sine));                        // [9, L]
     ggml_tensor * src  = ggml_tanh(g, linear(c, g, sine, GEN + "m_source.l_linear"));  // [1, L]
 
-    // Its STFT (reflect-padded, Hann window): a DFT basis over windows of N_FFT samples
-    // every HOP samples. Magnitude and phase (atan of im/re, moved to the quadrant).
     ggml_tensor * padded = ggml_pad_reflect_1d(g, ggml_reshape_2d(g, src, L, 1), N_FFT / 2, N_FFT / 2);
-    ggml_tensor * frames = conv1d_strided(g, ggml_reshape_2d(g, padded, 1, L + N_FFT),
-                                          ggml_reshape_3d(g, basis, 1, N_FFT, basis->ne[1]), nullptr, HOP, 0);
+    ggml_tensor * frames = conv1d_strided(g, ggml_reshape_2d(g, padded, 1, L + N_FFT), basis, nullptr, HOP, 0);
     const int64_t bins   = N_FFT / 2 + 1;
     ggml_tensor * re     = channels(g, frames, 0, bins);
     ggml_tensor * im     = channels(g, frames, bins, bins);
@@ -1232,8 +1427,55 @@ std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, 
     // re < 0: + pi if im > 0, else - pi.
     ggml_tensor * quad = ggml_mul(g, ggml_step(g, ggml_neg(g, re)),
                                   ggml_scale_bias(g, ggml_step(g, im), 2.0f * (float) M_PI, -(float) M_PI));
-    ggml_tensor * har  = ggml_concat(g, mag, ggml_add(g, at, quad), 0);  // [22, n_frames]
+    return ggml_concat(g, mag, ggml_add(g, at, quad), 0);  // [22, n_frames]
+}
+
+// Audio [L] from conv_post's output x [22, n_frames] (log magnitude, then phase): the
+// inverse STFT as each frame's N_FFT samples from the synthesis basis ([22, N_FFT]),
+// overlap-added. The export scales by 4, dividing its first N_FFT samples by one frame's
+// squared window (a constant it traced, `gain` [N_FFT / 2]); then drops N_FFT / 2 samples
+// at each end.
+ggml_tensor * inverse_stft(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * gain) {
+    const int64_t bins     = N_FFT / 2 + 1;
+    const int64_t n_frames = x->ne[1];
+    const int64_t L        = (n_frames - 1) * HOP;
+    ggml_tensor * spec     = ggml_exp(g, channels(g, x, 0, bins));
+    ggml_tensor * phase    = ggml_sin(g, channels(g, x, bins, bins));
+    ggml_tensor * cplx =
+        ggml_concat(g, ggml_mul(g, spec, ggml_cos(g, phase)), ggml_mul(g, spec, ggml_sin(g, phase)), 0);
+    ggml_tensor * cols    = ggml_mul_mat(g, c.w(GEN + "stft.istft.stft.inverse_basis"), cplx);  // [N_FFT, n_frames]
+    const int64_t raw_len = (n_frames - 1) * HOP + N_FFT;
+    ggml_tensor * wav     = nullptr;
+    for (int q = 0; q < N_FFT / HOP; ++q) {
+        ggml_tensor * part = ggml_cont(g, ggml_view_2d(g, cols, HOP, n_frames, cols->nb[1], q * HOP * sizeof(float)));
+        part               = ggml_reshape_1d(g, part, HOP * n_frames);
+        if (!wav) {
+            wav = ggml_pad_ext(g, part, q * HOP, (int) (raw_len - HOP * n_frames - q * HOP), 0, 0, 0, 0, 0, 0);
+        } else {
+            wav = ggml_acc(g, wav, part, wav->nb[1], wav->nb[2], wav->nb[3], q * HOP * sizeof(float));
+        }
+    }
+    ggml_tensor * head = ggml_mul(g, ggml_view_1d(g, wav, N_FFT / 2, N_FFT / 2 * sizeof(float)), gain);
+    ggml_tensor * body = ggml_scale(g, ggml_view_1d(g, wav, L - N_FFT / 2, N_FFT * sizeof(float)), 4.0f);
+    return ggml_concat(g, head, body, 0);  // [L]
+}
+
+void kokoro_voice::run_generator(vs_context & c, kokoro_job & job) const {
+    auto           gb    = c.new_graph(16384);
+    ggml_context * g     = gb.ctx.get();
+    ggml_tensor *  x     = input_2d(g, job.dec.C, job.dec.T, "x");
+    ggml_tensor *  x_in  = x;
+    ggml_tensor *  fi    = input_2d(g, (int64_t) job.f0.size(), 1, "f0");
+    ggml_tensor *  hm    = input_2d(g, N_HARMONICS, 1, "harmonics");
+    ggml_tensor *  sr    = input_2d(g, 1, 1, "sample_rate");
+    ggml_tensor *  basis = ggml_new_tensor_3d(g, GGML_TYPE_F32, 1, N_FFT, 2 * (N_FFT / 2 + 1));
+    ggml_tensor *  gain  = ggml_new_tensor_1d(g, GGML_TYPE_F32, N_FFT / 2);
+    ggml_set_input(basis);
+    ggml_set_input(gain);
+    ggml_tensor * har = harmonic_source(c, g, fi, hm, sr, basis);
     ggml_set_output(har);
+    cond k = make_cond(g, har->ne[1]);
+    use_style_table(c, g, k, GEN);
 
     for (size_t i = 0; i < hp_.gen_rates.size(); ++i) {
         const std::string n    = std::to_string(i);
@@ -1271,67 +1513,46 @@ std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, 
     }
     x = ggml_leaky_relu(g, x, 0.01f, false);
     x = conv1d(g, x, c.w(GEN + "conv_post.weight"), c.w(GEN + "conv_post.bias"), 1, 3);  // [22, n_frames]
-    ggml_tensor * spec  = ggml_exp(g, channels(g, x, 0, bins));
-    ggml_tensor * phase = ggml_sin(g, channels(g, x, bins, bins));
-    ggml_tensor * cplx =
-        ggml_concat(g, ggml_mul(g, spec, ggml_cos(g, phase)), ggml_mul(g, spec, ggml_sin(g, phase)), 0);
-    // Inverse: each frame's N_FFT samples from the synthesis basis ([22, N_FFT]), overlap-added.
-    ggml_tensor * cols    = ggml_mul_mat(g, c.w(GEN + "stft.istft.stft.inverse_basis"), cplx);  // [N_FFT, n_frames]
-    const int64_t raw_len = (n_frames - 1) * HOP + N_FFT;
-    ggml_tensor * wav     = nullptr;
-    for (int q = 0; q < N_FFT / HOP; ++q) {
-        ggml_tensor * part = ggml_cont(g, ggml_view_2d(g, cols, HOP, n_frames, cols->nb[1], q * HOP * sizeof(float)));
-        part               = ggml_reshape_1d(g, part, HOP * n_frames);
-        if (!wav) {
-            wav = ggml_pad_ext(g, part, q * HOP, (int) (raw_len - HOP * n_frames - q * HOP), 0, 0, 0, 0, 0, 0);
-        } else {
-            wav = ggml_acc(g, wav, part, wav->nb[1], wav->nb[2], wav->nb[3], q * HOP * sizeof(float));
-        }
-    }
-    // The export scales by 4, dividing its first N_FFT samples by one frame's squared
-    // window (a constant it traced); then drops N_FFT / 2 samples at each end.
-    ggml_tensor * head =
-        ggml_mul(g, ggml_view_1d(g, wav, N_FFT / 2, N_FFT / 2 * sizeof(float)), ggml_reshape_1d(g, gain, N_FFT / 2));
-    ggml_tensor * body  = ggml_scale(g, ggml_view_1d(g, wav, L - N_FFT / 2, N_FFT * sizeof(float)), 4.0f);
-    ggml_tensor * audio = ggml_concat(g, head, body, 0);  // [L]
+    ggml_tensor * audio = inverse_stft(c, g, x, gain);                                   // [L]
     ggml_set_output(audio);
     ggml_build_forward_expand(gb.gf, har);
     ggml_build_forward_expand(gb.gf, audio);
     c.alloc(VS_STAGE_GENERATOR, gb.gf);
 
-    set_input(x_in, xin.v.data());
-    set_input(fi, f0.data());
+    set_input(x_in, job.dec.v.data());
+    set_input(fi, job.f0.data());
     std::vector<float> h(N_HARMONICS);
-    for (int k = 0; k < N_HARMONICS; ++k) {
-        h[k] = (float) (k + 1);
+    for (int i = 0; i < N_HARMONICS; ++i) {
+        h[i] = (float) (i + 1);
     }
     set_input(hm, h.data());
     const float rate = (float) hp_.sample_rate;
     set_input(sr, &rate);
     // Forward DFT basis over the Hann window: rows re_0..re_10, im_0..im_10.
-    ggml_tensor *      win = model_.tensor(GEN + "stft.window");
-    const float *      wv  = (const float *) win->data;
+    const int64_t      bins = N_FFT / 2 + 1;
+    ggml_tensor *      win  = model_.tensor(GEN + "stft.window");
+    const float *      wv   = (const float *) win->data;
     std::vector<float> bv((size_t) (N_FFT * 2 * bins));
-    for (int64_t k = 0; k < bins; ++k) {
+    for (int64_t f = 0; f < bins; ++f) {
         for (int t = 0; t < N_FFT; ++t) {
-            const double a             = 2.0 * M_PI * (double) (k * t) / N_FFT;
-            bv[k * N_FFT + t]          = (float) (wv[t] * std::cos(a));
-            bv[(bins + k) * N_FFT + t] = (float) (-wv[t] * std::sin(a));
+            const double a             = 2.0 * M_PI * (double) (f * t) / N_FFT;
+            bv[f * N_FFT + t]          = (float) (wv[t] * std::cos(a));
+            bv[(bins + f) * N_FFT + t] = (float) (-wv[t] * std::sin(a));
         }
     }
     set_input(basis, bv.data());
     ggml_tensor *      ws  = model_.tensor(GEN + "stft.istft.stft.window_sum");
     const float *      wsv = (const float *) ws->data;
     std::vector<float> gv(N_FFT / 2);
-    for (int j = 0; j < N_FFT / 2; ++j) {
-        const float w = wsv[N_FFT / 2 + j];
-        gv[j]         = w > 1.1754944e-38f ? 4.0f / w : 4.0f;
+    for (int i = 0; i < N_FFT / 2; ++i) {
+        const float w = wsv[N_FFT / 2 + i];
+        gv[i]         = w > 1.1754944e-38f ? 4.0f / w : 4.0f;
     }
     set_input(gain, gv.data());
-    fill_cond(k, style.data());
+    fill_cond(k, job.style.data());
     c.compute(gb.gf);
-    har_out = read_act(har);
-    return read_act(audio).v;
+    job.har   = read_act(har);
+    job.audio = read_act(audio).v;
 }
 
 std::vector<std::vector<float>> kokoro_voice::synthesize_batch(vs_context &                              c,
@@ -1371,13 +1592,22 @@ std::vector<std::vector<float>> kokoro_voice::synthesize_batch(vs_context &     
     stage(VS_STAGE_PROSODY, [&] { run_prosody(c, jobs); });
     stage(VS_STAGE_TEXT_ENCODER, [&] { run_text_encoder(c, jobs); });
     stage(VS_STAGE_DECODER, [&] {
-        for (auto & j : jobs) {
-            j.dec = run_decoder(c, j.t_en, j.frame_to_token, j.f0, j.n, j.style);
+        std::vector<int64_t> frames;
+        for (const auto & j : jobs) {
+            frames.push_back((int64_t) j.frame_to_token.size());
+        }
+        const bool packs = jobs.size() > 1 && style_table_for(c, DEC);
+        for (auto [first, last] : pack_groups(frames, packs, 2)) {
+            std::vector<kokoro_job *> group;
+            for (size_t b = first; b < last; ++b) {
+                group.push_back(&jobs[b]);
+            }
+            run_decoder(c, group);
         }
     });
     stage(VS_STAGE_GENERATOR, [&] {
         for (auto & j : jobs) {
-            j.audio = run_generator(c, j.dec, j.f0, j.style, j.har);
+            run_generator(c, j);
         }
     });
 
