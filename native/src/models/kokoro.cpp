@@ -37,6 +37,7 @@ constexpr int     N_HARMONICS         = 9;
 constexpr float   VOICED_F0           = 10.0f;
 constexpr float   SINE_AMP            = 0.1f;
 constexpr int64_t MAX_PACKED_FRAMES   = 1 << 14;  // frames (40 a second) of sentences packed in a graph
+constexpr int64_t PACK_GAP            = 2;        // frames after each: kernels of 3 pad by 1, at either rate
 constexpr int64_t SAMPLES_PER_F0      = 300;      // generator upsampling (10 * 6) times the iSTFT hop
 
 // Tensor names: the PyTorch module names without their wrappers (convert_kokoro.py).
@@ -225,11 +226,9 @@ class kokoro_voice final : public voice {
     void run_duration(vs_context & c, std::vector<kokoro_job> & jobs, float speed) const;
     void run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) const;  // F0 and N
     void run_text_encoder(vs_context & c, std::vector<kokoro_job> & jobs) const;
-    // The decoder for `group` in one graph: each job's dec. With more than one job (off the
-    // CPU), on the jobs packed.
-    void run_decoder(vs_context & c, const std::vector<kokoro_job *> & group) const;
-    // The job's audio and harmonic source (har).
-    void run_generator(vs_context & c, kokoro_job & job) const;
+    void run_decoder(vs_context & c, const std::vector<kokoro_job *> & group) const;  // one graph, packed off the CPU
+    std::vector<float> run_generator(vs_context & c, const act & x, const std::vector<float> & f0,
+                                     const std::vector<float> & style, act & har) const;
 
     ggml_tensor * adain_res_block(vs_context & c, ggml_context * g, ggml_tensor * x, const struct cond & k,
                                   const std::string & pre, bool upsample) const;
@@ -525,12 +524,12 @@ packing make_packing(ggml_context * g, int64_t B, int64_t L, ggml_tensor * style
     return p;
 }
 
-// Its mask and lengths, for sentences of lens[b] frames (after the graph's allocation).
-void fill_packing(const packing & p, const std::vector<int64_t> & lens) {
+// Its mask and lengths, for sentences of rate * lens[b] frames (after the graph's allocation).
+void fill_packing(const packing & p, const std::vector<int64_t> & lens, int64_t rate = 1) {
     std::vector<float> mask((size_t) (p.B * p.L), 0.0f), inv((size_t) p.B);
     for (int64_t b = 0; b < p.B; ++b) {
-        std::fill_n(mask.begin() + b * p.L, lens[(size_t) b], 1.0f);
-        inv[(size_t) b] = 1.0f / (float) lens[(size_t) b];
+        std::fill_n(mask.begin() + b * p.L, rate * lens[(size_t) b], 1.0f);
+        inv[(size_t) b] = 1.0f / (float) (rate * lens[(size_t) b]);
     }
     set_input(p.mask, mask.data());
     set_input(p.inv_len, inv.data());
@@ -570,6 +569,19 @@ act unpack_host(const act & packed, int64_t L, int64_t b, int64_t T) {
     a.T = T;
     a.v.assign(packed.v.begin() + b * L * a.C, packed.v.begin() + (b * L + T) * a.C);
     return a;
+}
+
+// k's AdaINs on B > 1 sentences packed in segments of L frames (pk), and of 2L after an
+// upsampling (pk2); their affines from k's style table, all sentences' rows transposed once.
+void pack_cond(ggml_context * g, cond & k, int64_t B, int64_t L, packing & pk, packing & pk2) {
+    if (!k.table) {
+        throw error(VS_ERR_COMPUTE, "sentences cannot be packed without a style table");
+    }
+    ggml_tensor * styles_t = ggml_cont(g, ggml_transpose(g, k.styles));
+    pk                     = make_packing(g, B, L, styles_t);
+    pk2                    = make_packing(g, B, 2 * L, styles_t);
+    k.pack                 = &pk;
+    k.pack2                = &pk2;
 }
 
 void kokoro_voice::use_style_table(vs_context & c, ggml_context * g, cond & k, const std::string & prefix) const {
@@ -1192,26 +1204,24 @@ void kokoro_voice::run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) c
     }
     std::vector<act> shared = run_lstm(c, VS_STAGE_PROSODY, PRED + "shared", xs);
 
-    // F0 and N: one graph a job, or off the CPU the jobs packed (two frames of gap: the
-    // widest padding is a kernel of 3's).
+    // F0 and N: one graph a job, or off the CPU the jobs packed.
     std::vector<int64_t> frames;
     for (const act & x : shared) {
         frames.push_back(x.T);
     }
     const bool packs = jobs.size() > 1 && style_table_for(c, PRED);
-    for (auto [first, last] : pack_groups(frames, packs, 2)) {
+    for (auto [first, last] : pack_groups(frames, packs, PACK_GAP)) {
         const int64_t            B = (int64_t) (last - first);
         int64_t                  L = 0;
-        std::vector<int64_t>     lens, lens2;
+        std::vector<int64_t>     lens;
         std::vector<const act *> in;
         for (int64_t b = 0; b < B; ++b) {
             const act & x = shared[first + (size_t) b];
             lens.push_back(x.T);
-            lens2.push_back(2 * x.T);
             in.push_back(&x);
             L = std::max(L, x.T);
         }
-        L                 = B > 1 ? L + 2 : L;
+        L                 = B > 1 ? L + PACK_GAP : L;
         auto           gb = c.new_graph();
         ggml_context * g  = gb.ctx.get();
         ggml_tensor *  xi = input_2d(g, in[0]->C, B * L, "x");
@@ -1219,11 +1229,7 @@ void kokoro_voice::run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) c
         use_style_table(c, g, k, PRED);
         packing pk, pk2;
         if (B > 1) {
-            ggml_tensor * styles_t = ggml_cont(g, ggml_transpose(g, k.styles));
-            pk                     = make_packing(g, B, L, styles_t);
-            pk2                    = make_packing(g, B, 2 * L, styles_t);
-            k.pack                 = &pk;
-            k.pack2                = &pk2;
+            pack_cond(g, k, B, L, pk, pk2);
         }
         cond k_up = k;  // after block 1's upsampling
         k_up.pack = k.pack2;
@@ -1250,7 +1256,7 @@ void kokoro_voice::run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) c
         if (B > 1) {
             set_input(xi, pack_host(in, L).data());
             fill_packing(pk, lens);
-            fill_packing(pk2, lens2);
+            fill_packing(pk2, lens, 2);
         } else {
             set_input(xi, in[0]->v.data());
         }
@@ -1298,18 +1304,17 @@ void kokoro_voice::run_text_encoder(vs_context & c, std::vector<kokoro_job> & jo
 }
 
 void kokoro_voice::run_decoder(vs_context & c, const std::vector<kokoro_job *> & group) const {
-    // Packed (more than one job): segments of L frames, two of them gap (kernels of 3); the
-    // tokens' rows of every job in one table whose last row is zeros, for the gaps to read.
+    // Packed (more than one job): the tokens' rows of every job in one table whose last row
+    // is zeros, for the gaps' frames to read.
     const int64_t        B = (int64_t) group.size();
-    std::vector<int64_t> lens, lens2;
+    std::vector<int64_t> lens;
     int64_t              L = 0, rows = 0;
     for (const kokoro_job * j : group) {
         lens.push_back((int64_t) j->frame_to_token.size());
-        lens2.push_back(2 * lens.back());
         L = std::max(L, lens.back());
         rows += j->t_en.T;
     }
-    L                 = B > 1 ? L + 2 : L;
+    L                 = B > 1 ? L + PACK_GAP : L;
     const int64_t  C  = group[0]->t_en.C;
     auto           gb = c.new_graph();
     ggml_context * g  = gb.ctx.get();
@@ -1322,14 +1327,7 @@ void kokoro_voice::run_decoder(vs_context & c, const std::vector<kokoro_job *> &
     ggml_set_input(fr);
     packing pk, pk2;
     if (B > 1) {
-        if (!k.table) {
-            throw error(VS_ERR_COMPUTE, "the decoder cannot pack sentences without its style table");
-        }
-        ggml_tensor * styles_t = ggml_cont(g, ggml_transpose(g, k.styles));
-        pk                     = make_packing(g, B, L, styles_t);
-        pk2                    = make_packing(g, B, 2 * L, styles_t);
-        k.pack                 = &pk;
-        k.pack2                = &pk2;
+        pack_cond(g, k, B, L, pk, pk2);
     }
 
     ggml_tensor * asr = ggml_get_rows(g, te, fr);  // [512, B * L]: each token's frames
@@ -1368,12 +1366,12 @@ void kokoro_voice::run_decoder(vs_context & c, const std::vector<kokoro_job *> &
     fill_cond(k, styles.data());
     if (B > 1) {
         fill_packing(pk, lens);
-        fill_packing(pk2, lens2);
+        fill_packing(pk2, lens, 2);
     }
     c.compute(gb.gf);
     const act out = read_act(x);
     for (int64_t b = 0; b < B; ++b) {
-        group[(size_t) b]->dec = unpack_host(out, 2 * L, b, lens2[(size_t) b]);
+        group[(size_t) b]->dec = unpack_host(out, 2 * L, b, 2 * lens[(size_t) b]);
     }
 }
 
@@ -1395,18 +1393,28 @@ ggml_tensor * atan_all(ggml_context * g, ggml_tensor * z) {
     return ggml_scale(g, ggml_mul(g, acc, z), 4.0f);
 }
 
-// The harmonic source of F0 frames fi [F2, 1] and its STFT, as the export computes them:
-// per harmonic h the phase increment frac(h f0 / sr) of each F0 frame, summed over frames,
-// scaled to radians per upsampled sample, linearly interpolated to the sample rate; sin,
-// gated by voicing, mixed to one channel. Its STFT (reflect-padded, Hann window) is a DFT
-// basis over windows of N_FFT samples every HOP samples: magnitude and phase (atan of
-// im/re, moved to the quadrant), [22, L / HOP + 1].
-// hm [9, 1]: the harmonics' numbers; basis [1, N_FFT, 22].
-ggml_tensor * harmonic_source(vs_context & c, ggml_context * g, ggml_tensor * fi, ggml_tensor * hm, ggml_tensor * sr,
-                              ggml_tensor * basis) {
-    const int64_t L    = fi->ne[0] * SAMPLES_PER_F0;
-    ggml_tensor * fh   = ggml_out_prod(g, fi, hm);  // [F2, 9]: f0 * h
-    ggml_tensor * rad  = ggml_div(g, fh, sr);       // [F2, 9]
+std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, const std::vector<float> & f0,
+                                               const std::vector<float> & style, act & har_out) const {
+    const int64_t  F2       = (int64_t) f0.size();  // F0 frames (twice the token frames)
+    const int64_t  L        = F2 * SAMPLES_PER_F0;  // samples
+    const int64_t  n_frames = L / HOP + 1;          // STFT frames of the source
+    auto           gb       = c.new_graph(16384);
+    ggml_context * g        = gb.ctx.get();
+    ggml_tensor *  x_in     = input_2d(g, xin.C, xin.T, "x");
+    ggml_tensor *  x        = x_in;
+    ggml_tensor *  fi       = input_2d(g, F2, 1, "f0");
+    ggml_tensor *  hm       = input_2d(g, 1, N_HARMONICS, "harmonics");
+    ggml_tensor *  sr       = input_2d(g, 1, 1, "sample_rate");
+    ggml_tensor *  basis    = input_2d(g, N_FFT, 2 * (N_FFT / 2 + 1), "stft_basis");
+    ggml_tensor *  gain     = input_2d(g, N_FFT / 2, 1, "istft_head_gain");
+    cond           k        = make_cond(g, n_frames);
+    use_style_table(c, g, k, GEN);
+
+    // Harmonic source, as the export computes it: per harmonic h the phase increment
+    // frac(h f0 / sr) of each F0 frame, summed over frames, scaled to radians per
+    // upsampled sample, linearly interpolated to the sample rate; sin, gated by voicing.
+    ggml_tensor * fh   = ggml_out_prod(g, fi, ggml_reshape_2d(g, hm, N_HARMONICS, 1));  // [F2, 9]: f0 * h
+    ggml_tensor * rad  = ggml_div(g, fh, sr);                                           // [F2, 9]
     rad                = ggml_sub(g, rad, ggml_floor(g, rad));
     ggml_tensor * ph   = ggml_cumsum(g, rad);
     ph                 = ggml_scale(g, ggml_scale(g, ggml_scale(g, ph, 2.0f), (float) M_PI), (float) SAMPLES_PER_F0);
@@ -1417,8 +1425,11 @@ ggml_tensor * harmonic_source(vs_context & c, ggml_context * g, ggml_tensor * fi
     sine               = ggml_cont(g, ggml_transpose(g, sine));                        // [9, L]
     ggml_tensor * src  = ggml_tanh(g, linear(c, g, sine, GEN + "m_source.l_linear"));  // [1, L]
 
+    // Its STFT (reflect-padded, Hann window): a DFT basis over windows of N_FFT samples
+    // every HOP samples. Magnitude and phase (atan of im/re, moved to the quadrant).
     ggml_tensor * padded = ggml_pad_reflect_1d(g, ggml_reshape_2d(g, src, L, 1), N_FFT / 2, N_FFT / 2);
-    ggml_tensor * frames = conv1d_strided(g, ggml_reshape_2d(g, padded, 1, L + N_FFT), basis, nullptr, HOP, 0);
+    ggml_tensor * frames = conv1d_strided(g, ggml_reshape_2d(g, padded, 1, L + N_FFT),
+                                          ggml_reshape_3d(g, basis, 1, N_FFT, basis->ne[1]), nullptr, HOP, 0);
     const int64_t bins   = N_FFT / 2 + 1;
     ggml_tensor * re     = channels(g, frames, 0, bins);
     ggml_tensor * im     = channels(g, frames, bins, bins);
@@ -1427,55 +1438,8 @@ ggml_tensor * harmonic_source(vs_context & c, ggml_context * g, ggml_tensor * fi
     // re < 0: + pi if im > 0, else - pi.
     ggml_tensor * quad = ggml_mul(g, ggml_step(g, ggml_neg(g, re)),
                                   ggml_scale_bias(g, ggml_step(g, im), 2.0f * (float) M_PI, -(float) M_PI));
-    return ggml_concat(g, mag, ggml_add(g, at, quad), 0);  // [22, n_frames]
-}
-
-// Audio [L] from conv_post's output x [22, n_frames] (log magnitude, then phase): the
-// inverse STFT as each frame's N_FFT samples from the synthesis basis ([22, N_FFT]),
-// overlap-added. The export scales by 4, dividing its first N_FFT samples by one frame's
-// squared window (a constant it traced, `gain` [N_FFT / 2]); then drops N_FFT / 2 samples
-// at each end.
-ggml_tensor * inverse_stft(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * gain) {
-    const int64_t bins     = N_FFT / 2 + 1;
-    const int64_t n_frames = x->ne[1];
-    const int64_t L        = (n_frames - 1) * HOP;
-    ggml_tensor * spec     = ggml_exp(g, channels(g, x, 0, bins));
-    ggml_tensor * phase    = ggml_sin(g, channels(g, x, bins, bins));
-    ggml_tensor * cplx =
-        ggml_concat(g, ggml_mul(g, spec, ggml_cos(g, phase)), ggml_mul(g, spec, ggml_sin(g, phase)), 0);
-    ggml_tensor * cols    = ggml_mul_mat(g, c.w(GEN + "stft.istft.stft.inverse_basis"), cplx);  // [N_FFT, n_frames]
-    const int64_t raw_len = (n_frames - 1) * HOP + N_FFT;
-    ggml_tensor * wav     = nullptr;
-    for (int q = 0; q < N_FFT / HOP; ++q) {
-        ggml_tensor * part = ggml_cont(g, ggml_view_2d(g, cols, HOP, n_frames, cols->nb[1], q * HOP * sizeof(float)));
-        part               = ggml_reshape_1d(g, part, HOP * n_frames);
-        if (!wav) {
-            wav = ggml_pad_ext(g, part, q * HOP, (int) (raw_len - HOP * n_frames - q * HOP), 0, 0, 0, 0, 0, 0);
-        } else {
-            wav = ggml_acc(g, wav, part, wav->nb[1], wav->nb[2], wav->nb[3], q * HOP * sizeof(float));
-        }
-    }
-    ggml_tensor * head = ggml_mul(g, ggml_view_1d(g, wav, N_FFT / 2, N_FFT / 2 * sizeof(float)), gain);
-    ggml_tensor * body = ggml_scale(g, ggml_view_1d(g, wav, L - N_FFT / 2, N_FFT * sizeof(float)), 4.0f);
-    return ggml_concat(g, head, body, 0);  // [L]
-}
-
-void kokoro_voice::run_generator(vs_context & c, kokoro_job & job) const {
-    auto           gb    = c.new_graph(16384);
-    ggml_context * g     = gb.ctx.get();
-    ggml_tensor *  x     = input_2d(g, job.dec.C, job.dec.T, "x");
-    ggml_tensor *  x_in  = x;
-    ggml_tensor *  fi    = input_2d(g, (int64_t) job.f0.size(), 1, "f0");
-    ggml_tensor *  hm    = input_2d(g, N_HARMONICS, 1, "harmonics");
-    ggml_tensor *  sr    = input_2d(g, 1, 1, "sample_rate");
-    ggml_tensor *  basis = ggml_new_tensor_3d(g, GGML_TYPE_F32, 1, N_FFT, 2 * (N_FFT / 2 + 1));
-    ggml_tensor *  gain  = ggml_new_tensor_1d(g, GGML_TYPE_F32, N_FFT / 2);
-    ggml_set_input(basis);
-    ggml_set_input(gain);
-    ggml_tensor * har = harmonic_source(c, g, fi, hm, sr, basis);
+    ggml_tensor * har  = ggml_concat(g, mag, ggml_add(g, at, quad), 0);  // [22, n_frames]
     ggml_set_output(har);
-    cond k = make_cond(g, har->ne[1]);
-    use_style_table(c, g, k, GEN);
 
     for (size_t i = 0; i < hp_.gen_rates.size(); ++i) {
         const std::string n    = std::to_string(i);
@@ -1513,46 +1477,67 @@ void kokoro_voice::run_generator(vs_context & c, kokoro_job & job) const {
     }
     x = ggml_leaky_relu(g, x, 0.01f, false);
     x = conv1d(g, x, c.w(GEN + "conv_post.weight"), c.w(GEN + "conv_post.bias"), 1, 3);  // [22, n_frames]
-    ggml_tensor * audio = inverse_stft(c, g, x, gain);                                   // [L]
+    ggml_tensor * spec  = ggml_exp(g, channels(g, x, 0, bins));
+    ggml_tensor * phase = ggml_sin(g, channels(g, x, bins, bins));
+    ggml_tensor * cplx =
+        ggml_concat(g, ggml_mul(g, spec, ggml_cos(g, phase)), ggml_mul(g, spec, ggml_sin(g, phase)), 0);
+    // Inverse: each frame's N_FFT samples from the synthesis basis ([22, N_FFT]), overlap-added.
+    ggml_tensor * cols    = ggml_mul_mat(g, c.w(GEN + "stft.istft.stft.inverse_basis"), cplx);  // [N_FFT, n_frames]
+    const int64_t raw_len = (n_frames - 1) * HOP + N_FFT;
+    ggml_tensor * wav     = nullptr;
+    for (int q = 0; q < N_FFT / HOP; ++q) {
+        ggml_tensor * part = ggml_cont(g, ggml_view_2d(g, cols, HOP, n_frames, cols->nb[1], q * HOP * sizeof(float)));
+        part               = ggml_reshape_1d(g, part, HOP * n_frames);
+        if (!wav) {
+            wav = ggml_pad_ext(g, part, q * HOP, (int) (raw_len - HOP * n_frames - q * HOP), 0, 0, 0, 0, 0, 0);
+        } else {
+            wav = ggml_acc(g, wav, part, wav->nb[1], wav->nb[2], wav->nb[3], q * HOP * sizeof(float));
+        }
+    }
+    // The export scales by 4, dividing its first N_FFT samples by one frame's squared
+    // window (a constant it traced); then drops N_FFT / 2 samples at each end.
+    ggml_tensor * head =
+        ggml_mul(g, ggml_view_1d(g, wav, N_FFT / 2, N_FFT / 2 * sizeof(float)), ggml_reshape_1d(g, gain, N_FFT / 2));
+    ggml_tensor * body  = ggml_scale(g, ggml_view_1d(g, wav, L - N_FFT / 2, N_FFT * sizeof(float)), 4.0f);
+    ggml_tensor * audio = ggml_concat(g, head, body, 0);  // [L]
     ggml_set_output(audio);
     ggml_build_forward_expand(gb.gf, har);
     ggml_build_forward_expand(gb.gf, audio);
     c.alloc(VS_STAGE_GENERATOR, gb.gf);
 
-    set_input(x_in, job.dec.v.data());
-    set_input(fi, job.f0.data());
+    set_input(x_in, xin.v.data());
+    set_input(fi, f0.data());
     std::vector<float> h(N_HARMONICS);
-    for (int i = 0; i < N_HARMONICS; ++i) {
-        h[i] = (float) (i + 1);
+    for (int k = 0; k < N_HARMONICS; ++k) {
+        h[k] = (float) (k + 1);
     }
     set_input(hm, h.data());
     const float rate = (float) hp_.sample_rate;
     set_input(sr, &rate);
     // Forward DFT basis over the Hann window: rows re_0..re_10, im_0..im_10.
-    const int64_t      bins = N_FFT / 2 + 1;
-    ggml_tensor *      win  = model_.tensor(GEN + "stft.window");
-    const float *      wv   = (const float *) win->data;
+    ggml_tensor *      win = model_.tensor(GEN + "stft.window");
+    const float *      wv  = (const float *) win->data;
     std::vector<float> bv((size_t) (N_FFT * 2 * bins));
-    for (int64_t f = 0; f < bins; ++f) {
+    for (int64_t k = 0; k < bins; ++k) {
         for (int t = 0; t < N_FFT; ++t) {
-            const double a             = 2.0 * M_PI * (double) (f * t) / N_FFT;
-            bv[f * N_FFT + t]          = (float) (wv[t] * std::cos(a));
-            bv[(bins + f) * N_FFT + t] = (float) (-wv[t] * std::sin(a));
+            const double a             = 2.0 * M_PI * (double) (k * t) / N_FFT;
+            bv[k * N_FFT + t]          = (float) (wv[t] * std::cos(a));
+            bv[(bins + k) * N_FFT + t] = (float) (-wv[t] * std::sin(a));
         }
     }
     set_input(basis, bv.data());
     ggml_tensor *      ws  = model_.tensor(GEN + "stft.istft.stft.window_sum");
     const float *      wsv = (const float *) ws->data;
     std::vector<float> gv(N_FFT / 2);
-    for (int i = 0; i < N_FFT / 2; ++i) {
-        const float w = wsv[N_FFT / 2 + i];
-        gv[i]         = w > 1.1754944e-38f ? 4.0f / w : 4.0f;
+    for (int j = 0; j < N_FFT / 2; ++j) {
+        const float w = wsv[N_FFT / 2 + j];
+        gv[j]         = w > 1.1754944e-38f ? 4.0f / w : 4.0f;
     }
     set_input(gain, gv.data());
-    fill_cond(k, job.style.data());
+    fill_cond(k, style.data());
     c.compute(gb.gf);
-    job.har   = read_act(har);
-    job.audio = read_act(audio).v;
+    har_out = read_act(har);
+    return read_act(audio).v;
 }
 
 std::vector<std::vector<float>> kokoro_voice::synthesize_batch(vs_context &                              c,
@@ -1597,7 +1582,7 @@ std::vector<std::vector<float>> kokoro_voice::synthesize_batch(vs_context &     
             frames.push_back((int64_t) j.frame_to_token.size());
         }
         const bool packs = jobs.size() > 1 && style_table_for(c, DEC);
-        for (auto [first, last] : pack_groups(frames, packs, 2)) {
+        for (auto [first, last] : pack_groups(frames, packs, PACK_GAP)) {
             std::vector<kokoro_job *> group;
             for (size_t b = first; b < last; ++b) {
                 group.push_back(&jobs[b]);
@@ -1607,7 +1592,7 @@ std::vector<std::vector<float>> kokoro_voice::synthesize_batch(vs_context &     
     });
     stage(VS_STAGE_GENERATOR, [&] {
         for (auto & j : jobs) {
-            run_generator(c, j);
+            j.audio = run_generator(c, j.dec, j.f0, j.style, j.har);
         }
     });
 
