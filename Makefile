@@ -14,6 +14,10 @@ CPP_SOURCES = $(wildcard native/include/*.h native/src/*.h native/src/*.cpp nati
 	native/tests/*.c native/tests/*.cpp native/python/*.cpp)
 
 GGML_CMAKE_ARGS := -DGGML_LLAMAFILE=ON $(if $(filter cuda,$(GPU)),-DGGML_CUDA=ON) $(if $(filter vulkan,$(GPU)),-DGGML_VULKAN=ON)
+# Vulkan headers for ggml's Vulkan backend where the system's are too old (Debian 12's):
+# Debian 13's libvulkan-dev, unpacked here (headers only; the loader stays the system's).
+VK_HEADERS := $(VENV)/vulkan-headers
+VK_CMAKE_ARGS = $$([ "$(GPU)" = vulkan ] && [ -d $(VK_HEADERS) ] && echo -DVulkan_INCLUDE_DIR=$(abspath $(VK_HEADERS))/usr/include)
 
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 
@@ -35,7 +39,7 @@ SYSTEM_LIBS := libportaudio.so.2:libportaudio2 libEGL.so.1:libegl1 libGL.so.1:li
 	libglib-2.0.so.0:libglib2.0-0
 SYSTEM_CMDS := c++:g++ pulseaudio:pulseaudio parec:pulseaudio-utils
 # Vulkan: the loader at run time, its headers, SPIR-V's headers and glslc to build ggml's
-# shaders, and Mesa's drivers (a software device where there is no GPU).
+# shaders, and Mesa's drivers (AMD's and Intel's GPUs).
 ifeq ($(GPU),vulkan)
 SYSTEM_LIBS += libvulkan.so.1:libvulkan1 libvulkan_lvp.so:mesa-vulkan-drivers
 SYSTEM_CMDS += glslc:glslc
@@ -58,10 +62,15 @@ $(STAMP): pyproject.toml tools/requirements.py
 	@if [ "$(GPU)" = cuda ] && ! command -v nvcc >/dev/null; then \
 	  echo "GPU=cuda needs NVIDIA's CUDA toolkit (nvcc on PATH): install it from NVIDIA, or Debian's non-free nvidia-cuda-toolkit"; \
 	  exit 1; fi
-	@if [ "$(GPU)" = vulkan ] && ! grep -q VkLayerSettingEXT /usr/include/vulkan/vulkan_core.h; then \
-	  echo "GPU=vulkan: ggml's Vulkan backend needs Vulkan headers with VK_EXT_layer_settings (2023);"; \
-	  echo "these are 1.3.$$(sed -n 's/^#define VK_HEADER_VERSION \([0-9]*\).*/\1/p' /usr/include/vulkan/vulkan_core.h) (Debian 12 ships 1.3.239; Debian 13's are new enough)"; \
-	  exit 1; fi
+	@if [ "$(GPU)" = vulkan ] && ! grep -q VkLayerSettingEXT /usr/include/vulkan/vulkan_core.h \
+	  && ! [ -f $(VK_HEADERS)/usr/include/vulkan/vulkan_core.h ]; then \
+	  echo "GPU=vulkan: ggml's Vulkan backend needs Vulkan headers with VK_EXT_layer_settings (2023); the system's are"; \
+	  echo "1.3.$$(sed -n 's/^#define VK_HEADER_VERSION \([0-9]*\).*/\1/p' /usr/include/vulkan/vulkan_core.h): unpacking Debian 13's libvulkan-dev into $(VK_HEADERS)"; \
+	  d=$$(mktemp -d) && chmod 755 $$d && mkdir -p $$d/lists/partial $$d/cache/archives/partial && \
+	  echo "deb http://deb.debian.org/debian trixie main" > $$d/trixie.list && \
+	  apt="-o Dir::Etc::SourceList=$$d/trixie.list -o Dir::Etc::SourceParts=/dev/null -o Dir::State::Lists=$$d/lists -o Dir::Cache=$$d/cache" && \
+	  apt-get $$apt update -qq && (cd $$d && apt-get $$apt download -qq libvulkan-dev 2>/dev/null) && \
+	  dpkg -x $$d/libvulkan-dev_*.deb $(VK_HEADERS) && rm -rf $$d; fi
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) tools/requirements.py test > $(VENV)/requirements.txt
@@ -69,7 +78,7 @@ $(STAMP): pyproject.toml tools/requirements.py
 	# GPU backend; --no-cache-dir keeps a wheel built with other options from being reused, and
 	# --force-reinstall rebuilds it when only the backend changed.
 	rm -f $(VENV)/.deps-stamp-*
-	CMAKE_ARGS="$(GGML_CMAKE_ARGS)" $(PY) -m pip install -q --no-cache-dir --no-deps --force-reinstall \
+	CMAKE_ARGS="$(GGML_CMAKE_ARGS) $(VK_CMAKE_ARGS)" $(PY) -m pip install -q --no-cache-dir --no-deps --force-reinstall \
 	  "$$(grep '^ggml-python==' $(VENV)/requirements.txt | head -n 1)"
 	$(PY) -m pip install -q -r $(VENV)/requirements.txt
 	touch $@

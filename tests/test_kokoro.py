@@ -189,6 +189,27 @@ def test_gpu_graphs_on_the_cpu_sound_like_the_cpu_graphs(kokoro, monkeypatch):
             assert np.abs(y - x).max() <= 0.1 * np.abs(x).max()
 
 
+def test_graphs_within_a_vulkan_devices_limits_sound_like_the_gpu_graphs(kokoro, monkeypatch):
+    """A device whose ops take tensors up to a size, and no matmul over a fourth axis (a Vulkan
+    device): dilated convolutions go through im2col in tiles, packings stay within the size."""
+    ipa = "wˈɛɹ ɪz ɪt?\nhˈaɪ!"
+    monkeypatch.setenv("VOICESTUDIO_DEVICE_GRAPHS", "1")
+    takes = {}
+    for limits in (None, "16,0"):
+        if limits:
+            monkeypatch.setenv("VOICESTUDIO_DEVICE_LIMITS", limits)
+        with Engine.open("kokoro:jf_alpha", device="cpu", threads=2) as e:
+            takes[limits] = []
+            e.synthesize(phonemes=ipa, batch=2, on_chunk=lambda i, audio, key=limits: takes[key].append(audio))
+    # The dilated convolutions took the other path: the same audio to within rounding, not bit for bit.
+    assert not all(np.array_equal(x, y) for x, y in zip(takes[None], takes["16,0"], strict=True))
+    for x, y in zip(takes[None], takes["16,0"], strict=True):
+        assert len(x) == len(y)
+        # Both round the convolutions' inputs to F16; only the order of the sums differs.
+        assert np.abs(y - x).max() <= 0.02 * np.abs(x).max()
+        assert log_mel_cosine(y, x, kokoro.sample_rate) >= 0.999
+
+
 def test_cancel_inside_a_batch(kokoro):
     stages = []
     with pytest.raises(CancelledError):

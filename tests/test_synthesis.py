@@ -249,3 +249,14 @@ def test_gpu_graphs_pack_a_batch_and_each_sentence_sounds_as_alone(joe_path, mon
             assert len(x) == len(y) == len(t)
             np.testing.assert_allclose(y, x, atol=1e-4)
             np.testing.assert_allclose(t, x, atol=1e-4)
+    # A device that takes tensors up to 16 MiB (a Vulkan device's limit can be 128): the
+    # decoder's tile shrinks to fit its largest tensor, 64 KiB a latent frame, so the long
+    # sentence goes in tiles; it sounds the same.
+    monkeypatch.setenv("VOICESTUDIO_DEVICE_LIMITS", "16,0")
+    with Engine.open("piper:joe", device="cpu", threads=2) as e:
+        small = []
+        e.synthesize(phonemes=ipa, seed=3, batch=3, on_chunk=lambda i, audio: small.append(audio))
+        assert len(alone[1]) > 256 * 256
+        for x, s in zip(alone, small, strict=True):
+            assert len(x) == len(s)
+            np.testing.assert_allclose(s, x, atol=1e-4)

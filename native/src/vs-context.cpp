@@ -2,6 +2,7 @@
 #include "vs-context.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -68,6 +69,7 @@ vs::graph_build vs_context::new_graph(size_t max_nodes) const {
     }
     gb.gf = ggml_new_graph_custom(gb.ctx.get(), max_nodes, false);
     vs::set_graph_device_is_cpu(!device_graphs);
+    vs::set_graph_device_limits(limits);
     return gb;
 }
 
@@ -248,6 +250,29 @@ static void set_backend_threads(ggml_backend_t backend, int n_threads) {
     }
 }
 
+// What the device's matmul takes, asked through supports_op (ggml's answer for what it
+// would run elsewhere): the largest input a power of two up to 1 GiB (down to 16 MiB), and
+// whether a 2-D src0 broadcasts over src1's fourth axis.
+static vs::device_limits probe_device_limits(ggml_backend_dev_t dev) {
+    constexpr int64_t K = 1024;
+    ggml_init_params  ip{ ggml_tensor_overhead() * 32, nullptr, true };
+    vs::ggml_ctx_ptr  g(ggml_init(ip));
+    vs::device_limits l;
+    l.max_tensor_bytes = size_t(1) << 30;
+    for (; l.max_tensor_bytes > (size_t(16) << 20); l.max_tensor_bytes /= 2) {
+        ggml_tensor * a = ggml_new_tensor_2d(g.get(), GGML_TYPE_F16, K, 64);
+        ggml_tensor * b =
+            ggml_new_tensor_2d(g.get(), GGML_TYPE_F32, K, (int64_t) (l.max_tensor_bytes / (K * sizeof(float))));
+        if (ggml_backend_dev_supports_op(dev, ggml_mul_mat(g.get(), a, b))) {
+            break;
+        }
+    }
+    ggml_tensor * a = ggml_new_tensor_2d(g.get(), GGML_TYPE_F16, 64, 64);
+    ggml_tensor * b = ggml_new_tensor_4d(g.get(), GGML_TYPE_F16, 64, 64, 2, 3);
+    l.matmul_4d     = ggml_backend_dev_supports_op(dev, ggml_mul_mat(g.get(), a, b));
+    return l;
+}
+
 std::unique_ptr<vs_context> make_context(vs_model & model, const vs_context_params & params) {
     auto ctx       = std::make_unique<vs_context>();
     ctx->model     = &model;
@@ -285,6 +310,20 @@ std::unique_ptr<vs_context> make_context(vs_model & model, const vs_context_para
     const char * graphs  = std::getenv("VOICESTUDIO_DEVICE_GRAPHS");
     ctx->device_graphs =
         ggml_backend_dev_type(ctx->dev) != GGML_BACKEND_DEVICE_TYPE_CPU || (graphs && std::string(graphs) == "1");
+    if (ggml_backend_dev_type(ctx->dev) != GGML_BACKEND_DEVICE_TYPE_CPU) {
+        ctx->limits = probe_device_limits(ctx->dev);
+    }
+    // VOICESTUDIO_DEVICE_LIMITS=<MiB>,<0|1> builds graphs for a device that takes tensors up
+    // to that size and (0) no matmul over a fourth axis, such as a Vulkan device: with
+    // VOICESTUDIO_DEVICE_GRAPHS=1 the CPU runs those graphs (to test them where there is none).
+    if (const char * lim = std::getenv("VOICESTUDIO_DEVICE_LIMITS")) {
+        unsigned long long mib = 0;
+        int                m4d = 1;
+        if (std::sscanf(lim, "%llu,%d", &mib, &m4d) == 2 && mib > 0) {
+            ctx->limits.max_tensor_bytes = (size_t) mib << 20;
+            ctx->limits.matmul_4d        = m4d != 0;
+        }
+    }
     ctx->sched.reset(ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), 32768, false, false));
     if (params.espeak_library && *params.espeak_library) {
         ctx->phonemizer =

@@ -5,6 +5,7 @@
 #include <functional>
 #include <set>
 
+#include "vs-graph.h"
 #include "vs-impl.h"
 
 namespace vs {
@@ -31,8 +32,13 @@ struct vs_context {
     int                             cuda_device = -1;  // CUDA ordinal where the engine's kernels run (vs-cuda.h)
     // Graphs built as for a GPU (fewer, larger kernels; ggml's im2col op): off the CPU, or on
     // it with VOICESTUDIO_DEVICE_GRAPHS=1 (to test those graphs where there is no GPU).
-    bool           device_graphs = false;
-    vs::buffer_ptr scratch;  // device memory for those kernels, grown on demand
+    bool device_graphs = false;
+    // What the device's ops take, where less than ggml's ops express: a Vulkan device binds
+    // a shader's buffers up to its maxStorageBufferRange (128 MiB on some) and its matmuls
+    // broadcast over no fourth axis; ggml would run such ops on the CPU. Graphs keep their
+    // tiles and packings within max_tensor_bytes and build no such matmuls.
+    vs::device_limits limits;
+    vs::buffer_ptr    scratch;  // device memory for those kernels, grown on demand
     // Weights re-laid out for this device, made on first use (swapped_weight).
     std::map<std::string, ggml_tensor *> derived;
     std::vector<vs::ggml_ctx_ptr>        derived_ctx;

@@ -6,7 +6,8 @@ namespace vs {
 
 namespace {
 
-thread_local bool g_device_is_cpu = true;
+thread_local bool          g_device_is_cpu = true;
+thread_local device_limits g_limits;
 
 // Largest im2col matrix (as F32) one convolution's mul_mat takes at once: on the CPU the
 // converted rows, elsewhere the matrix itself.
@@ -129,12 +130,20 @@ ggml_tensor * conv1d_strided(ggml_context * ctx, ggml_tensor * x, ggml_tensor * 
     return b ? ggml_add(ctx, y, b) : y;
 }
 
-bool phases_apply(const ggml_tensor * w) {
-    return !g_device_is_cpu && w->type == GGML_TYPE_F16 && w->ne[1] > 1;
+bool phases_apply(const ggml_tensor * w, int dilation) {
+    return !g_device_is_cpu && w->type == GGML_TYPE_F16 && w->ne[1] > 1 && (dilation == 1 || g_limits.matmul_4d);
 }
 
 void set_graph_device_is_cpu(bool is_cpu) {
     g_device_is_cpu = is_cpu;
+}
+
+void set_graph_device_limits(const device_limits & limits) {
+    g_limits = limits;
+}
+
+const device_limits & graph_device_limits() {
+    return g_limits;
 }
 
 int64_t conv1d_frames_needed(int64_t T_out, int64_t K, int dilation) {
@@ -167,8 +176,8 @@ ggml_tensor * conv1d_window(ggml_context * ctx, ggml_tensor * xp, int64_t start,
     // nothing extra: one mul_mat with the taps folded into the contraction. That
     // conversion (or, off the CPU, the materialized im2col) holds K times the input,
     // so long outputs go in tiles of time.
-    const size_t  limit = g_device_is_cpu ? MAX_IM2COL_BYTES : MAX_IM2COL_BYTES_DEV;
-    const int64_t tile  = std::max<int64_t>(64, (int64_t) (limit / (IC * K * sizeof(float))) / dilation) * dilation;
+    const size_t limit = std::min(g_device_is_cpu ? MAX_IM2COL_BYTES : MAX_IM2COL_BYTES_DEV, g_limits.max_tensor_bytes);
+    const int64_t tile = std::max<int64_t>(64, (int64_t) (limit / (IC * K * sizeof(float))) / dilation) * dilation;
     if (T_out > tile) {
         ggml_tensor * y = nullptr;
         for (int64_t t0 = 0; t0 < T_out; t0 += tile) {

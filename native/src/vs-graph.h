@@ -5,6 +5,8 @@
 
 #include <ggml.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <vector>
 
 namespace vs {
@@ -14,6 +16,15 @@ namespace vs {
 // for free); other backends copy src1 with strided 2-D copies that need disjoint rows,
 // so there ggml's im2col op builds the matrix (in F16 for F16 weights).
 void set_graph_device_is_cpu(bool is_cpu);
+
+// What a device's ops take where that is less than ggml's ops express (probed when a
+// context opens): graphs built on this thread from now on stay within it.
+struct device_limits {
+    size_t max_tensor_bytes = SIZE_MAX;  // the largest tensor an op takes (im2col tiles)
+    bool   matmul_4d        = true;      // a matmul of a 2-D src0 over src1 [., ., n2, n3 > 1]
+};
+void                  set_graph_device_limits(const device_limits & limits);
+const device_limits & graph_device_limits();
 
 // Conv1d with PyTorch semantics. w: [IC, K, OC] (PyTorch's [OC, IC, K] with the
 // taps moved inside each output row, so a row is one im2col column's weights);
@@ -47,8 +58,9 @@ ggml_tensor * conv1d_phases(ggml_context * ctx, ggml_tensor * xt, int64_t pad_be
 // columns read zeros and their outputs are dropped.
 int64_t phase_columns(int64_t n);
 
-// Whether conv1d_phases takes these weights on this thread's graphs (F16, off the CPU, K > 1).
-bool phases_apply(const ggml_tensor * w);
+// Whether conv1d_phases takes these weights and dilation on this thread's graphs (F16, off
+// the CPU, K > 1; dilated where the device's matmuls take its [., ., K, d] batches).
+bool phases_apply(const ggml_tensor * w, int dilation);
 
 // Depthwise conv1d. w: [C, K] (stored transposed by the converter); x: [C, T].
 ggml_tensor * conv1d_depthwise(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int dilation,

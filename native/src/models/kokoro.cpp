@@ -37,8 +37,11 @@ constexpr int     N_HARMONICS         = 9;
 constexpr float   VOICED_F0           = 10.0f;
 constexpr float   SINE_AMP            = 0.1f;
 constexpr int64_t MAX_PACKED_FRAMES   = 1 << 14;  // frames (40 a second) of sentences packed in a graph
-constexpr int64_t PACK_GAP            = 2;        // frames after each: kernels of 3 pad by 1, at either rate
-constexpr int64_t SAMPLES_PER_F0      = 300;      // generator upsampling (10 * 6) times the iSTFT hop
+// Bytes per packed frame of the largest packed tensor: the decoder's upsampling block's
+// im2col matrix (1090 channels, 3 taps, 2 frames after the upsampling, F16) is 13 KB.
+constexpr int64_t PACKED_FRAME_BYTES = 16 << 10;
+constexpr int64_t PACK_GAP           = 2;    // frames after each: kernels of 3 pad by 1, at either rate
+constexpr int64_t SAMPLES_PER_F0     = 300;  // generator upsampling (10 * 6) times the iSTFT hop
 
 // Tensor names: the PyTorch module names without their wrappers (convert_kokoro.py).
 const std::string BERT  = "bert.";
@@ -536,14 +539,18 @@ void fill_packing(const packing & p, const std::vector<int64_t> & lens, int64_t 
 }
 
 // The jobs, of frames[b] frames, in graphs [first, last): packed, as many consecutive jobs
-// as keep B * (longest + gap) within MAX_PACKED_FRAMES; else one a graph.
-std::vector<std::pair<size_t, size_t>> pack_groups(const std::vector<int64_t> & frames, bool packed, int64_t gap) {
+// as keep B * (longest + gap) within MAX_PACKED_FRAMES and the device's largest tensor; else
+// one a graph.
+std::vector<std::pair<size_t, size_t>> pack_groups(const std::vector<int64_t> & frames, bool packed, int64_t gap,
+                                                   size_t max_tensor_bytes) {
+    const int64_t max_frames =
+        (int64_t) std::min<size_t>(MAX_PACKED_FRAMES, max_tensor_bytes / (size_t) PACKED_FRAME_BYTES);
     std::vector<std::pair<size_t, size_t>> out;
     for (size_t first = 0; first < frames.size();) {
         size_t  last    = first + 1;
         int64_t longest = frames[first];
         while (packed && last < frames.size() &&
-               (int64_t) (last + 1 - first) * (std::max(longest, frames[last]) + gap) <= MAX_PACKED_FRAMES) {
+               (int64_t) (last + 1 - first) * (std::max(longest, frames[last]) + gap) <= max_frames) {
             longest = std::max(longest, frames[last++]);
         }
         out.emplace_back(first, last);
@@ -750,11 +757,13 @@ ggml_tensor * conv1d_tc(vs_context & c, ggml_context * g, ggml_tensor * xt, cons
     ggml_tensor * w  = c.w(w_name);
     const int64_t IC = w->ne[0], K = w->ne[1], OC = w->ne[2];
     const int64_t T_out = xt->ne[0] + 2 * padding - dilation * (K - 1);
-    if (phases_apply(w)) {
+    if (phases_apply(w, dilation)) {
         return conv1d_phases(g, xt, padding, T_out, w, b, dilation);
     }
     ggml_tensor * ws =
-        (size_t) (IC * K * T_out) * sizeof(uint16_t) <= MAX_IM2COL_TC_BYTES ? c.swapped_weight(w_name) : nullptr;
+        (size_t) (IC * K * T_out) * sizeof(uint16_t) <= std::min(MAX_IM2COL_TC_BYTES, c.limits.max_tensor_bytes)
+            ? c.swapped_weight(w_name)
+            : nullptr;
     if (!ws) {
         return conv1d(g, ggml_cont(g, ggml_transpose(g, xt)), w, b, dilation, padding);
     }
@@ -963,12 +972,9 @@ std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::st
 
 // ---------------------------------------------------------------- stages
 
-// x [C, T] with the style [128] appended to every frame -> [C + 128, T] (the style's
-// copies as an outer product with a row of ones).
+// x [C, T] with the style [128] appended to every frame -> [C + 128, T].
 ggml_tensor * with_style(ggml_context * g, ggml_tensor * x, const cond & k) {
-    const int64_t T    = x->ne[1];
-    ggml_tensor * ones = ggml_reshape_2d(g, ggml_view_1d(g, k.ones, T, 0), T, 1);
-    return ggml_concat(g, x, ggml_out_prod(g, k.s, ones), 0);
+    return ggml_concat(g, x, ggml_repeat_4d(g, k.s, k.s->ne[0], x->ne[1], 1, 1), 0);
 }
 
 void kokoro_voice::run_bert(vs_context & c, std::vector<kokoro_job> & jobs) const {
@@ -1210,7 +1216,7 @@ void kokoro_voice::run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) c
         frames.push_back(x.T);
     }
     const bool packs = jobs.size() > 1 && style_table_for(c, PRED);
-    for (auto [first, last] : pack_groups(frames, packs, PACK_GAP)) {
+    for (auto [first, last] : pack_groups(frames, packs, PACK_GAP, c.limits.max_tensor_bytes)) {
         const int64_t            B = (int64_t) (last - first);
         int64_t                  L = 0;
         std::vector<int64_t>     lens;
@@ -1393,6 +1399,23 @@ ggml_tensor * atan_all(ggml_context * g, ggml_tensor * z) {
     return ggml_scale(g, ggml_mul(g, acc, z), 4.0f);
 }
 
+// Per harmonic h (rows of [F2, 9]) the running sum over F0 frames of frac(h f0 / sr), the
+// phase increments in cycles, in the export's float arithmetic and order. A running sum is
+// no op of every backend (Vulkan's needs subgroup features), and it is 9 rows of F0 frames.
+std::vector<float> harmonic_cycles(const std::vector<float> & f0, float sample_rate) {
+    const size_t       F2 = f0.size();
+    std::vector<float> out(F2 * N_HARMONICS);
+    for (int k = 0; k < N_HARMONICS; ++k) {
+        float sum = 0.0f;
+        for (size_t t = 0; t < F2; ++t) {
+            float r = f0[t] * (float) (k + 1) / sample_rate;
+            sum += r - std::floor(r);
+            out[(size_t) k * F2 + t] = sum;
+        }
+    }
+    return out;
+}
+
 std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, const std::vector<float> & f0,
                                                const std::vector<float> & style, act & har_out) const {
     const int64_t  F2       = (int64_t) f0.size();  // F0 frames (twice the token frames)
@@ -1403,21 +1426,18 @@ std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, 
     ggml_tensor *  x_in     = input_2d(g, xin.C, xin.T, "x");
     ggml_tensor *  x        = x_in;
     ggml_tensor *  fi       = input_2d(g, F2, 1, "f0");
-    ggml_tensor *  hm       = input_2d(g, 1, N_HARMONICS, "harmonics");
-    ggml_tensor *  sr       = input_2d(g, 1, 1, "sample_rate");
-    ggml_tensor *  basis    = input_2d(g, N_FFT, 2 * (N_FFT / 2 + 1), "stft_basis");
-    ggml_tensor *  gain     = input_2d(g, N_FFT / 2, 1, "istft_head_gain");
-    cond           k        = make_cond(g, n_frames);
+    ggml_tensor *  cyc      = input_2d(g, F2, N_HARMONICS, "harmonic_cycles");
+    ggml_tensor *  reflect  = ggml_new_tensor_1d(g, GGML_TYPE_I32, N_FFT);  // see below
+    ggml_set_input(reflect);
+    ggml_tensor * basis = input_2d(g, N_FFT, 2 * (N_FFT / 2 + 1), "stft_basis");
+    ggml_tensor * gain  = input_2d(g, N_FFT / 2, 1, "istft_head_gain");
+    cond          k     = make_cond(g, n_frames);
     use_style_table(c, g, k, GEN);
 
-    // Harmonic source, as the export computes it: per harmonic h the phase increment
-    // frac(h f0 / sr) of each F0 frame, summed over frames, scaled to radians per
-    // upsampled sample, linearly interpolated to the sample rate; sin, gated by voicing.
-    ggml_tensor * fh   = ggml_out_prod(g, fi, ggml_reshape_2d(g, hm, N_HARMONICS, 1));  // [F2, 9]: f0 * h
-    ggml_tensor * rad  = ggml_div(g, fh, sr);                                           // [F2, 9]
-    rad                = ggml_sub(g, rad, ggml_floor(g, rad));
-    ggml_tensor * ph   = ggml_cumsum(g, rad);
-    ph                 = ggml_scale(g, ggml_scale(g, ggml_scale(g, ph, 2.0f), (float) M_PI), (float) SAMPLES_PER_F0);
+    // Harmonic source, as the export computes it: per harmonic its running phase in cycles
+    // (harmonic_cycles, from the host), scaled to radians per upsampled sample, linearly
+    // interpolated to the sample rate; sin, gated by voicing.
+    ggml_tensor * ph   = ggml_scale(g, ggml_scale(g, ggml_scale(g, cyc, 2.0f), (float) M_PI), (float) SAMPLES_PER_F0);
     ph                 = ggml_interpolate(g, ph, L, N_HARMONICS, 1, 1, GGML_SCALE_MODE_BILINEAR);  // [L, 9]
     ggml_tensor * uv   = ggml_step(g, ggml_scale_bias(g, fi, 1.0f, -VOICED_F0));                   // [F2, 1]
     uv                 = ggml_interpolate(g, uv, L, 1, 1, 1, GGML_SCALE_MODE_NEAREST);             // [L, 1]
@@ -1426,15 +1446,20 @@ std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, 
     ggml_tensor * src  = ggml_tanh(g, linear(c, g, sine, GEN + "m_source.l_linear"));  // [1, L]
 
     // Its STFT (reflect-padded, Hann window): a DFT basis over windows of N_FFT samples
-    // every HOP samples. Magnitude and phase (atan of im/re, moved to the quadrant).
-    ggml_tensor * padded = ggml_pad_reflect_1d(g, ggml_reshape_2d(g, src, L, 1), N_FFT / 2, N_FFT / 2);
-    ggml_tensor * frames = conv1d_strided(g, ggml_reshape_2d(g, padded, 1, L + N_FFT),
-                                          ggml_reshape_3d(g, basis, 1, N_FFT, basis->ne[1]), nullptr, HOP, 0);
-    const int64_t bins   = N_FFT / 2 + 1;
-    ggml_tensor * re     = channels(g, frames, 0, bins);
-    ggml_tensor * im     = channels(g, frames, bins, bins);
-    ggml_tensor * mag    = ggml_sqrt(g, ggml_add(g, ggml_sqr(g, re), ggml_sqr(g, im)));
-    ggml_tensor * at     = atan_all(g, ggml_div(g, im, re));
+    // every HOP samples; magnitude and phase (atan of im/re, moved to the quadrant). The
+    // padding's samples are gathered, which every backend can: the first N_FFT / 2 are
+    // src[N_FFT / 2 .. 1], the last src[L - 2 .. L - 1 - N_FFT / 2].
+    ggml_tensor * edges  = ggml_get_rows(g, src, reflect);  // [1, N_FFT]: the two paddings
+    ggml_tensor * padded = ggml_concat(g, ggml_concat(g, ggml_view_2d(g, edges, 1, N_FFT / 2, edges->nb[1], 0), src, 1),
+                                       ggml_view_2d(g, edges, 1, N_FFT / 2, edges->nb[1], (N_FFT / 2) * edges->nb[1]),
+                                       1);  // [1, L + N_FFT]
+    ggml_tensor * frames =
+        conv1d_strided(g, padded, ggml_reshape_3d(g, basis, 1, N_FFT, basis->ne[1]), nullptr, HOP, 0);
+    const int64_t bins = N_FFT / 2 + 1;
+    ggml_tensor * re   = channels(g, frames, 0, bins);
+    ggml_tensor * im   = channels(g, frames, bins, bins);
+    ggml_tensor * mag  = ggml_sqrt(g, ggml_add(g, ggml_sqr(g, re), ggml_sqr(g, im)));
+    ggml_tensor * at   = atan_all(g, ggml_div(g, im, re));
     // re < 0: + pi if im > 0, else - pi.
     ggml_tensor * quad = ggml_mul(g, ggml_step(g, ggml_neg(g, re)),
                                   ggml_scale_bias(g, ggml_step(g, im), 2.0f * (float) M_PI, -(float) M_PI));
@@ -1507,13 +1532,13 @@ std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, 
 
     set_input(x_in, xin.v.data());
     set_input(fi, f0.data());
-    std::vector<float> h(N_HARMONICS);
-    for (int k = 0; k < N_HARMONICS; ++k) {
-        h[k] = (float) (k + 1);
+    set_input(cyc, harmonic_cycles(f0, (float) hp_.sample_rate).data());
+    std::vector<int32_t> reflect_idx(N_FFT);
+    for (int i = 0; i < N_FFT / 2; ++i) {
+        reflect_idx[i]             = N_FFT / 2 - i;
+        reflect_idx[N_FFT / 2 + i] = (int32_t) (L - 2 - i);
     }
-    set_input(hm, h.data());
-    const float rate = (float) hp_.sample_rate;
-    set_input(sr, &rate);
+    set_input(reflect, reflect_idx.data());
     // Forward DFT basis over the Hann window: rows re_0..re_10, im_0..im_10.
     ggml_tensor *      win = model_.tensor(GEN + "stft.window");
     const float *      wv  = (const float *) win->data;
@@ -1582,7 +1607,7 @@ std::vector<std::vector<float>> kokoro_voice::synthesize_batch(vs_context &     
             frames.push_back((int64_t) j.frame_to_token.size());
         }
         const bool packs = jobs.size() > 1 && style_table_for(c, DEC);
-        for (auto [first, last] : pack_groups(frames, packs, PACK_GAP)) {
+        for (auto [first, last] : pack_groups(frames, packs, PACK_GAP, c.limits.max_tensor_bytes)) {
             std::vector<kokoro_job *> group;
             for (size_t b = first; b < last; ++b) {
                 group.push_back(&jobs[b]);

@@ -303,6 +303,10 @@ class piper_voice final : public voice {
     // The decoder over one sentence's [0, F) in tiles of at most `tile` frames plus a halo on each side.
     std::vector<float> run_decoder_tiled(vs_context & c, const std::vector<float> & z, int64_t F, int64_t tile);
     int64_t            decoder_halo_frames() const;
+    // Bytes of the decoder's largest tensor per latent frame (see decoder_tile).
+    int64_t decoder_frame_bytes(const vs_context & c) const;
+    // Latent frames the decoder takes at once on c's device.
+    int64_t decoder_tile(const vs_context & c) const;
 };
 
 // Rows of `rel` ([2T-1, T, H]: query i, relative offset m - (T-1)) placed at absolute
@@ -357,9 +361,12 @@ ggml_tensor * piper_voice::attention(vs_context & c, ggml_context * g, ggml_tens
 
     ggml_tensor * scores = ggml_mul_mat(g, k, q);  // [Sk, Sq, H, n]
     ggml_tensor * rel_k  = relative_embeddings(g, c.w(pre + "emb_rel_k"), hp_.window, S);
-    ggml_tensor * rel    = ggml_reshape_3d(g, ggml_mul_mat(g, rel_k, q), 2 * S - 1, S, H * n);
-    scores               = ggml_add(g, scores, ggml_reshape_4d(g, relative_to_absolute(g, rel), S, S, H, n));
-    ggml_tensor * attn   = ggml_soft_max_ext(g, scores, kq_mask, 1.0f, 0.0f);
+    // q as one matrix: a matmul broadcasting its 2-D src0 over both outer axes is not
+    // every backend's (Vulkan's takes none over the fourth).
+    ggml_tensor * rel =
+        ggml_reshape_3d(g, ggml_mul_mat(g, rel_k, ggml_reshape_2d(g, q, d, S * H * n)), 2 * S - 1, S, H * n);
+    scores             = ggml_add(g, scores, ggml_reshape_4d(g, relative_to_absolute(g, rel), S, S, H, n));
+    ggml_tensor * attn = ggml_soft_max_ext(g, scores, kq_mask, 1.0f, 0.0f);
     ggml_set_name(attn, ("attn_weights." + std::to_string(il)).c_str());
 
     ggml_tensor * out   = ggml_mul_mat(g, v, attn);  // [d, Sq, H, n]
@@ -836,6 +843,30 @@ int64_t piper_voice::flow_gap() const {
     return gap;
 }
 
+// Each upsampling's transposed convolution holds all its taps [OC * K] at the rate before it,
+// and its output OC channels at its own rate (F32).
+int64_t piper_voice::decoder_frame_bytes(const vs_context & c) const {
+    int64_t most = 0, rate = 1;
+    for (size_t i = 0; i < hp_.ups_rates.size(); ++i) {
+        const ggml_tensor * w = c.w("dec.ups." + std::to_string(i) + ".weight");  // [IC, OC, K]
+        most                  = std::max(most, w->ne[1] * w->ne[2] * rate);
+        rate *= hp_.ups_rates[i];
+        most = std::max(most, w->ne[1] * rate);
+    }
+    return most * (int64_t) sizeof(float);
+}
+
+// On a device whose ops take smaller tensors (see vs_context::limits), as many
+// frames as keep the largest within that, margins included.
+int64_t piper_voice::decoder_tile(const vs_context & c) const {
+    if (!c.device_graphs) {
+        return DEFAULT_DECODER_TILE;
+    }
+    const int64_t fit =
+        (int64_t) std::min<size_t>(c.limits.max_tensor_bytes / (size_t) decoder_frame_bytes(c), 1 << 20);
+    return std::clamp<int64_t>(fit - 2 * decoder_gap() - 1, 64, DEVICE_DECODER_TILE);
+}
+
 int64_t piper_voice::widest_resblock_padding() const {
     int64_t widest = 0;
     for (size_t j = 0; j < hp_.res_kernels.size(); ++j) {
@@ -986,9 +1017,7 @@ void piper_voice::run_group(vs_context & c, std::vector<job> & jobs, size_t firs
         jobs.back().m_p    = tok.slice(m_p, hp_.inter, n - 1);
         jobs.back().logs_p = tok.slice(logs_p, hp_.inter, n - 1);
     }
-    const int64_t tile = p.decoder_tile_frames != 0 ? p.decoder_tile_frames
-                         : c.device_graphs          ? DEVICE_DECODER_TILE
-                                                    : DEFAULT_DECODER_TILE;
+    const int64_t tile = p.decoder_tile_frames != 0 ? p.decoder_tile_frames : decoder_tile(c);
     stage(VS_STAGE_DECODER, [&] { decode(c, jobs, first, last, tile); });
 }
 
