@@ -191,16 +191,20 @@ def test_gpu_graphs_on_the_cpu_sound_like_the_cpu_graphs(kokoro, monkeypatch):
 
 def test_graphs_within_a_vulkan_devices_limits_sound_like_the_gpu_graphs(kokoro, monkeypatch):
     """A device whose ops take tensors up to a size, and no matmul over a fourth axis (a Vulkan
-    device): dilated convolutions go through im2col in tiles, packings stay within the size."""
+    device): dilated convolutions go through im2col in tiles, packings stay within the size,
+    the batch's LSTMs take a matmul a sentence for their input projections."""
     ipa = "wˈɛɹ ɪz ɪt?\nhˈaɪ!"
     monkeypatch.setenv("VOICESTUDIO_DEVICE_GRAPHS", "1")
-    takes = {}
+    takes, durations = {}, {}
     for limits in (None, "16,0"):
         if limits:
             monkeypatch.setenv("VOICESTUDIO_DEVICE_LIMITS", limits)
         with Engine.open("kokoro:jf_alpha", device="cpu", threads=2) as e:
             takes[limits] = []
             e.synthesize(phonemes=ipa, batch=2, on_chunk=lambda i, audio, key=limits: takes[key].append(audio))
+            durations[limits] = e.output("durations")
+    # The LSTMs (duration, prosody, text encoder) compute the same sums either way.
+    np.testing.assert_array_equal(durations["16,0"], durations[None])
     # The dilated convolutions took the other path: the same audio to within rounding, not bit for bit.
     assert not all(np.array_equal(x, y) for x, y in zip(takes[None], takes["16,0"], strict=True))
     for x, y in zip(takes[None], takes["16,0"], strict=True):

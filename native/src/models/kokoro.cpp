@@ -898,8 +898,21 @@ std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::st
         ggml_tensor * xt = ggml_new_tensor_4d(g, GGML_TYPE_F32, in, n, D, B);
         ggml_set_input(xt);
         ggml_tensor *w_ih = c.w(prefix + ".weight_ih"), *bias = c.w(prefix + ".bias");
-        // Input projections of every step of the chunk at once: [4H, n, D, B].
-        ggml_tensor * gx = ggml_add(g, ggml_mul_mat(g, w_ih, xt), ggml_reshape_3d(g, bias, H4, 1, D));
+        // Input projections of every step of the chunk at once: [4H, n, D, B]. Where the
+        // device's matmul takes no fourth axis (see device_limits), a matmul a sequence.
+        const bool    by_seq = B > 1 && !c.limits.matmul_4d;
+        ggml_tensor * proj   = nullptr;
+        if (by_seq) {
+            std::vector<ggml_tensor *> parts;
+            for (int64_t b = 0; b < B; ++b) {
+                ggml_tensor * xb = ggml_view_3d(g, xt, in, n, D, xt->nb[1], xt->nb[2], b * xt->nb[3]);
+                parts.push_back(ggml_reshape_4d(g, ggml_mul_mat(g, w_ih, xb), H4, n, D, 1));
+            }
+            proj = concat_all(g, std::move(parts), 3);
+        } else {
+            proj = ggml_mul_mat(g, w_ih, xt);
+        }
+        ggml_tensor * gx = ggml_add(g, proj, ggml_reshape_3d(g, bias, H4, 1, D));
         ggml_tensor * h0 = nullptr, *c0 = nullptr, *out = nullptr, *hs = nullptr, *cc = nullptr;
         if (fused) {
             ggml_set_output(gx);
@@ -914,8 +927,15 @@ std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::st
             cc = c0;
             for (int64_t j = 0; j < n; ++j) {
                 ggml_tensor * gj  = ggml_view_4d(g, gx, H4, 1, D, B, gx->nb[1], gx->nb[2], gx->nb[3], j * gx->nb[1]);
-                ggml_tensor * rec = ggml_mul_mat(g, w_hh, ggml_reshape_4d(g, hs, H, 1, D, B));  // [4H, 1, D, B]
-                ggml_tensor * z   = ggml_reshape_2d(g, ggml_add(g, rec, gj), H4, cols);
+                ggml_tensor * rec = nullptr;
+                if (by_seq) {  // the sequences as one matrix's columns: [H, B, D] -> [4H, B, D]
+                    ggml_tensor * hb = ggml_permute(g, ggml_reshape_3d(g, hs, H, D, B), 0, 2, 1, 3);
+                    rec              = ggml_permute(g, ggml_mul_mat(g, w_hh, hb), 0, 2, 1, 3);  // [4H, D, B] view
+                    rec              = ggml_reshape_4d(g, ggml_cont(g, rec), H4, 1, D, B);
+                } else {
+                    rec = ggml_mul_mat(g, w_hh, ggml_reshape_4d(g, hs, H, 1, D, B));  // [4H, 1, D, B]
+                }
+                ggml_tensor * z = ggml_reshape_2d(g, ggml_add(g, rec, gj), H4, cols);
                 // Gates i, f, g, o: sigmoid and tanh of all four rows (two kernels, no copies).
                 ggml_tensor * sg   = ggml_sigmoid(g, z);
                 ggml_tensor * th   = ggml_tanh(g, z);
