@@ -70,7 +70,7 @@ $(STAMP): pyproject.toml tools/requirements.py
 	  echo "deb http://deb.debian.org/debian trixie main" > $$d/trixie.list && \
 	  apt="-o Dir::Etc::SourceList=$$d/trixie.list -o Dir::Etc::SourceParts=/dev/null -o Dir::State::Lists=$$d/lists -o Dir::Cache=$$d/cache" && \
 	  apt-get $$apt update -qq && (cd $$d && apt-get $$apt download -qq libvulkan-dev 2>/dev/null) && \
-	  dpkg -x $$d/libvulkan-dev_*.deb $(VK_HEADERS) && rm -rf $$d; fi
+	  mkdir -p $(VK_HEADERS) && dpkg -x $$d/libvulkan-dev_*.deb $(VK_HEADERS) && rm -rf $$d; fi
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) tools/requirements.py test > $(VENV)/requirements.txt
