@@ -142,10 +142,6 @@ void set_graph_device_limits(const device_limits & limits) {
     g_limits = limits;
 }
 
-const device_limits & graph_device_limits() {
-    return g_limits;
-}
-
 int64_t conv1d_frames_needed(int64_t T_out, int64_t K, int dilation) {
     if (dilation == 1) {
         return T_out + K - 1;

@@ -23,8 +23,7 @@ struct device_limits {
     size_t max_tensor_bytes = SIZE_MAX;  // the largest tensor an op takes (im2col tiles)
     bool   matmul_4d        = true;      // a matmul of a 2-D src0 over src1 [., ., n2, n3 > 1]
 };
-void                  set_graph_device_limits(const device_limits & limits);
-const device_limits & graph_device_limits();
+void set_graph_device_limits(const device_limits & limits);
 
 // Conv1d with PyTorch semantics. w: [IC, K, OC] (PyTorch's [OC, IC, K] with the
 // taps moved inside each output row, so a row is one im2col column's weights);
