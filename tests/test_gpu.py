@@ -115,8 +115,9 @@ def test_gpu_batch_sounds_like_one_at_a_time(device, sentences):
 
 
 @pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
-def test_cuda_lstm_kernel_matches_the_ggml_recurrence(device, monkeypatch):
-    """Kokoro's LSTMs run in the engine's own CUDA kernel; ggml's step-by-step ops are the reference."""
+def test_cuda_kernels_match_the_ggml_ops(device, monkeypatch):
+    """Kokoro's LSTMs and its generator's residual stacks run in the engine's own CUDA kernels;
+    ggml's ops on the same device are the reference."""
     from app.core import models
 
     if not models.kokoro_installed():
@@ -124,16 +125,23 @@ def test_cuda_lstm_kernel_matches_the_ggml_recurrence(device, monkeypatch):
     voice = "kokoro:jf_alpha"
     ipa = "ðə kwˈɪk bɹˈaʊn fˈɑːks dʒˈʌmps ˌoʊvɚ ðə lˈeɪzi dˈɑːɡ, ænd ðˈɛn ɪt ɹˈʌnz fˈɑːɹ ɐwˈeɪ."
     with Engine.open(voice, device=device) as fast:
-        fast.synthesize(phonemes=ipa)
+        fast.set_op_profiling(True)
+        audio = fast.synthesize(phonemes=ipa).audio
+        kernels = {row["op"]: row["count"] for row in fast.op_profile() if row["stage"] == "generator"}
         got = {name: fast.output(name) for name in ("duration_logits", "durations", "F0", "N", "text_encoder")}
+    # Two stages, each a residual stack and a mean of three: in the kernels, not in ggml's ops.
+    assert kernels.get("residual stacks (engine's CUDA kernels)") == 2
+    assert "GROUP_NORM" not in kernels
     monkeypatch.setenv("VOICESTUDIO_CUDA_KERNELS", "0")
     with Engine.open(voice, device=device) as ops:
-        ops.synthesize(phonemes=ipa, durations=got["durations"].reshape(-1).astype(np.int32))
+        want_audio = ops.synthesize(phonemes=ipa, durations=got["durations"].reshape(-1).astype(np.int32)).audio
         for name in ("duration_logits", "F0", "N", "text_encoder"):
             want = ops.output(name)
             assert got[name].shape == want.shape, name
             scale = float(np.abs(want).max())
             assert float(np.abs(got[name] - want).max()) <= 1e-3 * scale, name
+    assert len(audio) == len(want_audio) and np.isfinite(audio).all()
+    assert log_mel_cosine(audio, want_audio, 24000) >= 0.995
 
 
 @pytest.mark.parametrize("device", GPUS)

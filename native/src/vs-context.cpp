@@ -137,6 +137,28 @@ void * vs_context::device_scratch(size_t bytes) {
     return ggml_backend_buffer_get_base(scratch.get());
 }
 
+ggml_tensor * vs_context::scratch_tensor(ggml_context * g, size_t offset, int64_t ne0, int64_t ne1) {
+    ggml_tensor * t = ggml_new_tensor_2d(g, GGML_TYPE_F32, ne0, ne1);
+    if (!scratch || offset + ggml_nbytes(t) > ggml_backend_buffer_get_size(scratch.get()) ||
+        ggml_backend_tensor_alloc(scratch.get(), t,
+                                  static_cast<uint8_t *>(ggml_backend_buffer_get_base(scratch.get())) + offset) !=
+            GGML_STATUS_SUCCESS) {
+        throw vs::error(VS_ERR_COMPUTE, "a tensor outside the device scratch on " + device);
+    }
+    return t;
+}
+
+void * vs_context::blas() {
+    if (!cuda_blas) {
+        cuda_blas = vs::cuda::blas_create(cuda_device);
+    }
+    return cuda_blas;
+}
+
+vs_context::~vs_context() {
+    vs::cuda::blas_destroy(cuda_blas);
+}
+
 void vs_context::profile_op(const char * name, double ms) {
     if (profiling) {
         auto & st = op_profile[{ current_stage, name }];

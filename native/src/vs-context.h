@@ -21,6 +21,11 @@ struct graph_build {
 }  // namespace vs
 
 struct vs_context {
+    vs_context()                               = default;
+    vs_context(const vs_context &)             = delete;
+    vs_context & operator=(const vs_context &) = delete;
+    ~vs_context();
+
     vs_model *                      model = nullptr;
     ggml_backend_dev_t              dev   = nullptr;
     std::string                     device;
@@ -38,7 +43,8 @@ struct vs_context {
     // broadcast over no fourth axis; ggml would run such ops on the CPU. Graphs keep their
     // tiles and packings within max_tensor_bytes and build no such matmuls.
     vs::device_limits limits;
-    vs::buffer_ptr    scratch;  // device memory for those kernels, grown on demand
+    vs::buffer_ptr    scratch;              // device memory for those kernels, grown on demand
+    void *            cuda_blas = nullptr;  // their cuBLAS handle, made on first use
     // Weights re-laid out for this device, made on first use (swapped_weight).
     std::map<std::string, ggml_tensor *> derived;
     std::vector<vs::ggml_ctx_ptr>        derived_ctx;
@@ -92,6 +98,11 @@ struct vs_context {
 
     // At least `bytes` of device memory, valid until the next call.
     void * device_scratch(size_t bytes);
+    // A new F32 tensor [ne0, ne1] of graph context g, `offset` bytes into that memory (sized
+    // before by device_scratch): where graphs and the engine's kernels hand activations over.
+    ggml_tensor * scratch_tensor(ggml_context * g, size_t offset, int64_t ne0, int64_t ne1);
+    // The cuBLAS handle of the engine's kernels on cuda_device.
+    void * blas();
     // Adds a node (or a kernel of the engine's own) to the op profile, under the stage being
     // computed, while profiling is on.
     void profile_op(const char * name, double ms);

@@ -26,4 +26,40 @@ void lstm(int, const float *, const void *, ggml_type, int64_t, int64_t, int64_t
     throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
 }
 
+bool snake_supported(int64_t, int) {
+    return false;
+}
+
+int64_t snake_frames(int64_t T, int, const int *, int) {
+    return T;
+}
+
+size_t snake_scratch_bytes(int64_t, int64_t, int, const int *, int) {
+    return 0;
+}
+
+void * blas_create(int) {
+    throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
+}
+
+void blas_destroy(void *) {}
+
+void snake_stack(int, void *, float *, int64_t, int64_t, int, const snake_conv *, int, void *) {
+    throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
+}
+
+void add(int, float *, const float *, const float *, int64_t) {
+    throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
+}
+
+void accumulate(int, float *, const float *, int64_t, float) {
+    throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
+}
+
+void copy(int, void *, const void *, size_t) {
+    throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
+}
+
+void synchronize(int) {}
+
 }  // namespace vs::cuda

@@ -1,7 +1,9 @@
 // Kernels of the engine's own for CUDA devices, where ggml would run a stage as a long
 // chain of tiny kernels: an LSTM's recurrence is one kernel for all of its steps, where
-// as ggml ops it is about ten launches a step. Built when ggml has its CUDA backend;
-// elsewhere vs::cuda::device_of() is -1 and the stages keep their ggml graphs.
+// as ggml ops it is about ten launches a step; a residual block's AdaIN, Snake and
+// convolution are four kernels and cuBLAS, where as ggml ops they are about fifteen
+// passes over the activation. Built when ggml has its CUDA backend; elsewhere
+// vs::cuda::device_of() is -1 and the stages keep their ggml graphs.
 #pragma once
 
 #include <ggml-backend.h>
@@ -34,5 +36,53 @@ size_t lstm_scratch_bytes(int64_t H, int64_t n, int64_t cols);
 // Synchronous; throws vs::error(VS_ERR_COMPUTE) when CUDA reports an error.
 void lstm(int device, const float * gx, const void * w_hh, ggml_type type, int64_t H, int64_t n, int64_t cols,
           int64_t D, float * h, float * c, float * out, void * scratch);
+
+// ---------------------------------------------------------------- Snake residual stacks
+//
+// iSTFTNet's AdaINResBlock1 (Kokoro's generator): for each pair of convolutions,
+//   y = conv1(Snake1(AdaIN1(x))),  x += conv2(Snake2(AdaIN2(y)))
+// with AdaIN an instance norm over time (per channel, eps 1e-5) and the style's affine,
+// Snake(u) = u + sin^2(alpha u) / alpha, and C -> C convolutions of odd kernel K ("same"
+// padding, dilation d). Activations are [T, C] F32 with the channel fastest (ggml's [C, T]).
+// Snake's output goes to the GEMMs as F16 in the dilation's phases (frames q, q + d, ...
+// of the padded input one after another), so that each tap window is a plain strided
+// matrix and each of cuBLAS's batched GEMMs writes its outputs in time order, onto the
+// bias (or the residual plus the bias) that the Snake kernel put there.
+
+struct snake_conv {
+    const float * scale    = nullptr;  // (dev) [C]: the AdaIN's 1 + gamma
+    const float * shift    = nullptr;  // (dev) [C]: its beta
+    const float * alpha    = nullptr;  // (dev) [C]
+    const void *  w        = nullptr;  // (dev) [C, K, C] F16: input channel fastest, then tap, then output channel
+    const float * bias     = nullptr;  // (dev) [C]
+    int           dilation = 1;
+};
+
+// Whether snake_stack() takes C channels and kernel size K.
+bool snake_supported(int64_t C, int K);
+
+// Frames the activations given to snake_stack() must have room for (T and more: the
+// GEMMs write whole tap windows), and the device memory it needs as scratch.
+int64_t snake_frames(int64_t T, int K, const int * dilations, int n);
+size_t  snake_scratch_bytes(int64_t C, int64_t T, int K, const int * dilations, int n);
+
+// cuBLAS for the calling context (made on first use; null until then), and its release.
+void * blas_create(int device);
+void   blas_destroy(void * blas);
+
+// n_pairs pairs of convolutions (convs[2 i], convs[2 i + 1]) over x (dev) [T, C], in place;
+// x has room for snake_frames() frames. Queued on the calling thread's stream: call
+// synchronize() before ggml reads the result. Throws vs::error(VS_ERR_COMPUTE) on a CUDA or
+// cuBLAS error.
+void snake_stack(int device, void * blas, float * x, int64_t C, int64_t T, int K, const snake_conv * convs, int n_pairs,
+                 void * scratch);
+
+// dst = a + b over n floats (dev); sum = (sum + x) * scale; queued as snake_stack().
+void add(int device, float * dst, const float * a, const float * b, int64_t n);
+void accumulate(int device, float * sum, const float * x, int64_t n, float scale);
+void copy(int device, void * dst, const void * src, size_t bytes);
+
+// Waits for the calling thread's queued work; throws vs::error(VS_ERR_COMPUTE) on an error.
+void synchronize(int device);
 
 }  // namespace vs::cuda

@@ -1,10 +1,13 @@
 // The engine's CUDA kernels (see vs-cuda.h).
 #include <cooperative_groups.h>
+#include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "../vs-cuda.h"
 #include "../vs-impl.h"
@@ -262,6 +265,164 @@ void launch_cluster(cudaStream_t s, const float * gx, const void * w_hh, ggml_ty
           "LSTM kernel launch");
 }
 
+// ---------------------------------------------------------------- Snake residual stacks
+
+constexpr int SNAKE_CH    = 32;  // channels a block (a warp's lanes)
+constexpr int SNAKE_ROWS  = 8;   // frames a block row (its warps)
+constexpr int STAT_GROUPS = 64;  // partial sums a channel (a grid row each), summed in order
+constexpr int MAX_GRID_Y  = 65535;
+constexpr int ELEMENTWISE = 256;
+
+void check_blas(cublasStatus_t st, const char * what) {
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        throw error(VS_ERR_COMPUTE, std::string("cuBLAS: ") + what + ": status " + std::to_string((int) st));
+    }
+}
+
+// One convolution's layout: per dilation phase, J windows of K frames (S input frames,
+// the last window's K - 1 following ones included); the GEMMs write d * K * J frames. J is
+// rounded up to a power of two, as conv1d_phases' (vs-graph.h): cuBLAS's first call of a
+// shape is slow, and so the shapes are few and the prewarm's sentences have called them.
+struct conv_geom {
+    int64_t J = 0, S = 0, pad = 0, T_in = 0, frames = 0;
+};
+
+conv_geom geom(int64_t T, int K, int d) {
+    conv_geom     g;
+    const int64_t per_phase = (T + d - 1) / d;
+    g.J                     = 1;
+    while (g.J < (per_phase + K - 1) / K) {
+        g.J *= 2;
+    }
+    g.S      = g.J * K + K - 1;
+    g.pad    = (int64_t) d * (K - 1) / 2;
+    g.T_in   = d * g.S;
+    g.frames = (int64_t) d * K * g.J;
+    return g;
+}
+
+size_t aligned(size_t bytes) {
+    return (bytes + 255) & ~(size_t) 255;
+}
+
+// part[g][c]: the sum over frames g * ROWS + r (r < ROWS), then every STAT_GROUPS * ROWS
+// frames on, of x[t][c], or with `sums` (the first pass's), of (x[t][c] - mean)^2.
+__global__ void channel_sums(const float * __restrict__ x, int64_t T, int C, const float * __restrict__ sums,
+                             float * __restrict__ part) {
+    __shared__ float rows[SNAKE_ROWS][SNAKE_CH + 1];
+    __shared__ float means[SNAKE_CH];
+    const int        c = blockIdx.x * SNAKE_CH + threadIdx.x, grp = blockIdx.y;
+    if (sums && threadIdx.y == 0) {
+        float s = 0.0f;
+        for (int i = 0; i < STAT_GROUPS; ++i) {
+            s += sums[(size_t) i * C + c];
+        }
+        means[threadIdx.x] = s / (float) T;
+    }
+    __syncthreads();
+    const float mean = sums ? means[threadIdx.x] : 0.0f;
+    float       acc  = 0.0f;
+    for (int64_t t = (int64_t) grp * SNAKE_ROWS + threadIdx.y; t < T; t += (int64_t) STAT_GROUPS * SNAKE_ROWS) {
+        const float v = x[t * C + c] - mean;
+        acc += sums ? v * v : v;
+    }
+    rows[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0) {
+        float s = 0.0f;
+        for (int r = 0; r < SNAKE_ROWS; ++r) {
+            s += rows[r][threadIdx.x];
+        }
+        part[(size_t) grp * C + c] = s;
+    }
+}
+
+// The AdaIN as y = a x + b per channel: coef [a_0..a_C-1, b_0..b_C-1].
+__global__ void adain_coefs(const float * __restrict__ sums, const float * __restrict__ squares, int64_t T, int C,
+                            const float * __restrict__ scale, const float * __restrict__ shift,
+                            float * __restrict__ coef) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) {
+        return;
+    }
+    float s = 0.0f, q = 0.0f;
+    for (int i = 0; i < STAT_GROUPS; ++i) {
+        s += sums[(size_t) i * C + c];
+        q += squares[(size_t) i * C + c];
+    }
+    const float mean = s / (float) T, var = q / (float) T;
+    const float a = scale[c] / sqrtf(var + 1e-5f);
+    coef[c]       = a;
+    coef[C + c]   = shift[c] - mean * a;
+}
+
+// Snake(AdaIN(x)) as F16 into the dilation's phases of the padded input (zeros around x):
+// padded frame p goes to phase p % d, position p / d. Where x has a frame, y's gets the
+// bias, added to what it holds with `accumulate` (the residual), else written.
+__global__ void snake_phases(const float * __restrict__ x, int64_t T, int C, const float * __restrict__ coef,
+                             const float * __restrict__ alpha, int64_t pad, int d, int64_t S, half * __restrict__ out,
+                             float * __restrict__ y, const float * __restrict__ bias, bool accumulate) {
+    const int     c = blockIdx.x * SNAKE_CH + threadIdx.x;
+    const float   a = coef[c], b = coef[C + c], al = alpha[c], inv = 1.0f / al, bc = bias[c];
+    const int64_t T_in = (int64_t) d * S;
+    for (int64_t p = (int64_t) blockIdx.y * SNAKE_ROWS + threadIdx.y; p < T_in; p += (int64_t) gridDim.y * SNAKE_ROWS) {
+        const int64_t t = p - pad;
+        float         v = 0.0f;
+        if (t >= 0 && t < T) {
+            const float u  = a * x[t * C + c] + b;
+            const float sn = sinf(al * u);
+            v              = u + sn * sn * inv;
+            float & yv     = y[t * C + c];
+            yv             = (accumulate ? yv : 0.0f) + bc;
+        }
+        out[((p % d) * S + p / d) * C + c] = __float2half(v);
+    }
+}
+
+// One convolution of a pair: out (+)= conv(Snake(AdaIN(in))) + bias.
+void snake_conv_step(cudaStream_t s, cublasHandle_t h, const float * in, float * out, bool accumulate, int64_t C,
+                     int64_t T, int K, const snake_conv & cv, float * sums, float * squares, float * coef, half * ph) {
+    const int       d = cv.dilation;
+    const conv_geom g = geom(T, K, d);
+    const dim3      block(SNAKE_CH, SNAKE_ROWS);
+    channel_sums<<<dim3((unsigned) (C / SNAKE_CH), STAT_GROUPS), block, 0, s>>>(in, T, (int) C, nullptr, sums);
+    channel_sums<<<dim3((unsigned) (C / SNAKE_CH), STAT_GROUPS), block, 0, s>>>(in, T, (int) C, sums, squares);
+    adain_coefs<<<(unsigned) ((C + 127) / 128), 128, 0, s>>>(sums, squares, T, (int) C, cv.scale, cv.shift, coef);
+    const int64_t rows = std::min<int64_t>((g.T_in + SNAKE_ROWS - 1) / SNAKE_ROWS, MAX_GRID_Y);
+    snake_phases<<<dim3((unsigned) (C / SNAKE_CH), (unsigned) rows), block, 0, s>>>(
+        in, T, (int) C, coef, cv.alpha, g.pad, d, g.S, ph, out, cv.bias, accumulate);
+    check(cudaGetLastError(), "Snake kernels launch");
+    // Output frame t = q + d (r + K j) is window j of tap phase r in dilation phase q: its
+    // input frames q + d (r + K j + k), k < K, are K C consecutive values of phase q.
+    const float one = 1.0f;
+    const int   KC  = (int) (K * C);
+    for (int q = 0; q < d; ++q) {
+        check_blas(cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int) C, (int) g.J, KC, &one, cv.w,
+                                              CUDA_R_16F, KC, 0, ph + (size_t) q * g.S * C, CUDA_R_16F, KC,
+                                              (long long) C, &one, out + (size_t) q * C, CUDA_R_32F, d * KC,
+                                              (long long) d * C, K, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                   "convolution GEMM");
+    }
+}
+
+__global__ void add_kernel(float4 * __restrict__ dst, const float4 * __restrict__ a, const float4 * __restrict__ b,
+                           int64_t n4) {
+    for (int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t) gridDim.x * blockDim.x) {
+        const float4 u = a[i], v = b[i];
+        dst[i] = make_float4(u.x + v.x, u.y + v.y, u.z + v.z, u.w + v.w);
+    }
+}
+
+__global__ void accumulate_kernel(float4 * __restrict__ sum, const float4 * __restrict__ x, int64_t n4, float scale) {
+    for (int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t) gridDim.x * blockDim.x) {
+        const float4 u = sum[i], v = x[i];
+        sum[i] = make_float4((u.x + v.x) * scale, (u.y + v.y) * scale, (u.z + v.z) * scale, (u.w + v.w) * scale);
+    }
+}
+
+unsigned elementwise_blocks(int64_t n4) {
+    return (unsigned) std::min<int64_t>((n4 + ELEMENTWISE - 1) / ELEMENTWISE, 8192);
+}
 }  // namespace
 
 int device_of(ggml_backend_dev_t dev) {
@@ -321,6 +482,96 @@ void lstm(int device, const float * gx, const void * w_hh, ggml_type type, int64
     check(cudaMemcpyAsync(h, h_dev, state, cudaMemcpyDeviceToHost, s), "state download");
     check(cudaMemcpyAsync(c, c_dev, state, cudaMemcpyDeviceToHost, s), "state download");
     check(cudaStreamSynchronize(s), "LSTM kernel");
+}
+
+bool snake_supported(int64_t C, int K) {
+    return C > 0 && C % SNAKE_CH == 0 && K > 1 && K % 2 == 1;
+}
+
+int64_t snake_frames(int64_t T, int K, const int * dilations, int n) {
+    int64_t frames = T;
+    for (int i = 0; i < n; ++i) {
+        frames = std::max(frames, geom(T, K, dilations[i]).frames);
+    }
+    return frames;
+}
+
+size_t snake_scratch_bytes(int64_t C, int64_t T, int K, const int * dilations, int n) {
+    int64_t T_in = 0;
+    for (int i = 0; i < n; ++i) {
+        T_in = std::max(T_in, geom(T, K, dilations[i]).T_in);
+    }
+    return 2 * aligned(sizeof(float) * STAT_GROUPS * C) + aligned(sizeof(float) * 2 * C) +
+           aligned(sizeof(float) * (size_t) (C * snake_frames(T, K, dilations, n))) +
+           aligned(sizeof(half) * (size_t) (C * T_in));
+}
+
+void * blas_create(int device) {
+    check(cudaSetDevice(device), "cudaSetDevice");
+    cublasHandle_t h = nullptr;
+    check_blas(cublasCreate(&h), "cublasCreate");
+    check_blas(cublasSetStream(h, cudaStreamPerThread), "cublasSetStream");
+    return h;
+}
+
+void blas_destroy(void * blas) {
+    if (blas) {
+        cublasDestroy(static_cast<cublasHandle_t>(blas));
+    }
+}
+
+void snake_stack(int device, void * blas, float * x, int64_t C, int64_t T, int K, const snake_conv * convs, int n_pairs,
+                 void * scratch) {
+    GGML_ASSERT(snake_supported(C, K) && T > 0 && blas);
+    check(cudaSetDevice(device), "cudaSetDevice");
+    std::vector<int> dil;
+    for (int i = 0; i < 2 * n_pairs; ++i) {
+        dil.push_back(convs[i].dilation);
+    }
+    auto * base  = static_cast<uint8_t *>(scratch);
+    auto   carve = [&](size_t bytes) {
+        uint8_t * p = base;
+        base += aligned(bytes);
+        return p;
+    };
+    float * sums    = reinterpret_cast<float *>(carve(sizeof(float) * STAT_GROUPS * C));
+    float * squares = reinterpret_cast<float *>(carve(sizeof(float) * STAT_GROUPS * C));
+    float * coef    = reinterpret_cast<float *>(carve(sizeof(float) * 2 * C));
+    float * y =
+        reinterpret_cast<float *>(carve(sizeof(float) * (size_t) (C * snake_frames(T, K, dil.data(), 2 * n_pairs))));
+    half * ph = reinterpret_cast<half *>(base);
+    auto   h  = static_cast<cublasHandle_t>(blas);
+    for (int i = 0; i < n_pairs; ++i) {
+        snake_conv_step(cudaStreamPerThread, h, x, y, false, C, T, K, convs[2 * i], sums, squares, coef, ph);
+        snake_conv_step(cudaStreamPerThread, h, y, x, true, C, T, K, convs[2 * i + 1], sums, squares, coef, ph);
+    }
+}
+
+void add(int device, float * dst, const float * a, const float * b, int64_t n) {
+    GGML_ASSERT(n % 4 == 0);
+    check(cudaSetDevice(device), "cudaSetDevice");
+    add_kernel<<<elementwise_blocks(n / 4), ELEMENTWISE, 0, cudaStreamPerThread>>>(
+        reinterpret_cast<float4 *>(dst), reinterpret_cast<const float4 *>(a), reinterpret_cast<const float4 *>(b),
+        n / 4);
+    check(cudaGetLastError(), "add kernel launch");
+}
+
+void accumulate(int device, float * sum, const float * x, int64_t n, float scale) {
+    GGML_ASSERT(n % 4 == 0);
+    check(cudaSetDevice(device), "cudaSetDevice");
+    accumulate_kernel<<<elementwise_blocks(n / 4), ELEMENTWISE, 0, cudaStreamPerThread>>>(
+        reinterpret_cast<float4 *>(sum), reinterpret_cast<const float4 *>(x), n / 4, scale);
+    check(cudaGetLastError(), "accumulate kernel launch");
+}
+
+void copy(int device, void * dst, const void * src, size_t bytes) {
+    check(cudaSetDevice(device), "cudaSetDevice");
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cudaStreamPerThread), "device copy");
+}
+
+void synchronize(int device) {
+    check(cudaSetDevice(device), "cudaSetDevice");
+    check(cudaStreamSynchronize(cudaStreamPerThread), "engine kernels");
 }
 
 }  // namespace vs::cuda

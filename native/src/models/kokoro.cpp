@@ -14,10 +14,13 @@
 // from the PyTorch code in its harmonic source (no random phase or noise) and its
 // iSTFT gain.
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
 #include "../vs-context.h"
+#include "../vs-cuda.h"
 #include "../vs-graph.h"
 
 namespace vs {
@@ -232,6 +235,15 @@ class kokoro_voice final : public voice {
     void run_decoder(vs_context & c, const std::vector<kokoro_job *> & group) const;  // one graph, packed off the CPU
     std::vector<float> run_generator(vs_context & c, const act & x, const std::vector<float> & f0,
                                      const std::vector<float> & style, act & har) const;
+    bool               fused_generator(vs_context & c) const;
+    std::vector<float> run_generator_fused(vs_context & c, const act & x, const std::vector<float> & f0,
+                                           const std::vector<float> & style, act & har) const;
+    ggml_tensor *      gen_noise_conv(vs_context & c, ggml_context * g, ggml_tensor * har, size_t i) const;
+    ggml_tensor *      gen_upsample(vs_context & c, ggml_context * g, ggml_tensor * x, size_t i) const;
+    ggml_tensor * gen_output(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * gain, int64_t L) const;
+    // The noise branch's residual block kernel at stage i; the name of stage i's j-th block.
+    int         noise_kernel(size_t i) const { return i + 1 == hp_.gen_rates.size() ? 11 : 7; }
+    std::string res_prefix(size_t stage, size_t j) const;
 
     ggml_tensor * adain_res_block(vs_context & c, ggml_context * g, ggml_tensor * x, const struct cond & k,
                                   const std::string & pre, bool upsample) const;
@@ -1436,91 +1448,114 @@ std::vector<float> harmonic_cycles(const std::vector<float> & f0, float sample_r
     return out;
 }
 
-std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, const std::vector<float> & f0,
-                                               const std::vector<float> & style, act & har_out) const {
-    const int64_t  F2       = (int64_t) f0.size();  // F0 frames (twice the token frames)
-    const int64_t  L        = F2 * SAMPLES_PER_F0;  // samples
-    const int64_t  n_frames = L / HOP + 1;          // STFT frames of the source
-    auto           gb       = c.new_graph(16384);
-    ggml_context * g        = gb.ctx.get();
-    ggml_tensor *  x_in     = input_2d(g, xin.C, xin.T, "x");
-    ggml_tensor *  x        = x_in;
-    ggml_tensor *  fi       = input_2d(g, F2, 1, "f0");
-    ggml_tensor *  cyc      = input_2d(g, F2, N_HARMONICS, "harmonic_cycles");
-    ggml_tensor *  reflect  = ggml_new_tensor_1d(g, GGML_TYPE_I32, N_FFT);  // see below
-    ggml_set_input(reflect);
-    ggml_tensor * basis = input_2d(g, N_FFT, 2 * (N_FFT / 2 + 1), "stft_basis");
-    ggml_tensor * gain  = input_2d(g, N_FFT / 2, 1, "istft_head_gain");
-    cond          k     = make_cond(g, n_frames);
-    use_style_table(c, g, k, GEN);
+// The generator's harmonic source and its STFT, har [22, n_frames], in graph g; its inputs
+// are filled by fill() after the graph's allocation.
+struct gen_source {
+    ggml_tensor *fi = nullptr, *cyc = nullptr, *reflect = nullptr, *basis = nullptr, *har = nullptr;
+    int64_t      F2 = 0, L = 0, n_frames = 0;
 
-    // Harmonic source, as the export computes it: per harmonic its running phase in cycles
-    // (harmonic_cycles, from the host), scaled to radians per upsampled sample, linearly
-    // interpolated to the sample rate; sin, gated by voicing.
-    ggml_tensor * ph   = ggml_scale(g, ggml_scale(g, ggml_scale(g, cyc, 2.0f), (float) M_PI), (float) SAMPLES_PER_F0);
-    ph                 = ggml_interpolate(g, ph, L, N_HARMONICS, 1, 1, GGML_SCALE_MODE_BILINEAR);  // [L, 9]
-    ggml_tensor * uv   = ggml_step(g, ggml_scale_bias(g, fi, 1.0f, -VOICED_F0));                   // [F2, 1]
-    uv                 = ggml_interpolate(g, uv, L, 1, 1, 1, GGML_SCALE_MODE_NEAREST);             // [L, 1]
-    ggml_tensor * sine = ggml_mul(g, ggml_scale(g, ggml_sin(g, ph), SINE_AMP), uv);
-    sine               = ggml_cont(g, ggml_transpose(g, sine));                        // [9, L]
-    ggml_tensor * src  = ggml_tanh(g, linear(c, g, sine, GEN + "m_source.l_linear"));  // [1, L]
+    gen_source(vs_context & c, ggml_context * g, int64_t f0_frames) :
+        F2(f0_frames), L(f0_frames * SAMPLES_PER_F0), n_frames(L / HOP + 1) {
+        fi      = input_2d(g, F2, 1, "f0");
+        cyc     = input_2d(g, F2, N_HARMONICS, "harmonic_cycles");
+        reflect = ggml_new_tensor_1d(g, GGML_TYPE_I32, N_FFT);  // see below
+        ggml_set_input(reflect);
+        basis = input_2d(g, N_FFT, 2 * (N_FFT / 2 + 1), "stft_basis");
 
-    // Its STFT (reflect-padded, Hann window): a DFT basis over windows of N_FFT samples
-    // every HOP samples; magnitude and phase (atan of im/re, moved to the quadrant). The
-    // padding's samples are gathered, which every backend can: the first N_FFT / 2 are
-    // src[N_FFT / 2 .. 1], the last src[L - 2 .. L - 1 - N_FFT / 2].
-    ggml_tensor * edges  = ggml_get_rows(g, src, reflect);  // [1, N_FFT]: the two paddings
-    ggml_tensor * padded = ggml_concat(g, ggml_concat(g, ggml_view_2d(g, edges, 1, N_FFT / 2, edges->nb[1], 0), src, 1),
-                                       ggml_view_2d(g, edges, 1, N_FFT / 2, edges->nb[1], (N_FFT / 2) * edges->nb[1]),
-                                       1);  // [1, L + N_FFT]
-    ggml_tensor * frames =
-        conv1d_strided(g, padded, ggml_reshape_3d(g, basis, 1, N_FFT, basis->ne[1]), nullptr, HOP, 0);
-    const int64_t bins = N_FFT / 2 + 1;
-    ggml_tensor * re   = channels(g, frames, 0, bins);
-    ggml_tensor * im   = channels(g, frames, bins, bins);
-    ggml_tensor * mag  = ggml_sqrt(g, ggml_add(g, ggml_sqr(g, re), ggml_sqr(g, im)));
-    ggml_tensor * at   = atan_all(g, ggml_div(g, im, re));
-    // re < 0: + pi if im > 0, else - pi.
-    ggml_tensor * quad = ggml_mul(g, ggml_step(g, ggml_neg(g, re)),
-                                  ggml_scale_bias(g, ggml_step(g, im), 2.0f * (float) M_PI, -(float) M_PI));
-    ggml_tensor * har  = ggml_concat(g, mag, ggml_add(g, at, quad), 0);  // [22, n_frames]
-    ggml_set_output(har);
+        // Harmonic source, as the export computes it: per harmonic its running phase in cycles
+        // (harmonic_cycles, from the host), scaled to radians per upsampled sample, linearly
+        // interpolated to the sample rate; sin, gated by voicing.
+        ggml_tensor * ph = ggml_scale(g, ggml_scale(g, ggml_scale(g, cyc, 2.0f), (float) M_PI), (float) SAMPLES_PER_F0);
+        ph               = ggml_interpolate(g, ph, L, N_HARMONICS, 1, 1, GGML_SCALE_MODE_BILINEAR);  // [L, 9]
+        ggml_tensor * uv = ggml_step(g, ggml_scale_bias(g, fi, 1.0f, -VOICED_F0));                   // [F2, 1]
+        uv               = ggml_interpolate(g, uv, L, 1, 1, 1, GGML_SCALE_MODE_NEAREST);             // [L, 1]
+        ggml_tensor * sine = ggml_mul(g, ggml_scale(g, ggml_sin(g, ph), SINE_AMP), uv);
+        sine               = ggml_cont(g, ggml_transpose(g, sine));                        // [9, L]
+        ggml_tensor * src  = ggml_tanh(g, linear(c, g, sine, GEN + "m_source.l_linear"));  // [1, L]
 
-    for (size_t i = 0; i < hp_.gen_rates.size(); ++i) {
-        const std::string n    = std::to_string(i);
-        const bool        last = i + 1 == hp_.gen_rates.size();
-        x                      = ggml_leaky_relu(g, x, 0.1f, false);
-        ggml_tensor * nw       = c.w(GEN + "noise_convs." + n + ".weight");
-        ggml_tensor * xs;
-        if (!last) {
-            int stride = 1;
-            for (size_t j = i + 1; j < hp_.gen_rates.size(); ++j) {
-                stride *= hp_.gen_rates[j];
-            }
-            xs = conv1d_strided(g, har, nw, c.w(GEN + "noise_convs." + n + ".bias"), stride, (stride + 1) / 2);
-        } else {
-            xs = conv1d(g, har, nw, c.w(GEN + "noise_convs." + n + ".bias"), 1, 0);
-        }
-        xs          = snake_res_block(c, g, xs, k, GEN + "noise_res." + n + ".", last ? 11 : 7);
-        const int r = hp_.gen_rates[i];
-        x           = conv_transpose1d(g, x, c.w(GEN + "ups." + n + ".weight"), c.w(GEN + "ups." + n + ".bias"), r,
-                                       (hp_.gen_kernels[i] - r) / 2);
-        if (last) {
-            // Reflection pad of one frame on the left: frame 1 repeated before frame 0.
-            ggml_tensor * f1 = ggml_view_2d(g, x, x->ne[0], 1, x->nb[1], x->nb[1]);
-            x                = ggml_concat(g, ggml_cont(g, f1), x, 1);
-        }
-        x                 = ggml_add(g, x, xs);
-        ggml_tensor * sum = nullptr;
-        for (size_t j = 0; j < hp_.res_kernels.size(); ++j) {
-            ggml_tensor * y =
-                snake_res_block(c, g, x, k, GEN + "resblocks." + std::to_string(i * hp_.res_kernels.size() + j) + ".",
-                                hp_.res_kernels[j]);
-            sum = sum ? ggml_add(g, sum, y) : y;
-        }
-        x = ggml_scale(g, sum, 1.0f / (float) hp_.res_kernels.size());
+        // Its STFT (reflect-padded, Hann window): a DFT basis over windows of N_FFT samples
+        // every HOP samples; magnitude and phase (atan of im/re, moved to the quadrant). The
+        // padding's samples are gathered, which every backend can: the first N_FFT / 2 are
+        // src[N_FFT / 2 .. 1], the last src[L - 2 .. L - 1 - N_FFT / 2].
+        ggml_tensor * edges = ggml_get_rows(g, src, reflect);  // [1, N_FFT]: the two paddings
+        ggml_tensor * padded =
+            ggml_concat(g, ggml_concat(g, ggml_view_2d(g, edges, 1, N_FFT / 2, edges->nb[1], 0), src, 1),
+                        ggml_view_2d(g, edges, 1, N_FFT / 2, edges->nb[1], (N_FFT / 2) * edges->nb[1]),
+                        1);  // [1, L + N_FFT]
+        ggml_tensor * frames =
+            conv1d_strided(g, padded, ggml_reshape_3d(g, basis, 1, N_FFT, basis->ne[1]), nullptr, HOP, 0);
+        const int64_t bins = N_FFT / 2 + 1;
+        ggml_tensor * re   = channels(g, frames, 0, bins);
+        ggml_tensor * im   = channels(g, frames, bins, bins);
+        ggml_tensor * mag  = ggml_sqrt(g, ggml_add(g, ggml_sqr(g, re), ggml_sqr(g, im)));
+        ggml_tensor * at   = atan_all(g, ggml_div(g, im, re));
+        // re < 0: + pi if im > 0, else - pi.
+        ggml_tensor * quad = ggml_mul(g, ggml_step(g, ggml_neg(g, re)),
+                                      ggml_scale_bias(g, ggml_step(g, im), 2.0f * (float) M_PI, -(float) M_PI));
+        har                = ggml_concat(g, mag, ggml_add(g, at, quad), 0);  // [22, n_frames]
+        ggml_set_output(har);
     }
-    x = ggml_leaky_relu(g, x, 0.01f, false);
+
+    void fill(const vs_model & model, const std::vector<float> & f0, float sample_rate) const {
+        set_input(fi, f0.data());
+        set_input(cyc, harmonic_cycles(f0, sample_rate).data());
+        std::vector<int32_t> reflect_idx(N_FFT);
+        for (int i = 0; i < N_FFT / 2; ++i) {
+            reflect_idx[i]             = N_FFT / 2 - i;
+            reflect_idx[N_FFT / 2 + i] = (int32_t) (L - 2 - i);
+        }
+        set_input(reflect, reflect_idx.data());
+        // Forward DFT basis over the Hann window: rows re_0..re_10, im_0..im_10.
+        const int64_t      bins = N_FFT / 2 + 1;
+        const float *      wv   = (const float *) model.tensor(GEN + "stft.window")->data;
+        std::vector<float> bv((size_t) (N_FFT * 2 * bins));
+        for (int64_t k = 0; k < bins; ++k) {
+            for (int t = 0; t < N_FFT; ++t) {
+                const double a             = 2.0 * M_PI * (double) (k * t) / N_FFT;
+                bv[k * N_FFT + t]          = (float) (wv[t] * std::cos(a));
+                bv[(bins + k) * N_FFT + t] = (float) (-wv[t] * std::sin(a));
+            }
+        }
+        set_input(basis, bv.data());
+    }
+};
+
+// Stage i's noise convolution of the harmonics [22, n_frames] to its rate.
+ggml_tensor * kokoro_voice::gen_noise_conv(vs_context & c, ggml_context * g, ggml_tensor * har, size_t i) const {
+    const std::string n  = std::to_string(i);
+    ggml_tensor *     nw = c.w(GEN + "noise_convs." + n + ".weight");
+    ggml_tensor *     nb = c.w(GEN + "noise_convs." + n + ".bias");
+    if (i + 1 == hp_.gen_rates.size()) {
+        return conv1d(g, har, nw, nb, 1, 0);
+    }
+    int stride = 1;
+    for (size_t j = i + 1; j < hp_.gen_rates.size(); ++j) {
+        stride *= hp_.gen_rates[j];
+    }
+    return conv1d_strided(g, har, nw, nb, stride, (stride + 1) / 2);
+}
+
+// Stage i's upsampling of x: LeakyReLU, the transposed convolution and, on the last stage,
+// a reflection pad of one frame on the left (frame 1 repeated before frame 0).
+ggml_tensor * kokoro_voice::gen_upsample(vs_context & c, ggml_context * g, ggml_tensor * x, size_t i) const {
+    const std::string n = std::to_string(i);
+    const int         r = hp_.gen_rates[i];
+    x                   = ggml_leaky_relu(g, x, 0.1f, false);
+    x                   = conv_transpose1d(g, x, c.w(GEN + "ups." + n + ".weight"), c.w(GEN + "ups." + n + ".bias"), r,
+                                           (hp_.gen_kernels[i] - r) / 2);
+    if (i + 1 == hp_.gen_rates.size()) {
+        ggml_tensor * f1 = ggml_view_2d(g, x, x->ne[0], 1, x->nb[1], x->nb[1]);
+        x                = ggml_concat(g, ggml_cont(g, f1), x, 1);
+    }
+    return x;
+}
+
+// The generator's last steps: conv_post to magnitude and phase, the inverse STFT -> audio [L].
+ggml_tensor * kokoro_voice::gen_output(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * gain,
+                                       int64_t L) const {
+    const int64_t bins     = N_FFT / 2 + 1;
+    const int64_t n_frames = L / HOP + 1;
+    x                      = ggml_leaky_relu(g, x, 0.01f, false);
     x = conv1d(g, x, c.w(GEN + "conv_post.weight"), c.w(GEN + "conv_post.bias"), 1, 3);  // [22, n_frames]
     ggml_tensor * spec  = ggml_exp(g, channels(g, x, 0, bins));
     ggml_tensor * phase = ggml_sin(g, channels(g, x, bins, bins));
@@ -1546,43 +1581,247 @@ std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, 
     ggml_tensor * body  = ggml_scale(g, ggml_view_1d(g, wav, L - N_FFT / 2, N_FFT * sizeof(float)), 4.0f);
     ggml_tensor * audio = ggml_concat(g, head, body, 0);  // [L]
     ggml_set_output(audio);
-    ggml_build_forward_expand(gb.gf, har);
-    ggml_build_forward_expand(gb.gf, audio);
-    c.alloc(VS_STAGE_GENERATOR, gb.gf);
+    return audio;
+}
 
-    set_input(x_in, xin.v.data());
-    set_input(fi, f0.data());
-    set_input(cyc, harmonic_cycles(f0, (float) hp_.sample_rate).data());
-    std::vector<int32_t> reflect_idx(N_FFT);
-    for (int i = 0; i < N_FFT / 2; ++i) {
-        reflect_idx[i]             = N_FFT / 2 - i;
-        reflect_idx[N_FFT / 2 + i] = (int32_t) (L - 2 - i);
-    }
-    set_input(reflect, reflect_idx.data());
-    // Forward DFT basis over the Hann window: rows re_0..re_10, im_0..im_10.
-    ggml_tensor *      win = model_.tensor(GEN + "stft.window");
-    const float *      wv  = (const float *) win->data;
-    std::vector<float> bv((size_t) (N_FFT * 2 * bins));
-    for (int64_t k = 0; k < bins; ++k) {
-        for (int t = 0; t < N_FFT; ++t) {
-            const double a             = 2.0 * M_PI * (double) (k * t) / N_FFT;
-            bv[k * N_FFT + t]          = (float) (wv[t] * std::cos(a));
-            bv[(bins + k) * N_FFT + t] = (float) (-wv[t] * std::sin(a));
-        }
-    }
-    set_input(basis, bv.data());
-    ggml_tensor *      ws  = model_.tensor(GEN + "stft.istft.stft.window_sum");
-    const float *      wsv = (const float *) ws->data;
+ggml_tensor * istft_gain_input(ggml_context * g) {
+    return input_2d(g, N_FFT / 2, 1, "istft_head_gain");
+}
+
+void fill_istft_gain(const vs_model & model, ggml_tensor * gain) {
+    const float *      wsv = (const float *) model.tensor(GEN + "stft.istft.stft.window_sum")->data;
     std::vector<float> gv(N_FFT / 2);
     for (int j = 0; j < N_FFT / 2; ++j) {
         const float w = wsv[N_FFT / 2 + j];
         gv[j]         = w > 1.1754944e-38f ? 4.0f / w : 4.0f;
     }
     set_input(gain, gv.data());
+}
+
+std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, const std::vector<float> & f0,
+                                               const std::vector<float> & style, act & har_out) const {
+    if (fused_generator(c)) {
+        return run_generator_fused(c, xin, f0, style, har_out);
+    }
+    auto           gb   = c.new_graph(16384);
+    ggml_context * g    = gb.ctx.get();
+    ggml_tensor *  x_in = input_2d(g, xin.C, xin.T, "x");
+    ggml_tensor *  x    = x_in;
+    gen_source     src(c, g, (int64_t) f0.size());
+    ggml_tensor *  gain = istft_gain_input(g);
+    cond           k    = make_cond(g, src.n_frames);
+    use_style_table(c, g, k, GEN);
+    for (size_t i = 0; i < hp_.gen_rates.size(); ++i) {
+        ggml_tensor * xs  = gen_noise_conv(c, g, src.har, i);
+        xs                = snake_res_block(c, g, xs, k, GEN + "noise_res." + std::to_string(i) + ".", noise_kernel(i));
+        x                 = ggml_add(g, gen_upsample(c, g, x, i), xs);
+        ggml_tensor * sum = nullptr;
+        for (size_t j = 0; j < hp_.res_kernels.size(); ++j) {
+            ggml_tensor * y = snake_res_block(c, g, x, k, res_prefix(i, j), hp_.res_kernels[j]);
+            sum             = sum ? ggml_add(g, sum, y) : y;
+        }
+        x = ggml_scale(g, sum, 1.0f / (float) hp_.res_kernels.size());
+    }
+    ggml_tensor * audio = gen_output(c, g, x, gain, src.L);
+    ggml_build_forward_expand(gb.gf, src.har);
+    ggml_build_forward_expand(gb.gf, audio);
+    c.alloc(VS_STAGE_GENERATOR, gb.gf);
+
+    set_input(x_in, xin.v.data());
+    src.fill(model_, f0, (float) hp_.sample_rate);
+    fill_istft_gain(model_, gain);
     fill_cond(k, style.data());
     c.compute(gb.gf);
-    har_out = read_act(har);
+    har_out = read_act(src.har);
     return read_act(audio).v;
+}
+
+std::string kokoro_voice::res_prefix(size_t stage, size_t j) const {
+    return GEN + "resblocks." + std::to_string(stage * hp_.res_kernels.size() + j) + ".";
+}
+
+// The residual stacks of the generator's stages on a CUDA device, each in the engine's
+// kernels (vs::cuda::snake_stack); where any of their weights is not F16 on the device, or
+// the AdaINs have no style table, the ggml graph.
+bool kokoro_voice::fused_generator(vs_context & c) const {
+    if (c.cuda_device < 0 || !style_table_for(c, GEN) || hp_.res_kernels.size() < 2 || hp_.res_dilations.size() != 3) {
+        return false;
+    }
+    auto on_device = [&](const std::string & name, ggml_type type) {
+        const ggml_tensor * t = c.w(name);
+        return t->type == type && t->buffer && !ggml_backend_buffer_is_host(t->buffer) && ggml_is_contiguous(t);
+    };
+    for (size_t i = 0; i < hp_.gen_rates.size(); ++i) {
+        std::vector<std::pair<std::string, int>> blocks = { { GEN + "noise_res." + std::to_string(i) + ".",
+                                                              noise_kernel(i) } };
+        for (size_t j = 0; j < hp_.res_kernels.size(); ++j) {
+            blocks.emplace_back(res_prefix(i, j), hp_.res_kernels[j]);
+        }
+        for (const auto & [pre, K] : blocks) {
+            for (int n = 0; n < 3; ++n) {
+                for (const char * conv : { "convs1.", "convs2." }) {
+                    const std::string   w  = pre + conv + std::to_string(n);
+                    const ggml_tensor * wt = c.w(w + ".weight");
+                    if (!on_device(w + ".weight", GGML_TYPE_F16) || !on_device(w + ".bias", GGML_TYPE_F32) ||
+                        wt->ne[1] != K || wt->ne[0] != wt->ne[2] || !vs::cuda::snake_supported(wt->ne[0], K)) {
+                        return false;
+                    }
+                }
+                for (const char * alpha : { "alpha1.", "alpha2." }) {
+                    if (!on_device(pre + alpha + std::to_string(n), GGML_TYPE_F32)) {
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+    return true;
+}
+
+// As run_generator, its residual stacks in the engine's CUDA kernels between three graphs:
+// the source, every stage's noise convolution and the first upsampling; each later
+// upsampling; the output. The graphs and the kernels hand activations over in the device
+// scratch, laid out once per sentence:
+//   styles   the style table's rows (the AdaINs' affines)
+//   xs[i]    stage i's noise branch, its residual stack run in place
+//   x, r, s  a stage's input (x_up + xs), a stack's copy, and the stacks' mean
+//   work     snake_stack's own
+std::vector<float> kokoro_voice::run_generator_fused(vs_context & c, const act & xin, const std::vector<float> & f0,
+                                                     const std::vector<float> & style, act & har_out) const {
+    const int           dev      = c.cuda_device;
+    const size_t        n_stages = hp_.gen_rates.size();
+    const style_table & tab      = *style_table_for(c, GEN);
+    const int           dil[6]   = { hp_.res_dilations[0], 1, hp_.res_dilations[1], 1, hp_.res_dilations[2], 1 };
+
+    // Graph 0, built first: its shapes size the scratch.
+    auto           gb0  = c.new_graph(4096);
+    ggml_context * g0   = gb0.ctx.get();
+    ggml_tensor *  x_in = input_2d(g0, xin.C, xin.T, "x");
+    gen_source     src(c, g0, (int64_t) f0.size());
+    cond           k = make_cond(g0, 1);
+    use_style_table(c, g0, k, GEN);
+    std::vector<ggml_tensor *> xs;
+    for (size_t i = 0; i < n_stages; ++i) {
+        xs.push_back(gen_noise_conv(c, g0, src.har, i));
+    }
+    ggml_tensor * up0 = gen_upsample(c, g0, x_in, 0);
+
+    // The scratch: stage i has C_i channels and T_i frames; its buffers room for the
+    // frames every kernel size's GEMMs write.
+    auto   align   = [](size_t b) { return (b + 255) & ~(size_t) 255; };
+    size_t off     = 0;
+    auto   reserve = [&](size_t bytes) {
+        const size_t at = off;
+        off += align(bytes);
+        return at;
+    };
+    const int64_t       rows      = k.styles->ne[0];
+    const size_t        styles_at = reserve(sizeof(float) * (size_t) rows);
+    std::vector<size_t> xs_at;
+    size_t              stage_bytes = 0, work_bytes = 0;
+    for (size_t i = 0; i < n_stages; ++i) {
+        const int64_t C = xs[i]->ne[0], T = xs[i]->ne[1];
+        int64_t       frames = vs::cuda::snake_frames(T, noise_kernel(i), dil, 6);
+        work_bytes           = std::max(work_bytes, vs::cuda::snake_scratch_bytes(C, T, noise_kernel(i), dil, 6));
+        for (int K : hp_.res_kernels) {
+            frames     = std::max(frames, vs::cuda::snake_frames(T, K, dil, 6));
+            work_bytes = std::max(work_bytes, vs::cuda::snake_scratch_bytes(C, T, K, dil, 6));
+        }
+        xs_at.push_back(reserve(sizeof(float) * (size_t) (C * frames)));
+        stage_bytes = std::max(stage_bytes, sizeof(float) * (size_t) (C * frames));
+    }
+    const size_t x_at = reserve(stage_bytes), r_at = reserve(stage_bytes), s_at = reserve(stage_bytes);
+    const size_t work_at = reserve(work_bytes);
+    auto * const base    = static_cast<uint8_t *>(c.device_scratch(off));
+    auto         ptr     = [&](size_t at) { return reinterpret_cast<float *>(base + at); };
+
+    // Graph 0's results go to the scratch.
+    ggml_build_forward_expand(gb0.gf, src.har);
+    ggml_build_forward_expand(gb0.gf, ggml_cpy(g0, k.styles, c.scratch_tensor(g0, styles_at, rows, 1)));
+    for (size_t i = 0; i < n_stages; ++i) {
+        ggml_build_forward_expand(gb0.gf,
+                                  ggml_cpy(g0, xs[i], c.scratch_tensor(g0, xs_at[i], xs[i]->ne[0], xs[i]->ne[1])));
+    }
+    ggml_build_forward_expand(gb0.gf, ggml_cpy(g0, up0, c.scratch_tensor(g0, x_at, up0->ne[0], up0->ne[1])));
+    c.alloc(VS_STAGE_GENERATOR, gb0.gf);
+    set_input(x_in, xin.v.data());
+    src.fill(model_, f0, (float) hp_.sample_rate);
+    fill_cond(k, style.data());
+    c.compute(gb0.gf);
+    har_out = read_act(src.har);
+
+    // A residual block's six convolutions with their AdaINs' affines from the table.
+    auto convs = [&](const std::string & pre, int64_t C) {
+        std::array<vs::cuda::snake_conv, 6> cv;
+        for (int n = 0; n < 3; ++n) {
+            for (int h = 0; h < 2; ++h) {
+                const std::string      sfx  = std::to_string(h + 1) + "." + std::to_string(n);
+                const std::string      conv = pre + "convs" + sfx;
+                vs::cuda::snake_conv & v    = cv[(size_t) (2 * n + h)];
+                const int64_t          at   = tab.offset.at(pre + "adain" + sfx + ".fc");
+                v.scale                     = ptr(styles_at) + at;
+                v.shift                     = ptr(styles_at) + at + C;
+                v.alpha                     = static_cast<const float *>(c.w(pre + "alpha" + sfx)->data);
+                v.w                         = c.w(conv + ".weight")->data;
+                v.bias                      = static_cast<const float *>(c.w(conv + ".bias")->data);
+                v.dilation                  = dil[2 * n + h];
+            }
+        }
+        return cv;
+    };
+    auto stack = [&](float * x, const std::string & pre, int64_t C, int64_t T, int K) {
+        const auto cv = convs(pre, C);
+        vs::cuda::snake_stack(dev, c.blas(), x, C, T, K, cv.data(), 3, ptr(work_at));
+    };
+
+    ggml_tensor * audio = nullptr;
+    for (size_t i = 0;; ++i) {
+        const int64_t C = xs[i]->ne[0], T = xs[i]->ne[1], n = C * T;
+        const auto    t0 = std::chrono::steady_clock::now();
+        // x = upsampled + noise branch; then the mean of the residual stacks over x: the
+        // first in s, the middle ones in r, the last in x itself.
+        stack(ptr(xs_at[i]), GEN + "noise_res." + std::to_string(i) + ".", C, T, noise_kernel(i));
+        vs::cuda::add(dev, ptr(x_at), ptr(x_at), ptr(xs_at[i]), n);
+        const size_t n_res  = hp_.res_kernels.size();
+        float *      result = ptr(x_at);
+        for (size_t j = 0; j < n_res; ++j) {
+            const bool last = j + 1 == n_res;
+            float *    buf  = last ? ptr(x_at) : j == 0 ? ptr(s_at) : ptr(r_at);
+            if (buf != ptr(x_at)) {
+                vs::cuda::copy(dev, buf, ptr(x_at), sizeof(float) * (size_t) n);
+            }
+            stack(buf, res_prefix(i, j), C, T, hp_.res_kernels[j]);
+            if (j > 0) {
+                vs::cuda::accumulate(dev, ptr(s_at), buf, n, last ? 1.0f / (float) n_res : 1.0f);
+                result = ptr(s_at);
+            }
+        }
+        vs::cuda::synchronize(dev);
+        c.profile_op("residual stacks (engine's CUDA kernels)", vs::ms_since(t0));
+        c.check_abort();
+
+        // The next graph reads the stage's result where the kernels left it.
+        auto           gb   = c.new_graph(4096);
+        ggml_context * g    = gb.ctx.get();
+        ggml_tensor *  x    = c.scratch_tensor(g, (size_t) (reinterpret_cast<uint8_t *>(result) - base), C, T);
+        ggml_tensor *  gain = nullptr;
+        if (i + 1 < n_stages) {
+            ggml_tensor * up = gen_upsample(c, g, x, i + 1);
+            ggml_build_forward_expand(gb.gf, ggml_cpy(g, up, c.scratch_tensor(g, x_at, up->ne[0], up->ne[1])));
+        } else {
+            gain  = istft_gain_input(g);
+            audio = gen_output(c, g, x, gain, src.L);
+            ggml_build_forward_expand(gb.gf, audio);
+        }
+        c.alloc(VS_STAGE_GENERATOR, gb.gf);
+        if (gain) {
+            fill_istft_gain(model_, gain);
+        }
+        c.compute(gb.gf);
+        if (audio) {
+            return read_act(audio).v;
+        }
+    }
 }
 
 std::vector<std::vector<float>> kokoro_voice::synthesize_batch(vs_context &                              c,

@@ -1,0 +1,175 @@
+// The engine's CUDA residual stacks (vs::cuda::snake_stack) against a loop on the host:
+// three pairs of AdaIN, Snake and convolution (dilations 1, 3, 5, then 1), for kernel
+// sizes 3, 7 and 11, lengths shorter and longer than a kernel's reach, 32 and 128
+// channels. The host rounds Snake's output to F16 as the device does before its GEMMs.
+// Exits 77 (skipped) where there is no CUDA device.
+#include <cuda_runtime.h>
+#include <ggml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "vs-cuda.h"
+
+namespace {
+
+struct host_conv {
+    std::vector<float>       scale, shift, alpha, w, bias;  // w [OC][K][IC], values F16 holds
+    std::vector<ggml_fp16_t> w16;
+    int                      dilation = 1;
+};
+
+// out = (accumulate ? out : 0) + conv(Snake(AdaIN(in))) + bias, in double.
+void reference_step(const std::vector<float> & in, std::vector<float> & out, bool accumulate, int64_t C, int64_t T,
+                    int K, const host_conv & cv) {
+    std::vector<float> s((size_t) (C * T));
+    for (int64_t c = 0; c < C; ++c) {
+        double mean = 0.0, var = 0.0;
+        for (int64_t t = 0; t < T; ++t) {
+            mean += in[(size_t) (t * C + c)];
+        }
+        mean /= (double) T;
+        for (int64_t t = 0; t < T; ++t) {
+            const double d = in[(size_t) (t * C + c)] - mean;
+            var += d * d;
+        }
+        var /= (double) T;
+        const double a = cv.scale[(size_t) c] / std::sqrt(var + 1e-5), b = cv.shift[(size_t) c] - mean * a;
+        const double al = cv.alpha[(size_t) c];
+        for (int64_t t = 0; t < T; ++t) {
+            const double u          = a * in[(size_t) (t * C + c)] + b;
+            const double sn         = std::sin(al * u);
+            s[(size_t) (t * C + c)] = ggml_fp16_to_fp32(ggml_fp32_to_fp16((float) (u + sn * sn / al)));
+        }
+    }
+    const int64_t pad = (int64_t) cv.dilation * (K - 1) / 2;
+    for (int64_t t = 0; t < T; ++t) {
+        for (int64_t oc = 0; oc < C; ++oc) {
+            double acc = cv.bias[(size_t) oc];
+            for (int k = 0; k < K; ++k) {
+                const int64_t src = t + (int64_t) k * cv.dilation - pad;
+                if (src < 0 || src >= T) {
+                    continue;
+                }
+                const float * wr = cv.w.data() + (size_t) ((oc * K + k) * C);
+                const float * xr = s.data() + (size_t) (src * C);
+                for (int64_t ic = 0; ic < C; ++ic) {
+                    acc += (double) wr[ic] * xr[ic];
+                }
+            }
+            float & o = out[(size_t) (t * C + oc)];
+            o         = (float) ((accumulate ? o : 0.0) + acc);
+        }
+    }
+}
+
+template <typename V>
+void * upload(const std::vector<V> & v) {
+    void * p = nullptr;
+    cudaMalloc(&p, v.size() * sizeof(V));
+    cudaMemcpy(p, v.data(), v.size() * sizeof(V), cudaMemcpyHostToDevice);
+    return p;
+}
+
+bool check(void * blas, int64_t C, int64_t T, int K) {
+    std::mt19937                          rng((unsigned) (C * 131 + T * 7 + K));
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const int                             dil[6] = { 1, 1, 3, 1, 5, 1 };
+    std::vector<host_conv>                convs(6);
+    std::vector<void *>                   device;
+    std::vector<vs::cuda::snake_conv>     dconvs(6);
+    for (int i = 0; i < 6; ++i) {
+        host_conv & h = convs[(size_t) i];
+        h.dilation    = dil[i];
+        for (int64_t c = 0; c < C; ++c) {
+            h.scale.push_back(1.0f + 0.3f * u(rng));
+            h.shift.push_back(0.2f * u(rng));
+            h.alpha.push_back(0.5f + 0.5f * (u(rng) + 1.0f));
+            h.bias.push_back(0.1f * u(rng));
+        }
+        const float gain = 1.0f / std::sqrt((float) (K * C));
+        for (int64_t i2 = 0; i2 < C * K * C; ++i2) {
+            h.w16.push_back(ggml_fp32_to_fp16(gain * u(rng)));
+            h.w.push_back(ggml_fp16_to_fp32(h.w16.back()));
+        }
+        for (const auto * v : { &h.scale, &h.shift, &h.alpha, &h.bias }) {
+            device.push_back(upload(*v));
+        }
+        device.push_back(upload(h.w16));
+        vs::cuda::snake_conv & d = dconvs[(size_t) i];
+        const size_t           n = device.size();
+        d.scale                  = static_cast<const float *>(device[n - 5]);
+        d.shift                  = static_cast<const float *>(device[n - 4]);
+        d.alpha                  = static_cast<const float *>(device[n - 3]);
+        d.bias                   = static_cast<const float *>(device[n - 2]);
+        d.w                      = device[n - 1];
+        d.dilation               = dil[i];
+    }
+    // An input with channels of unlike means and spreads (the AdaIN's statistics matter).
+    std::vector<float> x((size_t) (C * T));
+    for (int64_t t = 0; t < T; ++t) {
+        for (int64_t c = 0; c < C; ++c) {
+            x[(size_t) (t * C + c)] = (float) (c % 5) - 2.0f + (1.0f + (float) (c % 3)) * u(rng);
+        }
+    }
+    std::vector<float> want = x, y((size_t) (C * T));
+    for (int p = 0; p < 3; ++p) {
+        reference_step(want, y, false, C, T, K, convs[(size_t) (2 * p)]);
+        reference_step(y, want, true, C, T, K, convs[(size_t) (2 * p + 1)]);
+    }
+
+    const int64_t frames = vs::cuda::snake_frames(T, K, dil, 6);
+    void *        d_x = nullptr, *d_scratch = nullptr;
+    cudaMalloc(&d_x, sizeof(float) * (size_t) (C * frames));
+    cudaMalloc(&d_scratch, vs::cuda::snake_scratch_bytes(C, T, K, dil, 6));
+    cudaMemcpy(d_x, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice);
+    bool ok = true;
+    try {
+        vs::cuda::snake_stack(0, blas, static_cast<float *>(d_x), C, T, K, dconvs.data(), 3, d_scratch);
+        vs::cuda::synchronize(0);
+    } catch (const std::exception & e) {
+        std::printf("FAIL C=%lld T=%lld K=%d: %s\n", (long long) C, (long long) T, K, e.what());
+        ok = false;
+    }
+    std::vector<float> got(x.size());
+    cudaMemcpy(got.data(), d_x, got.size() * sizeof(float), cudaMemcpyDeviceToHost);
+    cudaFree(d_x);
+    cudaFree(d_scratch);
+    for (void * p : device) {
+        cudaFree(p);
+    }
+    double worst = 0.0, scale = 0.0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        worst = std::max(worst, (double) std::fabs(got[i] - want[i]));  // NaN fails below
+        scale = std::max(scale, (double) std::fabs(want[i]));
+        if (!std::isfinite(got[i])) {
+            worst = INFINITY;
+        }
+    }
+    ok = ok && worst <= 2e-3 * scale;
+    std::printf("%s C=%lld T=%lld K=%d: largest difference %.2e of %.2e\n", ok ? "ok  " : "FAIL", (long long) C,
+                (long long) T, K, worst, scale);
+    return ok;
+}
+
+}  // namespace
+
+int main() {
+    int n_dev = 0;
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+        std::printf("no CUDA device: skipped\n");
+        return 77;
+    }
+    void * blas = vs::cuda::blas_create(0);
+    bool   ok   = true;
+    for (int K : { 3, 7, 11 }) {
+        ok = check(blas, 32, 9, K) && ok;     // shorter than the widest reach (5 * 10 frames)
+        ok = check(blas, 128, 613, K) && ok;  // no multiple of any window
+        ok = check(blas, 32, 4099, K) && ok;  // more frames than a statistics row covers
+    }
+    vs::cuda::blas_destroy(blas);
+    return ok ? 0 : 1;
+}
