@@ -333,17 +333,23 @@ std::unique_ptr<vs_context> make_context(vs_model & model, const vs_context_para
     ctx->device_graphs =
         ggml_backend_dev_type(ctx->dev) != GGML_BACKEND_DEVICE_TYPE_CPU || (graphs && std::string(graphs) == "1");
     if (ggml_backend_dev_type(ctx->dev) != GGML_BACKEND_DEVICE_TYPE_CPU) {
-        ctx->limits = probe_device_limits(ctx->dev);
+        ctx->limits                 = probe_device_limits(ctx->dev);
+        ctx->limits.strided_batches = vs::matmul_reads_batch_strides(ctx->backend.get());
+        if (!ctx->limits.strided_batches) {
+            vs::log(VS_LOG_INFO, ctx->device + ": its matmuls read windows packed, so convolutions use im2col");
+        }
     }
-    // VOICESTUDIO_DEVICE_LIMITS=<MiB>,<0|1> builds graphs for a device that takes tensors up
-    // to that size and (0) no matmul over a fourth axis, such as a Vulkan device: with
-    // VOICESTUDIO_DEVICE_GRAPHS=1 the CPU runs those graphs (to test them where there is none).
+    // VOICESTUDIO_DEVICE_LIMITS=<MiB>,<0|1>[,<0|1>] builds graphs for a device that takes
+    // tensors up to that size, (0) no matmul over a fourth axis and (0) no strided matrices
+    // in a matmul, such as a Vulkan device: with VOICESTUDIO_DEVICE_GRAPHS=1 the CPU runs
+    // those graphs (to test them where there is none).
     if (const char * lim = std::getenv("VOICESTUDIO_DEVICE_LIMITS")) {
         unsigned long long mib = 0;
-        int                m4d = 1;
-        if (std::sscanf(lim, "%llu,%d", &mib, &m4d) == 2 && mib > 0) {
+        int                m4d = 1, strided = 1;
+        if (std::sscanf(lim, "%llu,%d,%d", &mib, &m4d, &strided) >= 2 && mib > 0) {
             ctx->limits.max_tensor_bytes = (size_t) mib << 20;
             ctx->limits.matmul_4d        = m4d != 0;
+            ctx->limits.strided_batches  = strided != 0;
         }
     }
     ctx->sched.reset(ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), 32768, false, false));

@@ -1,6 +1,10 @@
 #include "vs-graph.h"
 
+#include <ggml-alloc.h>
+
 #include <algorithm>
+#include <cmath>
+#include <vector>
 
 namespace vs {
 
@@ -131,7 +135,55 @@ ggml_tensor * conv1d_strided(ggml_context * ctx, ggml_tensor * x, ggml_tensor * 
 }
 
 bool phases_apply(const ggml_tensor * w, int dilation) {
-    return !g_device_is_cpu && w->type == GGML_TYPE_F16 && w->ne[1] > 1 && (dilation == 1 || g_limits.matmul_4d);
+    return !g_device_is_cpu && g_limits.strided_batches && w->type == GGML_TYPE_F16 && w->ne[1] > 1 &&
+           (dilation == 1 || g_limits.matmul_4d);
+}
+
+bool matmul_reads_batch_strides(ggml_backend_t backend) {
+    constexpr int64_t C = 8, K = 3, J = 32, OC = 16;  // J columns: a matrix kernel, not a vector one
+    constexpr int64_t S = J * K + K - 1;
+    ggml_init_params  ip{ ggml_tensor_overhead() * 8 + ggml_graph_overhead(), nullptr, true };
+    ggml_context *    ctx = ggml_init(ip);
+    ggml_tensor *     w   = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, K * C, OC);
+    ggml_tensor *     x   = ggml_new_tensor_3d(ctx, GGML_TYPE_F16, C, S, 1);
+    ggml_tensor *     y   = ggml_mul_mat(ctx, w, phase_windows(ctx, x, K, J));  // [OC, J, K, 1]
+    ggml_cgraph *     gf  = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, y);
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
+    bool                  ok  = buf != nullptr;
+    if (ok) {
+        std::vector<ggml_fp16_t> wv((size_t) (K * C * OC)), xv((size_t) (C * S));
+        for (size_t i = 0; i < wv.size(); ++i) {
+            wv[i] = ggml_fp32_to_fp16((float) ((int) (i % 5) - 2));
+        }
+        for (size_t i = 0; i < xv.size(); ++i) {
+            xv[i] = ggml_fp32_to_fp16((float) ((int) (i % 7) - 3));
+        }
+        ggml_backend_tensor_set(w, wv.data(), 0, ggml_nbytes(w));
+        ggml_backend_tensor_set(x, xv.data(), 0, ggml_nbytes(x));
+        ok = ggml_backend_graph_compute(backend, gf) == GGML_STATUS_SUCCESS;
+    }
+    if (ok) {
+        std::vector<float> yv((size_t) (OC * J * K));
+        ggml_backend_tensor_get(y, yv.data(), 0, ggml_nbytes(y));
+        for (int64_t r = 0; r < K && ok; ++r) {
+            for (int64_t j = 0; j < J && ok; ++j) {
+                for (int64_t oc = 0; oc < OC && ok; ++oc) {
+                    double want = 0.0;
+                    for (int64_t i = 0; i < K * C; ++i) {  // window j of tap phase r: frames r + K j ..
+                        want += (double) ((int) ((oc * K * C + i) % 5) - 2) *
+                                (double) ((int) (((r + K * j) * C + i) % 7) - 3);
+                    }
+                    ok = std::fabs(yv[(size_t) ((r * J + j) * OC + oc)] - want) < 0.5;
+                }
+            }
+        }
+    }
+    if (buf) {
+        ggml_backend_buffer_free(buf);
+    }
+    ggml_free(ctx);
+    return ok;
 }
 
 void set_graph_device_is_cpu(bool is_cpu) {

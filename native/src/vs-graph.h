@@ -3,6 +3,7 @@
 // the weight as src0 (where quantized types live) and layer norms act on ne0.
 #pragma once
 
+#include <ggml-backend.h>
 #include <ggml.h>
 
 #include <cstddef>
@@ -22,8 +23,14 @@ void set_graph_device_is_cpu(bool is_cpu);
 struct device_limits {
     size_t max_tensor_bytes = SIZE_MAX;  // the largest tensor an op takes (im2col tiles)
     bool   matmul_4d        = true;      // a matmul of a 2-D src0 over src1 [., ., n2, n3 > 1]
+    // A matmul reads src1's matrices at its nb[2] even where each one's rows are packed
+    // (conv1d_phases' windows). ggml's Vulkan backend reads them one after another there.
+    bool strided_batches = true;
 };
 void set_graph_device_limits(const device_limits & limits);
+// Whether `backend`'s matmul reads such windows right: one small matmul computed there
+// (small integers in F16, so any summation is exact) against the host.
+bool matmul_reads_batch_strides(ggml_backend_t backend);
 
 // Conv1d with PyTorch semantics. w: [IC, K, OC] (PyTorch's [OC, IC, K] with the
 // taps moved inside each output row, so a row is one im2col column's weights);

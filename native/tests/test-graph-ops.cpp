@@ -223,5 +223,11 @@ int main() {
     test_conv1d(12, 9, 7, 90, 3, 9, GGML_TYPE_F16, true);
     test_conv1d(6, 5, 3, 40, 1, 0, GGML_TYPE_F16, true);
     vs::set_graph_device_is_cpu(true);
+    // The probe that keeps conv1d_phases off devices whose matmul reads its windows wrong.
+    ggml_backend_t cpu     = ggml_backend_cpu_init();
+    const bool     strided = vs::matmul_reads_batch_strides(cpu);
+    ggml_backend_free(cpu);
+    printf("%s the CPU's matmul reads strided windows\n", strided ? "ok  " : "FAIL");
+    failures += strided ? 0 : 1;
     return failures == 0 ? 0 : 1;
 }
