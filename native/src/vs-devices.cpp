@@ -69,11 +69,28 @@ void refresh_memory(device_entry & e) {
 ggml_backend_dev_t resolve_device(const std::string & request) {
     const auto & list = devices();
     if (request.empty() || request == "auto") {
-        // Discrete GPUs first (most free memory wins), then integrated ones, then the CPU.
+        // Discrete GPUs first (most free memory wins), then integrated ones, then the CPU. A
+        // card that two backends list (CUDA and Vulkan) goes to the other one: Vulkan is
+        // the portable path, and the slower one on the cards both drive.
+        auto is_vulkan = [](const device_entry & e) {
+            return std::strcmp(ggml_backend_reg_name(ggml_backend_dev_backend_reg(e.dev)), "Vulkan") == 0;
+        };
+        auto listed_elsewhere = [&](const device_entry & e) {
+            for (const auto & o : list) {
+                if (o.dev != e.dev && !is_vulkan(o) && o.info.type == e.info.type &&
+                    std::strcmp(o.info.description, e.info.description) == 0) {
+                    return true;
+                }
+            }
+            return false;
+        };
         ggml_backend_dev_t best      = nullptr;
         int                best_rank = -1;
         size_t             best_free = 0;
         for (auto e : list) {
+            if (is_vulkan(e) && listed_elsewhere(e)) {
+                continue;
+            }
             refresh_memory(e);
             int rank = e.info.type == VS_DEVICE_GPU ? 2 : e.info.type == VS_DEVICE_IGPU ? 1 : 0;
             if (rank > best_rank || (rank == best_rank && e.info.memory_free > best_free)) {
