@@ -1706,7 +1706,7 @@ std::vector<float> kokoro_voice::run_generator_fused(vs_context & c, const act &
     }
     ggml_tensor * up0 = gen_upsample(c, g0, x_in, 0);
 
-    // The scratch: stage i has C_i channels and T_i frames; its buffers room for the
+    // The scratch: stage i has C_i channels and T_i frames; its buffers have room for the
     // frames every kernel size's GEMMs write.
     auto   align   = [](size_t b) { return (b + 255) & ~(size_t) 255; };
     size_t off     = 0;
