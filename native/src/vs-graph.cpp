@@ -151,16 +151,19 @@ bool matmul_reads_batch_strides(ggml_backend_t backend) {
     ggml_build_forward_expand(gf, y);
     ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
     bool                  ok  = buf != nullptr;
+    std::vector<float>    wf((size_t) (K * C * OC)), xf((size_t) (C * S));
+    for (size_t i = 0; i < wf.size(); ++i) {
+        wf[i] = (float) ((int) (i % 5) - 2);
+    }
+    for (size_t i = 0; i < xf.size(); ++i) {
+        xf[i] = (float) ((int) (i % 7) - 3);
+    }
     if (ok) {
-        std::vector<ggml_fp16_t> wv((size_t) (K * C * OC)), xv((size_t) (C * S));
-        for (size_t i = 0; i < wv.size(); ++i) {
-            wv[i] = ggml_fp32_to_fp16((float) ((int) (i % 5) - 2));
-        }
-        for (size_t i = 0; i < xv.size(); ++i) {
-            xv[i] = ggml_fp32_to_fp16((float) ((int) (i % 7) - 3));
-        }
-        ggml_backend_tensor_set(w, wv.data(), 0, ggml_nbytes(w));
-        ggml_backend_tensor_set(x, xv.data(), 0, ggml_nbytes(x));
+        std::vector<ggml_fp16_t> wh(wf.size()), xh(xf.size());
+        ggml_fp32_to_fp16_row(wf.data(), wh.data(), (int64_t) wf.size());
+        ggml_fp32_to_fp16_row(xf.data(), xh.data(), (int64_t) xf.size());
+        ggml_backend_tensor_set(w, wh.data(), 0, ggml_nbytes(w));
+        ggml_backend_tensor_set(x, xh.data(), 0, ggml_nbytes(x));
         ok = ggml_backend_graph_compute(backend, gf) == GGML_STATUS_SUCCESS;
     }
     if (ok) {
@@ -168,11 +171,11 @@ bool matmul_reads_batch_strides(ggml_backend_t backend) {
         ggml_backend_tensor_get(y, yv.data(), 0, ggml_nbytes(y));
         for (int64_t r = 0; r < K && ok; ++r) {
             for (int64_t j = 0; j < J && ok; ++j) {
+                const float * win = xf.data() + (r + K * j) * C;  // window j of tap phase r
                 for (int64_t oc = 0; oc < OC && ok; ++oc) {
                     double want = 0.0;
-                    for (int64_t i = 0; i < K * C; ++i) {  // window j of tap phase r: frames r + K j ..
-                        want += (double) ((int) ((oc * K * C + i) % 5) - 2) *
-                                (double) ((int) (((r + K * j) * C + i) % 7) - 3);
+                    for (int64_t i = 0; i < K * C; ++i) {
+                        want += (double) wf[(size_t) (oc * K * C + i)] * win[i];
                     }
                     ok = std::fabs(yv[(size_t) ((r * J + j) * OC + oc)] - want) < 0.5;
                 }

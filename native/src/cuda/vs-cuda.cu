@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../vs-cuda.h"
+#include "../vs-graph.h"
 #include "../vs-impl.h"
 
 namespace vs::cuda {
@@ -281,8 +282,8 @@ void check_blas(cublasStatus_t st, const char * what) {
 
 // One convolution's layout: per dilation phase, J windows of K frames (S input frames,
 // the last window's K - 1 following ones included); the GEMMs write d * K * J frames. J is
-// rounded up to a power of two, as conv1d_phases' (vs-graph.h): cuBLAS's first call of a
-// shape is slow, and so the shapes are few and the prewarm's sentences have called them.
+// rounded as conv1d_phases' (phase_columns): cuBLAS's first call of a shape is slow, and so
+// the shapes are few and the prewarm's sentences have called them.
 struct conv_geom {
     int64_t J = 0, S = 0, pad = 0, T_in = 0, frames = 0;
 };
@@ -290,14 +291,11 @@ struct conv_geom {
 conv_geom geom(int64_t T, int K, int d) {
     conv_geom     g;
     const int64_t per_phase = (T + d - 1) / d;
-    g.J                     = 1;
-    while (g.J < (per_phase + K - 1) / K) {
-        g.J *= 2;
-    }
-    g.S      = g.J * K + K - 1;
-    g.pad    = (int64_t) d * (K - 1) / 2;
-    g.T_in   = d * g.S;
-    g.frames = (int64_t) d * K * g.J;
+    g.J                     = phase_columns((per_phase + K - 1) / K);
+    g.S                     = g.J * K + K - 1;
+    g.pad                   = (int64_t) d * (K - 1) / 2;
+    g.T_in                  = d * g.S;
+    g.frames                = (int64_t) d * K * g.J;
     return g;
 }
 

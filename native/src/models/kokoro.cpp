@@ -204,7 +204,8 @@ class kokoro_voice final : public voice {
   private:
     vs_model &                                 model_;
     kokoro_hparams                             hp_;
-    mutable std::map<std::string, style_table> tables_;  // by prefix, made on first use
+    mutable std::map<std::string, style_table> tables_;      // by prefix, made on first use
+    mutable int                                fused_ = -1;  // fused_generator()'s answer, once asked
 
     // Off the CPU, the AdaINs of k's graph under `prefix` read their affines from its table.
     void use_style_table(vs_context & c, ggml_context * g, struct cond & k, const std::string & prefix) const;
@@ -236,6 +237,7 @@ class kokoro_voice final : public voice {
     std::vector<float> run_generator(vs_context & c, const act & x, const std::vector<float> & f0,
                                      const std::vector<float> & style, act & har) const;
     bool               fused_generator(vs_context & c) const;
+    bool               fused_generator_applies(vs_context & c) const;
     std::vector<float> run_generator_fused(vs_context & c, const act & x, const std::vector<float> & f0,
                                            const std::vector<float> & style, act & har) const;
     ggml_tensor *      gen_noise_conv(vs_context & c, ggml_context * g, ggml_tensor * har, size_t i) const;
@@ -1642,8 +1644,15 @@ std::string kokoro_voice::res_prefix(size_t stage, size_t j) const {
 
 // The residual stacks of the generator's stages on a CUDA device, each in the engine's
 // kernels (vs::cuda::snake_stack); where any of their weights is not F16 on the device, or
-// the AdaINs have no style table, the ggml graph.
+// the AdaINs have no style table, the ggml graph. Asked once (a voice has one context).
 bool kokoro_voice::fused_generator(vs_context & c) const {
+    if (fused_ < 0) {
+        fused_ = fused_generator_applies(c) ? 1 : 0;
+    }
+    return fused_ == 1;
+}
+
+bool kokoro_voice::fused_generator_applies(vs_context & c) const {
     if (c.cuda_device < 0 || !style_table_for(c, GEN) || hp_.res_kernels.size() < 2 || hp_.res_dilations.size() != 3) {
         return false;
     }
