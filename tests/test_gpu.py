@@ -141,7 +141,10 @@ def test_cuda_kernels_match_the_ggml_ops(device, monkeypatch):
             scale = float(np.abs(want).max())
             assert float(np.abs(got[name] - want).max()) <= 1e-3 * scale, name
     assert len(audio) == len(want_audio) and np.isfinite(audio).all()
-    assert log_mel_cosine(audio, want_audio, 24000) >= 0.995
+    # On an H100 the two agree to 0.9998 (log-mel) and 5% (RMS of the difference); with the
+    # Snake's 1/alpha left out of the kernels they were 0.9947 and 40%.
+    assert log_mel_cosine(audio, want_audio, 24000) >= 0.999
+    assert np.sqrt(np.mean((audio - want_audio) ** 2)) <= 0.15 * np.sqrt(np.mean(want_audio**2))
 
 
 @pytest.mark.parametrize("device", GPUS)
