@@ -1,11 +1,13 @@
 // Context: device, scheduler and the stage runner shared by the architectures.
 #include "vs-context.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <unordered_map>
 
 #include "vs-cuda.h"
 #include "vs-graph.h"
@@ -115,7 +117,111 @@ void vs_context::alloc(int stage, ggml_cgraph * gf) {
     }
 }
 
+namespace vs {
+
+// One line per graph ("G index stage nodes") and per node it computes ("N id op name type
+// ne srcs count nonfinite maxabs mean rms samples..."): id counts the graph's non-view
+// nodes, srcs are the ids of the nodes each source is (or views), -1 for an input or a
+// weight. The statistics are over every value (F32 and F16 nodes that are contiguous), the
+// samples 64 values evenly spaced, so that two traces of the same graphs compare.
+struct node_trace {
+    FILE *                                       f     = nullptr;
+    int                                          graph = -1;
+    int                                          next  = 0;
+    std::unordered_map<const ggml_tensor *, int> ids;
+    std::vector<uint8_t>                         raw;
+    std::vector<float>                           vals;
+
+    explicit node_trace(const char * path) : f(std::fopen(path, "w")) {
+        if (!f) {
+            throw vs::error(VS_ERR_IO, std::string("cannot write the node trace '") + path + "'");
+        }
+    }
+
+    ~node_trace() { std::fclose(f); }
+
+    void begin_graph(int stage, ggml_cgraph * gf) {
+        ids.clear();
+        next = 0;
+        std::fprintf(f, "G %d %s %d\n", ++graph, vs_stage_name(stage), ggml_graph_n_nodes(gf));
+    }
+
+    int id_of(const ggml_tensor * t) const {
+        for (; t; t = t->view_src) {
+            auto it = ids.find(t);
+            if (it != ids.end()) {
+                return it->second;
+            }
+        }
+        return -1;
+    }
+
+    void record(const ggml_tensor * node) {
+        if (is_view(node)) {
+            const int id = id_of(node->view_src);
+            if (id >= 0) {
+                ids[node] = id;
+            }
+            return;
+        }
+        const int   id = ids[node] = next++;
+        std::string name           = node->name[0] ? node->name : "-";
+        for (char & ch : name) {
+            ch = std::isspace((unsigned char) ch) ? '_' : ch;  // the line's fields are split at spaces
+        }
+        std::fprintf(f, "N %d %s %s %s %lld,%lld,%lld,%lld ", id, ggml_op_desc(node), name.c_str(),
+                     ggml_type_name(node->type), (long long) node->ne[0], (long long) node->ne[1],
+                     (long long) node->ne[2], (long long) node->ne[3]);
+        int n_src = 0;
+        for (const ggml_tensor * s : node->src) {
+            if (s) {
+                std::fprintf(f, "%s%d", n_src++ ? "," : "", id_of(s));
+            }
+        }
+        if (!n_src) {
+            std::fputc('-', f);
+        }
+        const int64_t n = ggml_nelements(node);
+        if ((node->type != GGML_TYPE_F32 && node->type != GGML_TYPE_F16) || !ggml_is_contiguous(node) || n == 0) {
+            std::fputs(" 0\n", f);
+            return;
+        }
+        raw.resize(ggml_nbytes(node));
+        ggml_backend_tensor_get(node, raw.data(), 0, raw.size());
+        vals.resize((size_t) n);
+        if (node->type == GGML_TYPE_F32) {
+            std::memcpy(vals.data(), raw.data(), raw.size());
+        } else {
+            ggml_fp16_to_fp32_row(reinterpret_cast<const ggml_fp16_t *>(raw.data()), vals.data(), n);
+        }
+        int64_t nonfinite = 0;
+        double  maxabs = 0.0, sum = 0.0, sumsq = 0.0;
+        for (float v : vals) {
+            if (!std::isfinite(v)) {
+                nonfinite++;
+                continue;
+            }
+            maxabs = std::max(maxabs, (double) std::fabs(v));
+            sum += v;
+            sumsq += (double) v * v;
+        }
+        const double m = (double) std::max<int64_t>(n - nonfinite, 1);
+        std::fprintf(f, " %lld %lld %.9g %.9g %.9g", (long long) n, (long long) nonfinite, maxabs, sum / m,
+                     std::sqrt(sumsq / m));
+        const int64_t k = std::min<int64_t>(n, 64);
+        for (int64_t i = 0; i < k; ++i) {
+            std::fprintf(f, " %.9g", vals[(size_t) (i * n / k)]);
+        }
+        std::fputc('\n', f);
+    }
+};
+
+}  // namespace vs
+
 void vs_context::compute(ggml_cgraph * gf) {
+    if (profiling && trace) {
+        trace->begin_graph(current_stage, gf);
+    }
     ggml_status st = ggml_backend_sched_graph_compute(sched.get(), gf);
     if (st == GGML_STATUS_ABORTED || aborted()) {
         throw vs::error(VS_ERR_ABORTED, "synthesis cancelled");
@@ -244,6 +350,9 @@ static bool profile_node(ggml_tensor * node, bool ask, void * data) {
     if (!is_view(node)) {
         c->profile_op(ggml_op_desc(node), ms_since(c->node_start));
     }
+    if (c->trace) {
+        c->trace->record(node);
+    }
     return true;
 }
 
@@ -351,6 +460,13 @@ std::unique_ptr<vs_context> make_context(vs_model & model, const vs_context_para
             ctx->limits.matmul_4d        = m4d != 0;
             ctx->limits.strided_batches  = strided != 0;
         }
+    }
+    if (const char * path = std::getenv("VOICESTUDIO_NODE_TRACE")) {
+        ctx->trace = std::make_unique<vs::node_trace>(path);
+        // What to give VOICESTUDIO_DEVICE_LIMITS for the CPU to build this device's graphs.
+        std::fprintf(ctx->trace->f, "D %s %llu,%d,%d\n", ctx->device.c_str(),
+                     (unsigned long long) (ctx->limits.max_tensor_bytes >> 20), (int) ctx->limits.matmul_4d,
+                     (int) ctx->limits.strided_batches);
     }
     ctx->sched.reset(ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), 32768, false, false));
     if (params.espeak_library && *params.espeak_library) {

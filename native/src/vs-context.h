@@ -10,7 +10,8 @@
 
 namespace vs {
 
-class voice;  // an architecture's synthesis (models/*.cpp)
+class voice;        // an architecture's synthesis (models/*.cpp)
+struct node_trace;  // VOICESTUDIO_NODE_TRACE's writer (vs-context.cpp)
 
 // One graph under construction: a metadata-only ggml context and its cgraph.
 struct graph_build {
@@ -66,6 +67,11 @@ struct vs_context {
     int                                            current_stage = 0;
     std::chrono::steady_clock::time_point          node_start;
     std::map<std::pair<int, std::string>, op_stat> op_profile;
+
+    // Node tracing: with VOICESTUDIO_NODE_TRACE=<file> set when the context opens, while op
+    // profiling is on, every graph's nodes, their sources and a summary of their values go
+    // to that file (tools/nodes_vs_cpu.py compares a device's with the CPU's).
+    std::unique_ptr<vs::node_trace> trace;
 
     vs_timings                                                                   timings{};
     std::map<std::string, std::pair<std::vector<float>, std::array<int64_t, 2>>> outputs;
