@@ -33,19 +33,22 @@ SENTENCES = {
 
 def traced(voice: str, device: str, threads: int, path: Path, durations: np.ndarray | None):
     """One traced synthesis and the trace; Kokoro's durations, from an untraced one first
-    where none are given (Piper's, without noise, come out the same where its graphs agree)."""
+    where none are given (Piper's, without noise, come out the same where its graphs agree).
+    Both with op profiling on, so every node runs on its own (Mesa's lavapipe crashes on
+    whole graphs), and without a prewarm, which this does not need."""
     kokoro = voice.startswith("kokoro")
+    ipa = SENTENCES["kokoro" if kokoro else "piper"]
+    if kokoro and durations is None:
+        with Engine.open(voice, device=device, threads=threads, prewarm=False) as engine:
+            engine.set_op_profiling(True)
+            engine.synthesize(phonemes=ipa)
+            durations = engine.output("durations").reshape(-1).astype(np.int32)
     os.environ["VOICESTUDIO_NODE_TRACE"] = str(path)
     try:
-        with Engine.open(voice, device=device, threads=threads) as engine:
-            ipa = SENTENCES["kokoro" if kokoro else "piper"]
-            if kokoro and durations is None:
-                engine.synthesize(phonemes=ipa)
-                durations = engine.output("durations").reshape(-1).astype(np.int32)
-            options = {"durations": durations} if kokoro else {"noise_scale": 0.0, "noise_w": 0.0}
+        with Engine.open(voice, device=device, threads=threads, prewarm=False) as engine:
             engine.set_op_profiling(True)
+            options = {"durations": durations} if kokoro else {"noise_scale": 0.0, "noise_w": 0.0}
             engine.synthesize(phonemes=ipa, **options)
-            engine.set_op_profiling(False)
     finally:
         del os.environ["VOICESTUDIO_NODE_TRACE"]
     return node_trace.read(path), durations

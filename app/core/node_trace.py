@@ -1,10 +1,11 @@
 """Node traces (VOICESTUDIO_NODE_TRACE): read them, and find where two runs of the same graphs part ways.
 
 A context opened with ``VOICESTUDIO_NODE_TRACE=<file>`` writes, while op profiling is on,
-one line per graph and one per node it computes: the node's op, shape, sources (ids of
-earlier nodes of its graph, -1 for inputs and weights), statistics over its values and 64
-of them evenly spaced. Two traces of the same graphs (a device's, and the CPU's building
-that device's graphs through ``VOICESTUDIO_DEVICE_GRAPHS=1``) then compare node by node.
+one line per graph and one per node it computes, in the order the backend ran them: the
+node's id (its place in the graph as built), op, shape, sources (ids of other nodes of its
+graph, -1 for inputs and weights), statistics over its values and 64 of them evenly
+spaced. Two traces of the same graphs (a device's, and the CPU's building that device's
+graphs through ``VOICESTUDIO_DEVICE_GRAPHS=1``) then compare node by node.
 """
 
 from __future__ import annotations
@@ -85,9 +86,11 @@ class Difference:
 def compare(got: Trace, want: Trace) -> tuple[list[Difference], list[str]]:
     """Each node's error against the reference, and what did not line up.
 
-    A node's error is the largest difference of its samples, largest values, means or RMS
-    over the reference node's largest value (infinite where the two hold different numbers
-    of values that are not finite). Graphs pair up in order; a graph whose ops differ is compared up to there.
+    Graphs pair up in order and nodes by id (their place in the graph as built: a backend
+    may run them in another order). A node's error is the largest difference of its
+    samples, largest values, means or RMS over the reference node's largest value
+    (infinite where the two hold different numbers of values that are not finite). A graph
+    whose nodes differ (op or shape) is compared up to the first such node.
     """
     diffs: list[Difference] = []
     problems: list[str] = []
@@ -97,12 +100,13 @@ def compare(got: Trace, want: Trace) -> tuple[list[Difference], list[str]]:
         if g.stage != w.stage:
             problems.append(f"graph {g.index}: stage {g.stage} against {w.stage}")
             break
+        reference = {n.id: n for n in w.nodes}
         errors: dict[int, float] = {}
-        for a, b in zip(g.nodes, w.nodes, strict=False):
-            if (a.op, a.shape) != (b.op, b.shape):
-                problems.append(
-                    f"graph {g.index} ({g.stage}): node {a.id} is {a.op}{list(a.shape)}, {b.op}{list(b.shape)}"
-                )
+        for a in g.nodes:  # in the order they ran: sources first
+            b = reference.get(a.id)
+            if b is None or (a.op, a.shape) != (b.op, b.shape):
+                other = f"{b.op}{list(b.shape)}" if b else "nothing"
+                problems.append(f"graph {g.index} ({g.stage}): node {a.id} is {a.op}{list(a.shape)}, {other}")
                 break
             src_error = max((errors.get(s, 0.0) for s in a.srcs if s >= 0), default=0.0)
             if not a.count or not b.count or len(a.samples) != len(b.samples):
@@ -120,8 +124,9 @@ def compare(got: Trace, want: Trace) -> tuple[list[Difference], list[str]]:
                 )
             errors[a.id] = error
             diffs.append(Difference(g, a, error, src_error))
-        if len(g.nodes) != len(w.nodes) and not problems:
-            problems.append(f"graph {g.index} ({g.stage}): {len(g.nodes)} nodes against {len(w.nodes)}")
+        else:
+            if len(g.nodes) != len(w.nodes):
+                problems.append(f"graph {g.index} ({g.stage}): {len(g.nodes)} nodes against {len(w.nodes)}")
     return diffs, problems
 
 

@@ -88,46 +88,18 @@ static bool is_view(const ggml_tensor * node) {
     }
 }
 
-void vs_context::alloc(int stage, ggml_cgraph * gf) {
-    current_stage = stage;
-    ggml_backend_sched_reset(sched.get());
-    if (!ggml_backend_sched_alloc_graph(sched.get(), gf)) {
-        throw vs::error(VS_ERR_COMPUTE,
-                        std::string("cannot allocate the ") + vs_stage_name(stage) + " graph on " + device);
-    }
-    if (!cpu_backend) {
-        return;
-    }
-    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
-        ggml_tensor * node = ggml_graph_node(gf, i);
-        if (is_view(node)) {
-            continue;
-        }
-        // An op the device lacks, or one the scheduler filed on the CPU for another reason
-        // (e.g. all its sources live there).
-        if (!ggml_backend_supports_op(backend.get(), node) ||
-            ggml_backend_sched_get_tensor_backend(sched.get(), node) == cpu_backend.get()) {
-            const ggml_tensor * src = node->src[0] ? node->src[0] : node;
-            const std::string   op  = std::string(ggml_op_desc(node)) + "(" + ggml_type_name(src->type) + ")";
-            if (fallback_ops[stage].insert(op).second) {
-                vs::log(VS_LOG_WARN, std::string("stage ") + vs_stage_name(stage) + ": " + op + " runs on the CPU (" +
-                                         device + " cannot)");
-            }
-        }
-    }
-}
-
 namespace vs {
 
 // One line per graph ("G index stage nodes") and per node it computes ("N id op name type
-// ne srcs count nonfinite maxabs mean rms samples..."): id counts the graph's non-view
-// nodes, srcs are the ids of the nodes each source is (or views), -1 for an input or a
-// weight. The statistics are over every value (F32 and F16 nodes that are contiguous), the
-// samples 64 values evenly spaced, so that two traces of the same graphs compare.
+// ne srcs count nonfinite maxabs mean rms samples..."), in the order the backend ran them
+// (ggml's Vulkan backend reorders a graph): id is the node's place among the graph's
+// non-view nodes as built, srcs the ids of the nodes each source is (or views), -1 for an
+// input or a weight. The statistics are over every value (F32 and F16 nodes that are
+// contiguous), the samples 64 values evenly spaced, so that two traces of the same graphs
+// compare.
 struct node_trace {
     FILE *                                       f     = nullptr;
     int                                          graph = -1;
-    int                                          next  = 0;
     std::unordered_map<const ggml_tensor *, int> ids;
     std::vector<uint8_t>                         raw;
     std::vector<float>                           vals;
@@ -140,11 +112,18 @@ struct node_trace {
 
     ~node_trace() { std::fclose(f); }
 
-    void begin_graph(int stage, ggml_cgraph * gf) {
+    // Before the scheduler sees the graph: allocating it may reorder its nodes.
+    void index_graph(ggml_cgraph * gf) {
         ids.clear();
-        next = 0;
-        std::fprintf(f, "G %d %s %d\n", ++graph, vs_stage_name(stage), ggml_graph_n_nodes(gf));
+        for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
+            const ggml_tensor * node = ggml_graph_node(gf, i);
+            if (!is_view(node)) {
+                ids.emplace(node, (int) ids.size());
+            }
+        }
     }
+
+    void begin_graph(int stage) { std::fprintf(f, "G %d %s %d\n", ++graph, vs_stage_name(stage), (int) ids.size()); }
 
     int id_of(const ggml_tensor * t) const {
         for (; t; t = t->view_src) {
@@ -157,15 +136,12 @@ struct node_trace {
     }
 
     void record(const ggml_tensor * node) {
-        if (is_view(node)) {
-            const int id = id_of(node->view_src);
-            if (id >= 0) {
-                ids[node] = id;
-            }
-            return;
+        auto it = ids.find(node);
+        if (is_view(node) || it == ids.end()) {
+            return;  // a view computes nothing; a node not in the graph is the scheduler's copy
         }
-        const int   id = ids[node] = next++;
-        std::string name           = node->name[0] ? node->name : "-";
+        const int   id   = it->second;
+        std::string name = node->name[0] ? node->name : "-";
         for (char & ch : name) {
             ch = std::isspace((unsigned char) ch) ? '_' : ch;  // the line's fields are split at spaces
         }
@@ -218,9 +194,41 @@ struct node_trace {
 
 }  // namespace vs
 
+void vs_context::alloc(int stage, ggml_cgraph * gf) {
+    current_stage = stage;
+    if (profiling && trace) {
+        trace->index_graph(gf);
+    }
+    ggml_backend_sched_reset(sched.get());
+    if (!ggml_backend_sched_alloc_graph(sched.get(), gf)) {
+        throw vs::error(VS_ERR_COMPUTE,
+                        std::string("cannot allocate the ") + vs_stage_name(stage) + " graph on " + device);
+    }
+    if (!cpu_backend) {
+        return;
+    }
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
+        ggml_tensor * node = ggml_graph_node(gf, i);
+        if (is_view(node)) {
+            continue;
+        }
+        // An op the device lacks, or one the scheduler filed on the CPU for another reason
+        // (e.g. all its sources live there).
+        if (!ggml_backend_supports_op(backend.get(), node) ||
+            ggml_backend_sched_get_tensor_backend(sched.get(), node) == cpu_backend.get()) {
+            const ggml_tensor * src = node->src[0] ? node->src[0] : node;
+            const std::string   op  = std::string(ggml_op_desc(node)) + "(" + ggml_type_name(src->type) + ")";
+            if (fallback_ops[stage].insert(op).second) {
+                vs::log(VS_LOG_WARN, std::string("stage ") + vs_stage_name(stage) + ": " + op + " runs on the CPU (" +
+                                         device + " cannot)");
+            }
+        }
+    }
+}
+
 void vs_context::compute(ggml_cgraph * gf) {
     if (profiling && trace) {
-        trace->begin_graph(current_stage, gf);
+        trace->begin_graph(current_stage);
     }
     ggml_status st = ggml_backend_sched_graph_compute(sched.get(), gf);
     if (st == GGML_STATUS_ABORTED || aborted()) {

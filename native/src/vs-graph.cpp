@@ -141,13 +141,17 @@ bool phases_apply(const ggml_tensor * w, int dilation) {
 
 bool matmul_reads_batch_strides(ggml_backend_t backend) {
     constexpr int64_t C = 8, K = 3, J = 32, OC = 16;  // J columns: a matrix kernel, not a vector one
-    constexpr int64_t S = J * K + K - 1;
-    ggml_init_params  ip{ ggml_tensor_overhead() * 8 + ggml_graph_overhead(), nullptr, true };
-    ggml_context *    ctx = ggml_init(ip);
-    ggml_tensor *     w   = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, K * C, OC);
-    ggml_tensor *     x   = ggml_new_tensor_3d(ctx, GGML_TYPE_F16, C, S, 1);
-    ggml_tensor *     y   = ggml_mul_mat(ctx, w, phase_windows(ctx, x, K, J));  // [OC, J, K, 1]
-    ggml_cgraph *     gf  = ggml_new_graph(ctx);
+    // The windows need J K + K - 1 frames; a backend that reads the K matrices packed reads
+    // K K J frames, so x has them all: its wrong answer then comes from inside the buffer,
+    // not from past its end (which a driver without robust buffer access may fault on).
+    constexpr int64_t S = K * K * J;
+    static_assert(S >= J * K + K - 1);
+    ggml_init_params ip{ ggml_tensor_overhead() * 8 + ggml_graph_overhead(), nullptr, true };
+    ggml_context *   ctx = ggml_init(ip);
+    ggml_tensor *    w   = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, K * C, OC);
+    ggml_tensor *    x   = ggml_new_tensor_3d(ctx, GGML_TYPE_F16, C, S, 1);
+    ggml_tensor *    y   = ggml_mul_mat(ctx, w, phase_windows(ctx, x, K, J));  // [OC, J, K, 1]
+    ggml_cgraph *    gf  = ggml_new_graph(ctx);
     ggml_build_forward_expand(gf, y);
     ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
     bool                  ok  = buf != nullptr;
