@@ -22,13 +22,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from stages_vs_cpu import SENTENCE  # noqa: E402  (this folder, the script's, comes first on the path)
+
 from app.core import node_trace  # noqa: E402
 from app.core.engine import Engine  # noqa: E402
 
-SENTENCES = {
-    "kokoro": "ðə kwˈɪk bɹˈWn fˈɑks ʤˈʌmps ˌOvəɹ ðə lˈAzi dˈɑɡ.",  # espeak-ng's, as the GPU tests give it
-    "piper": "ðə kwˈɪk bɹˈaʊn fˈɑːks dʒˈʌmps ˌoʊvɚ ðə lˈeɪzi dˈɑːɡ.",
-}
+SENTENCES = {"kokoro": SENTENCE, "piper": "ðə kwˈɪk bɹˈaʊn fˈɑːks dʒˈʌmps ˌoʊvɚ ðə lˈeɪzi dˈɑːɡ."}
 
 
 def traced(voice: str, device: str, threads: int, path: Path, durations: np.ndarray | None):

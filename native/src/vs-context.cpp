@@ -104,10 +104,14 @@ struct node_trace {
     std::vector<uint8_t>                         raw;
     std::vector<float>                           vals;
 
-    explicit node_trace(const char * path) : f(std::fopen(path, "w")) {
+    // Its first line: what to give VOICESTUDIO_DEVICE_LIMITS for the CPU to build the
+    // device's graphs.
+    node_trace(const char * path, const std::string & device, const device_limits & l) : f(std::fopen(path, "w")) {
         if (!f) {
             throw vs::error(VS_ERR_IO, std::string("cannot write the node trace '") + path + "'");
         }
+        std::fprintf(f, "D %s %llu,%d,%d\n", device.c_str(), (unsigned long long) (l.max_tensor_bytes >> 20),
+                     (int) l.matmul_4d, (int) l.strided_batches);
     }
 
     ~node_trace() { std::fclose(f); }
@@ -137,8 +141,8 @@ struct node_trace {
 
     void record(const ggml_tensor * node) {
         auto it = ids.find(node);
-        if (is_view(node) || it == ids.end()) {
-            return;  // a view computes nothing; a node not in the graph is the scheduler's copy
+        if (it == ids.end()) {
+            return;  // a view (it computes nothing) or the scheduler's copy of an input
         }
         const int   id   = it->second;
         std::string name = node->name[0] ? node->name : "-";
@@ -162,12 +166,12 @@ struct node_trace {
             std::fputs(" 0\n", f);
             return;
         }
-        raw.resize(ggml_nbytes(node));
-        ggml_backend_tensor_get(node, raw.data(), 0, raw.size());
         vals.resize((size_t) n);
         if (node->type == GGML_TYPE_F32) {
-            std::memcpy(vals.data(), raw.data(), raw.size());
+            ggml_backend_tensor_get(node, vals.data(), 0, ggml_nbytes(node));
         } else {
+            raw.resize(ggml_nbytes(node));
+            ggml_backend_tensor_get(node, raw.data(), 0, raw.size());
             ggml_fp16_to_fp32_row(reinterpret_cast<const ggml_fp16_t *>(raw.data()), vals.data(), n);
         }
         int64_t nonfinite = 0;
@@ -470,11 +474,7 @@ std::unique_ptr<vs_context> make_context(vs_model & model, const vs_context_para
         }
     }
     if (const char * path = std::getenv("VOICESTUDIO_NODE_TRACE")) {
-        ctx->trace = std::make_unique<vs::node_trace>(path);
-        // What to give VOICESTUDIO_DEVICE_LIMITS for the CPU to build this device's graphs.
-        std::fprintf(ctx->trace->f, "D %s %llu,%d,%d\n", ctx->device.c_str(),
-                     (unsigned long long) (ctx->limits.max_tensor_bytes >> 20), (int) ctx->limits.matmul_4d,
-                     (int) ctx->limits.strided_batches);
+        ctx->trace = std::make_unique<vs::node_trace>(path, ctx->device, ctx->limits);
     }
     ctx->sched.reset(ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), 32768, false, false));
     if (params.espeak_library && *params.espeak_library) {
