@@ -333,6 +333,10 @@ ggml_tensor * flip_channels(ggml_context * ctx, ggml_tensor * x, ggml_tensor * r
     return ggml_cont(ctx, ggml_transpose(ctx, ggml_get_rows(ctx, xt, rev_idx)));
 }
 
+ggml_tensor * step_above_zero(ggml_context * ctx, ggml_tensor * x) {
+    return ggml_relu(ctx, ggml_sgn(ctx, x));  // sgn is 0 at +-0 on every backend
+}
+
 ggml_tensor * concat_all(ggml_context * ctx, std::vector<ggml_tensor *> parts, int dim) {
     while (parts.size() > 1) {
         std::vector<ggml_tensor *> next;

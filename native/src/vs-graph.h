@@ -97,6 +97,11 @@ ggml_tensor * channels(ggml_context * ctx, ggml_tensor * x, int64_t first, int64
 // Channel order reversed (torch.flip over dim 1). rev_idx: I32 [C] holding C-1 .. 0.
 ggml_tensor * flip_channels(ggml_context * ctx, ggml_tensor * x, ggml_tensor * rev_idx);
 
+// 1 where x > 0, else 0 (0 at x = +-0 as well), the same on every backend: ggml's step is
+// x > 0 on the CPU and CUDA but x >= 0 in its Vulkan shader, and Kokoro's STFT phase asks it
+// of exact zeros (the DC bin's imaginary part) in every frame.
+ggml_tensor * step_above_zero(ggml_context * ctx, ggml_tensor * x);
+
 // The parts joined along `dim` by pairwise concatenation (log n copies of each element
 // rather than n): how a recurrence's steps become one tensor.
 ggml_tensor * concat_all(ggml_context * ctx, std::vector<ggml_tensor *> parts, int dim);

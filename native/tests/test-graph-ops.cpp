@@ -188,9 +188,47 @@ void test_conv_transpose(int IC, int OC, int stride, int T, int zeros_before = 0
     expect_close(name, got, want);
 }
 
+// step_above_zero on every device ggml finds (the CPU in CI): 0 at -1, -0, +0, 1 at a tiny
+// positive value and at 1. ggml's own step is printed, not asked: its Vulkan shader gives 1
+// at zero, where the CPU and CUDA give 0.
+void test_step_on_every_device() {
+    const std::vector<float> x    = { -1.0f, -0.0f, 0.0f, 1e-30f, 1.0f };
+    const std::vector<float> want = { 0.0f, 0.0f, 0.0f, 1.0f, 1.0f };
+    ggml_backend_load_all();
+    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+        ggml_backend_dev_t dev     = ggml_backend_dev_get(i);
+        ggml_backend_t     backend = ggml_backend_dev_init(dev, nullptr);
+        if (!backend) {
+            continue;
+        }
+        ggml_init_params ip{ ggml_tensor_overhead() * 16 + ggml_graph_overhead(), nullptr, true };
+        ggml_context *   ctx    = ggml_init(ip);
+        ggml_tensor *    in     = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, (int64_t) x.size());
+        ggml_tensor *    strict = vs::step_above_zero(ctx, in);
+        ggml_tensor *    plain  = ggml_step(ctx, in);
+        ggml_cgraph *    gf     = ggml_new_graph(ctx);
+        ggml_build_forward_expand(gf, strict);
+        ggml_build_forward_expand(gf, plain);
+        ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
+        ggml_backend_tensor_set(in, x.data(), 0, ggml_nbytes(in));
+        ggml_backend_graph_compute(backend, gf);
+        std::vector<float> got(x.size()), step(x.size());
+        ggml_backend_tensor_get(strict, got.data(), 0, ggml_nbytes(strict));
+        ggml_backend_tensor_get(plain, step.data(), 0, ggml_nbytes(plain));
+        char name[96];
+        snprintf(name, sizeof name, "step_above_zero on %s", ggml_backend_dev_name(dev));
+        expect_close(name, got, want, 1e-6);
+        printf("  (ggml's step there is x %s 0)\n", step[1] == 1.0f && step[2] == 1.0f ? ">=" : ">");
+        ggml_backend_buffer_free(buf);
+        ggml_free(ctx);
+        ggml_backend_free(backend);
+    }
+}
+
 }  // namespace
 
 int main() {
+    test_step_on_every_device();
     test_conv1d(8, 6, 1, 17, 1, 0);
     test_conv1d(8, 6, 3, 17, 1, 1);
     test_conv1d(5, 7, 5, 23, 6, 12);

@@ -1469,7 +1469,7 @@ struct gen_source {
         // interpolated to the sample rate; sin, gated by voicing.
         ggml_tensor * ph = ggml_scale(g, ggml_scale(g, ggml_scale(g, cyc, 2.0f), (float) M_PI), (float) SAMPLES_PER_F0);
         ph               = ggml_interpolate(g, ph, L, N_HARMONICS, 1, 1, GGML_SCALE_MODE_BILINEAR);  // [L, 9]
-        ggml_tensor * uv = ggml_step(g, ggml_scale_bias(g, fi, 1.0f, -VOICED_F0));                   // [F2, 1]
+        ggml_tensor * uv = step_above_zero(g, ggml_scale_bias(g, fi, 1.0f, -VOICED_F0));             // [F2, 1]
         uv               = ggml_interpolate(g, uv, L, 1, 1, 1, GGML_SCALE_MODE_NEAREST);             // [L, 1]
         ggml_tensor * sine = ggml_mul(g, ggml_scale(g, ggml_sin(g, ph), SINE_AMP), uv);
         sine               = ggml_cont(g, ggml_transpose(g, sine));                        // [9, L]
@@ -1492,8 +1492,8 @@ struct gen_source {
         ggml_tensor * mag  = ggml_sqrt(g, ggml_add(g, ggml_sqr(g, re), ggml_sqr(g, im)));
         ggml_tensor * at   = atan_all(g, ggml_div(g, im, re));
         // re < 0: + pi if im > 0, else - pi.
-        ggml_tensor * quad = ggml_mul(g, ggml_step(g, ggml_neg(g, re)),
-                                      ggml_scale_bias(g, ggml_step(g, im), 2.0f * (float) M_PI, -(float) M_PI));
+        ggml_tensor * quad = ggml_mul(g, step_above_zero(g, ggml_neg(g, re)),
+                                      ggml_scale_bias(g, step_above_zero(g, im), 2.0f * (float) M_PI, -(float) M_PI));
         har                = ggml_concat(g, mag, ggml_add(g, at, quad), 0);  // [22, n_frames]
         ggml_set_output(har);
     }

@@ -478,7 +478,8 @@ ggml_tensor * piper_voice::spline_inverse(ggml_context * g, ggml_tensor * x, ggm
     // Bin of each input: one-hot [bins, T] from "x >= knot" steps (searchsorted).
     ggml_tensor * xc = ggml_clamp(g, x, -B + 1e-4f, B - 1e-4f);
     // searchsorted nudges the last knot up by 1e-6 so that x == B lands in the last bin.
-    ggml_tensor * ge     = ggml_step(g, ggml_neg(g, ggml_add(g, ggml_sub(g, cumh, xc), ggml_scale(g, k.last, 1e-6f))));
+    ggml_tensor * ge =
+        step_above_zero(g, ggml_neg(g, ggml_add(g, ggml_sub(g, cumh, xc), ggml_scale(g, k.last, 1e-6f))));
     ggml_tensor * onehot = ggml_neg(g, ggml_mul_mat(g, k.diff, ge));
     auto          pick   = [&](ggml_tensor * v) { return ggml_sum_rows(g, ggml_mul(g, onehot, v)); };  // [1, T]
 
@@ -500,8 +501,8 @@ ggml_tensor * piper_voice::spline_inverse(ggml_context * g, ggml_tensor * x, ggm
     ggml_tensor * y    = ggml_add(g, ggml_mul(g, root, in_w), in_cumw);
 
     // Identity outside [-B, B].
-    ggml_tensor * inside =
-        ggml_mul(g, ggml_step(g, ggml_scale_bias(g, x, 1.0f, B)), ggml_step(g, ggml_scale_bias(g, x, -1.0f, B)));
+    ggml_tensor * inside = ggml_mul(g, step_above_zero(g, ggml_scale_bias(g, x, 1.0f, B)),
+                                    step_above_zero(g, ggml_scale_bias(g, x, -1.0f, B)));
     return ggml_add(g, x, ggml_mul(g, inside, ggml_sub(g, y, x)));
 }
 
