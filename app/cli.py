@@ -59,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="sentences per synthesis call, synthesized together (the engine's batching); default 1",
     )
     b.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="contexts on the device, a thread each, that each call's batch is divided between; default 1",
+    )
+    b.add_argument(
         "--streams",
         type=int,
         default=1,
@@ -188,7 +194,7 @@ def cmd_bench(args) -> int:
     if not items:
         raise VoiceStudioError("the input file has no lines")
     rss_before_engine = _peak_rss_mb()  # the interpreter and the app's imports
-    engine = Engine.open(args.voice, device=args.device, threads=args.threads)
+    engine = Engine.open(args.voice, device=args.device, threads=args.threads, workers=args.workers)
     with engine:
         # Both runtimes get identical phonemes: text is phonemized once, up front.
         ipa = items if phonemes_input else ["\n".join(engine.phonemize(t)) for t in items]
@@ -219,13 +225,14 @@ def cmd_bench(args) -> int:
                 engine.synthesize(phonemes=item, noise_scale=0.0, noise_w=0.0, batch=args.batch)
             engine.set_op_profiling(False)
             profile = engine.op_profile()
-        device, threads, load_ms = engine.device, engine.threads, engine.load_ms
+        device, threads, workers, load_ms = engine.device, engine.threads, engine.workers, engine.load_ms
         prewarm_ms, fallback = engine.prewarm_ms, {s: ops for s, ops in engine.fallback_ops.items() if ops}
     report = {
         "voice": args.voice,
         "device": device,
         "threads": threads,
         "batch": args.batch,
+        "workers": workers,
         "runs": args.runs,
         "warmup": args.warmup,
         "load_ms": load_ms,
@@ -248,7 +255,8 @@ def cmd_bench(args) -> int:
         report["reference"] = _bench_reference(args, ipa, results, device)
         report["ratio"] = report["total_compute_ms"] / report["reference"]["total_compute_ms"]
     args.json_out.write_text(json.dumps(report, indent=2), encoding="utf-8")
-    line = f"{device} x{threads}: {report['total_compute_ms']:.0f} ms for {report['total_audio_s']:.2f} s of audio"
+    line = f"{device} x{threads}" + (f", {workers} workers" if workers > 1 else "")
+    line += f": {report['total_compute_ms']:.0f} ms for {report['total_audio_s']:.2f} s of audio"
     line += f" (RTF {report['rtf']:.3f}, load {load_ms:.0f} ms, peak RSS {report['peak_rss_mb']:.0f} MB"
     line += f", {report['engine_rss_mb']:.0f} MB of it the engine's)"
     line += f"; {report['audio_s_per_s']:.1f} audio-s/s, first audio {report['first_audio_ms_median']:.1f} ms (median)"
@@ -258,7 +266,8 @@ def cmd_bench(args) -> int:
         line += f"; ratio {report['ratio']:.2f}"
     print(line)
     stages = sorted({s for r in results for s in r["stages_ms"]}, key=list(results[0]["stages_ms"]).index)
-    print("  " + ", ".join(f"{s} {sum(r['stages_ms'][s] for r in results):.0f} ms" for s in stages))
+    overlap = " (each the workers' together: they overlap)" if workers > 1 else ""
+    print("  " + ", ".join(f"{s} {sum(r['stages_ms'][s] for r in results):.0f} ms" for s in stages) + overlap)
     for stage, ops in fallback.items():
         print(f"  on the CPU instead of {device}: {stage}: {', '.join(ops)}")
     if "streams" in report:
@@ -306,7 +315,10 @@ def _bench_streams(args, ipa: list[str]) -> dict:
             raise errors[0]
         return wall_ms, sum(audio)
 
-    engines = [Engine.open(args.voice, device=args.device, threads=args.threads) for _ in range(args.streams)]
+    engines = [
+        Engine.open(args.voice, device=args.device, threads=args.threads, workers=args.workers)
+        for _ in range(args.streams)
+    ]
     try:
         timed = [one_run(engines) for _ in range(args.warmup + args.runs)][args.warmup :]
     finally:

@@ -80,12 +80,16 @@ def test_bench_compares_with_onnxruntime(tmp_path, joe_path):
 
 
 def test_bench_streams_times_engines_at_once(tmp_path, joe_path):
+    """Two engines at once, each dividing its calls' batches of two between two workers."""
     phonemes = tmp_path / "p.txt"
     phonemes.write_text("həlˈoʊ wˈɜːld.\nðə kwˈɪk bɹˈaʊn fˈɑːks.\n", encoding="utf-8")
     out = tmp_path / "bench.json"
     result = cli("bench", "--voice", "piper:joe", "--phonemes-file", str(phonemes), "--runs", "1", "--warmup", "0",
-                 "--device", "cpu", "--threads", "1", "--json-out", str(out), "--streams", "2")  # fmt: skip
+                 "--device", "cpu", "--threads", "1", "--json-out", str(out), "--streams", "2",
+                 "--batch", "2", "--workers", "2")  # fmt: skip
     report = json.loads(out.read_text())
+    assert report["workers"] == 2 and report["batch"] == 2 and len(report["items"]) == 1
+    assert "cpu x1, 2 workers:" in result.stdout and "they overlap" in result.stdout
     streams = report["streams"]
     assert streams["n"] == 2 and streams["runs"] == 1
     # Each engine synthesized every line: twice the audio of one pass.

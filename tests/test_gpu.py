@@ -114,6 +114,30 @@ def test_gpu_batch_sounds_like_one_at_a_time(device, sentences):
         assert gpu.fallback_stages == []
 
 
+@pytest.mark.parametrize("voice", ["piper:joe", "kokoro:jf_alpha"])
+@pytest.mark.parametrize("device", GPUS)
+def test_workers_on_a_gpu_give_the_takes_of_one(device, voice, sentences, joe_path):
+    """Four workers, each its own queue and thread on the device, each take a pair of a
+    batch of eight (two sentences, four times over): every pair packs as one worker packs
+    those two alone, so every take is that one's, whichever worker made it."""
+    from app.core import models
+
+    if voice.startswith("kokoro") and not models.kokoro_installed():
+        pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
+    pair = sentences[1:3]
+    with Engine.open(voice, device=device) as one, Engine.open(voice, device=device, workers=4) as four:
+        assert four.workers == 4 and four.fallback_stages == []
+        want = one.synthesize_many(pair, batch=2, seed=5)
+        for _ in range(2):  # all four at once, twice
+            got = four.synthesize_many(pair * 4, batch=8, seed=5)
+            assert got[0].timings["chunks"] == 8
+            for k, take in enumerate(got):
+                ref = want[k % 2].audio
+                assert len(take.audio) == len(ref) and np.isfinite(take.audio).all()
+                assert np.abs(take.audio - ref).max() <= 1e-3 * np.abs(ref).max(), k
+        assert four.fallback_stages == []
+
+
 @pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
 def test_cuda_kernels_match_the_ggml_ops(device, monkeypatch):
     """Kokoro's LSTMs and its generator's residual stacks run in the engine's own CUDA kernels;

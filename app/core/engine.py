@@ -30,6 +30,8 @@ STAGES_BY_FAMILY = {
 
 
 MAX_INPUT_CHARS = 1_000_000
+MAX_WORKERS = 16  # the engine's VS_MAX_WORKERS
+AUTO_WORKERS = 4  # its VS_AUTO_WORKERS: workers=None on a CUDA device
 
 _log_lock = threading.Lock()
 _log_sinks: dict[int, list[str]] = {}
@@ -95,10 +97,15 @@ class Engine:
         model_path: Path | str | None = None,
         progress: Callable[[float], bool | None] | None = None,
         prewarm: bool | None = None,
+        workers: int | None = 1,
     ) -> Engine:
         """``prewarm``: run one short synthesis while opening, so that the first real one is not
         the slow one and every stage's ops are checked against the device (``fallback_ops``).
-        None: only on a GPU or other accelerator."""
+        None: only on a GPU or other accelerator.
+        ``workers``: contexts on the device, a thread each, that a batch's sentences are divided
+        between (``synthesize_many``, ``synthesize`` with ``batch`` > 1), so that one's host
+        work overlaps the others' device work; the audio is the same. None: ``AUTO_WORKERS`` on
+        a CUDA device, else 1 (on Vulkan, ggml serializes contexts and workers were slower)."""
         native = _native()
         native.set_log_handler(_on_log)
         pack = None
@@ -112,7 +119,15 @@ class Engine:
         load_ms = (time.perf_counter() - t0) * 1000.0
         try:
             library, data = espeak_paths()
-            context = native.Context(model, device, threads, library, data, -1 if prewarm is None else int(prewarm))
+            context = native.Context(
+                model,
+                device,
+                threads,
+                library,
+                data,
+                -1 if prewarm is None else int(prewarm),
+                -1 if workers is None else _check_workers(workers),
+            )
         except BaseException:
             model.close()
             raise
@@ -145,6 +160,10 @@ class Engine:
     @property
     def threads(self) -> int:
         return self._context.threads
+
+    @property
+    def workers(self) -> int:
+        return self._context.workers
 
     @property
     def fallback_stages(self) -> list[str]:
@@ -274,6 +293,12 @@ class Engine:
         ``logw``, ``z``; Kokoro: ``bert``, ``duration_logits``, ``durations``, ``F0``, ``N``,
         ``text_encoder``, ``decoder``, ``har``)."""
         return self._context.output(name)
+
+
+def _check_workers(workers: int) -> int:
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
+        raise InvalidArgumentError(f"workers must be a whole number from 1 to {MAX_WORKERS}, not {workers!r}")
+    return workers
 
 
 def _check_input(source: str) -> None:

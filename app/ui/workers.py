@@ -20,8 +20,10 @@ from app.core.errors import CancelledError, NothingToSpeakError
 _ids = itertools.count(1)
 
 # Sentences a GPU engine synthesizes in one call, their sentences batched together (their
-# takes arrive together, a few hundred milliseconds apart at most). On the CPU, where a
-# batch saves little, each sentence is its own call and its take arrives when it is ready.
+# takes arrive together, a few hundred milliseconds apart at most) and divided between the
+# engine's workers (opened with workers=None: AUTO_WORKERS contexts on a CUDA device, a
+# thread each). On the CPU, where a batch saves little, each sentence is its own call and its take
+# arrives when it is ready.
 GPU_BATCH = 16
 
 
@@ -147,7 +149,7 @@ class OpenEngineJob(QRunnable):
     def run(self) -> None:
         start = time.perf_counter()
         try:
-            engine = Engine.open(self.voice, device=self.device, threads=self.threads)
+            engine = Engine.open(self.voice, device=self.device, threads=self.threads, workers=None)
         except Exception as exc:
             self.signals.failed.emit(exc)
             return

@@ -153,7 +153,20 @@ struct vs_context_params {
     // checked against the device at once (vs_context_fallback_ops). < 0: only on a GPU
     // or other accelerator (default); 0: never; > 0: always.
     int prewarm;
+    // Workers a batch is divided between: 1 to VS_MAX_WORKERS; 0 means 1; < 0: 1 on the
+    // CPU, VS_AUTO_WORKERS on any other device. Each is a context of its own on the same
+    // device (its own queue, graphs and buffers; the weights shared) computed by a thread
+    // of its own, so that one worker's host work (building graphs, launching kernels)
+    // overlaps the others' device work. With n > 1, vs_synthesize_many, and vs_synthesize
+    // with vs_synth_params.batch > 1, give each worker a run of consecutive chunks of each
+    // batch; on_stage and abort are then also called from the workers' threads,
+    // concurrently, while on_chunk stays on the calling thread, in order. The audio is the
+    // same as with one worker.
+    int n_workers;
 };
+
+#define VS_MAX_WORKERS 16
+#define VS_AUTO_WORKERS 4
 
 VS_API struct vs_context_params vs_context_default_params(void);
 VS_API int                      vs_context_init(vs_model * model, struct vs_context_params params, vs_context ** ctx);
@@ -162,6 +175,7 @@ VS_API void                     vs_context_free(vs_context * ctx);
 VS_API const char * vs_context_device(const vs_context * ctx);  // id of the device it runs on
 VS_API vs_model *   vs_context_model(const vs_context * ctx);
 VS_API int          vs_context_threads(const vs_context * ctx);
+VS_API int          vs_context_workers(const vs_context * ctx);  // vs_context_params.n_workers (1 for encoders)
 // Stages that had ops placed on the CPU although a GPU was chosen: bit i = stage i.
 VS_API uint32_t vs_context_fallback_stages(const vs_context * ctx);
 // The ops of `stage` that ran on the CPU instead of the chosen device, because the device
@@ -183,7 +197,7 @@ VS_API int vs_context_op_profile(const vs_context * ctx, char ** table);
 // ---------------------------------------------------------------- synthesis
 
 struct vs_timings {
-    double  stage_ms[VS_STAGE_COUNT];  // summed over chunks
+    double  stage_ms[VS_STAGE_COUNT];  // summed over chunks (and workers, whose stages overlap)
     double  total_ms;                  // wall clock of the whole call
     double  first_audio_ms;            // call start to the first chunk delivered
     int32_t n_chunks;

@@ -100,7 +100,7 @@ struct call_state {
 class Context {
   public:
     Context(Model & model, const std::string & device, int threads, std::optional<std::string> espeak_library,
-            std::optional<std::string> espeak_data, int prewarm) :
+            std::optional<std::string> espeak_data, int prewarm, int workers) :
         model_ref_(nb::find(&model)), n_stages_(vs_model_stages(model.get(), stages_, VS_STAGE_COUNT)) {
         vs_context_params p = vs_context_default_params();
         p.device            = device.c_str();
@@ -108,6 +108,7 @@ class Context {
         p.espeak_library    = espeak_library ? espeak_library->c_str() : nullptr;
         p.espeak_data       = espeak_data ? espeak_data->c_str() : nullptr;
         p.prewarm           = prewarm;
+        p.n_workers         = workers;
         vs_model * m        = model.get();
         int        status;
         {
@@ -474,10 +475,14 @@ NB_MODULE(_engine, m) {
             return v ? std::optional<std::string>(v) : std::nullopt;
         });
 
+    m.attr("MAX_WORKERS")  = VS_MAX_WORKERS;
+    m.attr("AUTO_WORKERS") = VS_AUTO_WORKERS;
+
     nb::class_<Context>(m, "Context")
-        .def(nb::init<Model &, const std::string &, int, std::optional<std::string>, std::optional<std::string>, int>(),
+        .def(nb::init<Model &, const std::string &, int, std::optional<std::string>, std::optional<std::string>, int,
+                      int>(),
              "model"_a, "device"_a = "auto", "threads"_a = 0, "espeak_library"_a = nb::none(),
-             "espeak_data"_a = nb::none(), "prewarm"_a = -1)
+             "espeak_data"_a = nb::none(), "prewarm"_a = -1, "workers"_a = 1)
         .def("close", &Context::close)
         .def("synthesize", &Context::synthesize, "input"_a, "phonemes"_a = false, "noise_scale"_a = -1.0f,
              "length_scale"_a = -1.0f, "noise_w"_a = -1.0f, "seed"_a = 0, "on_stage"_a = nb::none(),
@@ -494,6 +499,7 @@ NB_MODULE(_engine, m) {
         .def("output", &Context::output)
         .def_prop_ro("device", [](const Context & s) { return std::string(vs_context_device(s.get())); })
         .def_prop_ro("threads", [](const Context & s) { return vs_context_threads(s.get()); })
+        .def_prop_ro("workers", [](const Context & s) { return vs_context_workers(s.get()); })
         .def_prop_ro("fallback_stages", &Context::fallback_stages)
         .def_prop_ro("fallback_ops", &Context::fallback_ops)
         .def_prop_ro("prewarm_ms", [](const Context & s) { return vs_context_prewarm_ms(s.get()); })

@@ -179,6 +179,7 @@ struct vs_context_params vs_context_default_params(void) {
     p.espeak_library = nullptr;  // no text input until given
     p.espeak_data    = nullptr;
     p.prewarm        = -1;  // on a GPU or other accelerator
+    p.n_workers      = 1;
     return p;
 }
 
@@ -206,6 +207,10 @@ const char * vs_context_device(const vs_context * ctx) {
 
 int vs_context_threads(const vs_context * ctx) {
     return ctx ? ctx->n_threads : 0;
+}
+
+int vs_context_workers(const vs_context * ctx) {
+    return ctx ? (int) ctx->workers.size() + 1 : 0;
 }
 
 uint32_t vs_context_fallback_stages(const vs_context * ctx) {
@@ -276,6 +281,29 @@ struct vs_synth_params vs_synth_default_params(void) {
 
 namespace {
 
+// Boundaries of up to `n_workers` runs of consecutive chunks [first, first + n), with about
+// as many phoneme ids each (their work): start[r] to start[r + 1] is run r.
+std::vector<size_t> split_runs(const std::vector<std::vector<int32_t>> & chunks, size_t first, size_t n,
+                               size_t n_workers) {
+    const size_t n_runs = std::min(n, n_workers);
+    size_t       total  = 0;
+    for (size_t k = first; k < first + n; ++k) {
+        total += chunks[k].size();
+    }
+    std::vector<size_t> start = { first };
+    size_t              done  = 0;
+    for (size_t k = first; k < first + n; ++k) {
+        done += chunks[k].size();
+        const size_t left_chunks = first + n - (k + 1), left_runs = n_runs - start.size();
+        // Close the run once it holds its share of the ids, or when each run left needs a chunk.
+        if (left_runs > 0 && (done * n_runs >= total * start.size() || left_chunks == left_runs)) {
+            start.push_back(k + 1);
+        }
+    }
+    start.push_back(first + n);
+    return start;
+}
+
 // Every input's chunks (sentences) through the voice, `params.batch` at a time across the
 // inputs; audio[i] gets input i's. Chunks are numbered across all inputs, in order.
 void synthesize_inputs(vs_context * ctx, const std::vector<const char *> & inputs, int kind,
@@ -322,23 +350,48 @@ void synthesize_inputs(vs_context * ctx, const std::vector<const char *> & input
         audio.push_back(std::make_unique<vs_audio>());
         audio.back()->sample_rate = ctx->model->sample_rate;
     }
-    const size_t batch = (size_t) std::max(1, params.batch);
-    for (size_t i = 0; i < chunks.size(); i += batch) {
-        ctx->check_abort();
-        const size_t                      n = std::min(batch, chunks.size() - i);
-        std::vector<std::vector<int32_t>> group(chunks.begin() + i, chunks.begin() + i + n);
-        std::vector<std::vector<float>>   pcm = ctx->voice->synthesize_batch(*ctx, group, params, (int) i);
-        for (size_t k = 0; k < n; ++k) {
+    // Chunks [first, first + pcm.size()) to their inputs, in order, on the calling thread.
+    auto deliver = [&](size_t first, std::vector<std::vector<float>> & pcm) {
+        for (size_t k = 0; k < pcm.size(); ++k) {
             if (params.on_chunk) {
-                params.on_chunk((int) (i + k), pcm[k].data(), pcm[k].size(), params.on_chunk_user_data);
+                params.on_chunk((int) (first + k), pcm[k].data(), pcm[k].size(), params.on_chunk_user_data);
             }
-            if (i + k == 0) {
+            if (first + k == 0) {
                 ctx->timings.first_audio_ms = vs::ms_since(t0);
             }
-            auto & out = audio[owner[i + k]]->samples;
+            auto & out = audio[owner[first + k]]->samples;
             out.insert(out.end(), pcm[k].begin(), pcm[k].end());
             ctx->timings.n_samples += (int64_t) pcm[k].size();
             ctx->timings.n_chunks++;
+        }
+    };
+    const size_t batch = (size_t) std::max(1, params.batch);
+    for (size_t i = 0; i < chunks.size(); i += batch) {
+        ctx->check_abort();
+        const size_t                                 n     = std::min(batch, chunks.size() - i);
+        const std::vector<size_t>                    start = split_runs(chunks, i, n, ctx->workers.size() + 1);
+        const size_t                                 n_run = start.size() - 1;
+        std::vector<std::vector<std::vector<float>>> pcm(n_run);
+        ctx->run_workers(n_run, [&](size_t r, vs_context & c) {
+            std::vector<std::vector<int32_t>> run(chunks.begin() + start[r], chunks.begin() + start[r + 1]);
+            if (r == 0) {
+                pcm[0] = c.voice->synthesize_batch(c, run, params, (int) start[0]);
+                deliver(start[0], pcm[0]);  // while the other workers go on
+                return;
+            }
+            c.clear_results();
+            c.active = &params;
+            try {
+                pcm[r] = c.voice->synthesize_batch(c, run, params, (int) start[r]);
+            } catch (...) {
+                c.active = nullptr;
+                throw;
+            }
+            c.active = nullptr;
+        });
+        for (size_t r = 1; r < n_run; ++r) {
+            ctx->absorb(*ctx->workers[r - 1], r + 1 == n_run);
+            deliver(start[r], pcm[r]);
         }
     }
     ctx->timings.total_ms = vs::ms_since(t0);

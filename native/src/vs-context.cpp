@@ -303,13 +303,84 @@ void vs_context::lstm(const ggml_tensor * gx, const ggml_tensor * w_hh, int64_t 
 }
 
 bool vs_context::aborted() const {
-    return active && active->abort && active->abort(active->abort_user_data);
+    return (halt && halt->load()) || (active && active->abort && active->abort(active->abort_user_data));
+}
+
+void vs_context::run_workers(size_t n, const std::function<void(size_t, vs_context &)> & fn) {
+    n            = std::min(n, workers.size() + 1);
+    workers_halt = false;
+    halt         = &workers_halt;
+    std::vector<std::exception_ptr> errors(n);
+    auto                            body = [&](size_t i) {
+        try {
+            fn(i, i == 0 ? *this : *workers[i - 1]);
+        } catch (...) {
+            errors[i]    = std::current_exception();
+            workers_halt = true;
+        }
+    };
+    std::vector<std::thread> threads;
+    try {
+        for (size_t i = 1; i < n; ++i) {
+            threads.emplace_back(body, i);
+        }
+    } catch (...) {  // no thread to be had: the ones started stop at their next poll
+        errors[0]    = std::current_exception();
+        workers_halt = true;
+    }
+    if (!errors[0]) {
+        body(0);
+    }
+    for (std::thread & t : threads) {
+        t.join();
+    }
+    halt = nullptr;
+    // The first error that is not another's halt; all of them halts: the caller's abort.
+    std::exception_ptr first;
+    for (const std::exception_ptr & e : errors) {
+        if (!e) {
+            continue;
+        }
+        try {
+            std::rethrow_exception(e);
+        } catch (const vs::error & err) {
+            if (err.status != VS_ERR_ABORTED) {
+                throw;
+            }
+        } catch (...) {
+            throw;
+        }
+        if (!first) {
+            first = e;
+        }
+    }
+    if (first) {
+        std::rethrow_exception(first);
+    }
 }
 
 void vs_context::check_abort() const {
     if (aborted()) {
         throw vs::error(VS_ERR_ABORTED, "synthesis cancelled");
     }
+}
+
+void vs_context::absorb(vs_context & worker, bool last) {
+    for (int s = 0; s < VS_STAGE_COUNT; ++s) {
+        timings.stage_ms[s] += worker.timings.stage_ms[s];
+        fallback_ops[s].insert(worker.fallback_ops[s].begin(), worker.fallback_ops[s].end());
+    }
+    timings.n_phoneme_ids += worker.timings.n_phoneme_ids;
+    timings.n_frames += worker.timings.n_frames;
+    for (const auto & [key, st] : worker.op_profile) {
+        op_profile[key].count += st.count;
+        op_profile[key].ms += st.ms;
+    }
+    worker.op_profile.clear();
+    if (last) {
+        outputs = std::move(worker.outputs);
+    }
+    worker.clear_results();
 }
 
 void vs_context::set_output(const std::string & name, std::vector<float> data, int64_t rows, int64_t cols) {
@@ -374,6 +445,9 @@ void set_op_profiling(vs_context & c, bool on) {
     }
     c.profiling = on;
     ggml_backend_sched_set_eval_callback(c.sched.get(), on ? profile_node : nullptr, on ? &c : nullptr);
+    for (auto & w : c.workers) {
+        set_op_profiling(*w, on);
+    }
 }
 
 static bool abort_trampoline(void * data) {
@@ -416,7 +490,8 @@ static vs::device_limits probe_device_limits(ggml_backend_dev_t dev) {
     return l;
 }
 
-std::unique_ptr<vs_context> make_context(vs_model & model, const vs_context_params & params) {
+// One context; a worker has no phonemizer (its context phonemizes) and writes no trace.
+static std::unique_ptr<vs_context> make_one(vs_model & model, const vs_context_params & params, bool worker) {
     auto ctx       = std::make_unique<vs_context>();
     ctx->model     = &model;
     ctx->dev       = resolve_device(params.device ? params.device : "auto");
@@ -473,11 +548,12 @@ std::unique_ptr<vs_context> make_context(vs_model & model, const vs_context_para
             ctx->limits.strided_batches  = strided != 0;
         }
     }
-    if (const char * path = std::getenv("VOICESTUDIO_NODE_TRACE")) {
+    const char * trace_path = worker ? nullptr : std::getenv("VOICESTUDIO_NODE_TRACE");
+    if (const char * path = trace_path) {
         ctx->trace = std::make_unique<vs::node_trace>(path, ctx->device, ctx->limits);
     }
     ctx->sched.reset(ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), 32768, false, false));
-    if (params.espeak_library && *params.espeak_library) {
+    if (!worker && params.espeak_library && *params.espeak_library) {
         ctx->phonemizer =
             std::make_unique<phonemizer>(params.espeak_library, params.espeak_data ? params.espeak_data : "");
     }
@@ -486,9 +562,29 @@ std::unique_ptr<vs_context> make_context(vs_model & model, const vs_context_para
     } else if (model.arch == "piper") {
         ctx->voice = make_piper_voice(model);
     }  // a speaker encoder speaks no text
-    const bool on_cpu = ggml_backend_dev_type(ctx->dev) == GGML_BACKEND_DEVICE_TYPE_CPU;
+    return ctx;
+}
+
+std::unique_ptr<vs_context> make_context(vs_model & model, const vs_context_params & params) {
+    if (params.n_workers > VS_MAX_WORKERS) {
+        throw error(VS_ERR_INVALID_ARG,
+                    "at most " + std::to_string(VS_MAX_WORKERS) + " workers, not " + std::to_string(params.n_workers));
+    }
+    auto       ctx       = make_one(model, params, false);
+    const bool on_cpu    = ggml_backend_dev_type(ctx->dev) == GGML_BACKEND_DEVICE_TYPE_CPU;
+    const int  n_workers = params.n_workers < 0 ? (on_cpu ? 1 : VS_AUTO_WORKERS) : params.n_workers;
+    for (int i = 1; i < n_workers && ctx->voice; ++i) {
+        ctx->workers.push_back(make_one(model, params, true));
+        ctx->workers.back()->halt = &ctx->workers_halt;
+    }
     if (params.prewarm > 0 || (params.prewarm < 0 && !on_cpu)) {
-        ctx->prewarm();
+        const auto t0 = std::chrono::steady_clock::now();
+        ctx->run_workers(ctx->workers.size() + 1, [](size_t, vs_context & c) { c.prewarm(); });
+        ctx->prewarm_ms = ms_since(t0);
+        for (auto & w : ctx->workers) {
+            ctx->absorb(*w, false);
+        }
+        ctx->clear_results();
     }
     return ctx;
 }

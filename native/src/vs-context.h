@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <functional>
 #include <set>
 
@@ -78,6 +79,13 @@ struct vs_context {
 
     // Abort polling for the synthesis in progress (also handed to the CPU backend).
     const vs_synth_params * active = nullptr;
+    // A worker's: set by the context it works for when another worker has failed.
+    const std::atomic<bool> * halt = nullptr;
+
+    // Contexts on the same device that a batch is divided between, each computed by a
+    // thread of its own (vs_context_params.n_workers); this context is the first worker.
+    std::vector<std::unique_ptr<vs_context>> workers;
+    std::atomic<bool>                        workers_halt{ false };
 
     ggml_tensor * w(const std::string & name) const;  // weight on this context's device
     // Weight `name` [A, B, ...] on this context's device with its first two axes swapped
@@ -89,6 +97,14 @@ struct vs_context {
 
     // One short synthesis (or embedding) whose timings and outputs are then dropped.
     void prewarm();
+    // fn(0) for this context on the calling thread and fn(i) for workers[i - 1] on threads
+    // of their own; once all have returned, rethrows the first error (one that is not a
+    // halt caused by another worker's). An error halts the other workers at their next
+    // abort poll.
+    void run_workers(size_t n, const std::function<void(size_t, vs_context &)> & fn);
+    // Adds a worker's timings, fallback ops and op profile to this context's (and, for the
+    // worker that made the last chunk, takes its named outputs); the worker forgets them.
+    void absorb(vs_context & worker, bool last);
     // Forgets the last call's timings and named outputs.
     void clear_results() {
         timings = {};
