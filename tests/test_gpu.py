@@ -171,6 +171,44 @@ def test_cuda_kernels_match_the_ggml_ops(device, monkeypatch):
     assert np.sqrt(np.mean((audio - want_audio) ** 2)) <= 0.15 * np.sqrt(np.mean(want_audio**2))
 
 
+@pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
+def test_piper_decoder_kernels_match_the_ggml_ops(device, sentences, joe_path, monkeypatch):
+    """With F16 weights, Piper's decoder runs its residual blocks in the engine's CUDA
+    kernels, one sentence at a time and packed (the gaps masked inside the kernels); ggml's
+    ops on the same device are the reference."""
+    from app.core import models
+
+    if models.installed_weights("piper:joe") != "f16":
+        pytest.skip("the kernels take F16 weights: python main.py models install piper:joe --weights f16")
+    lines = sentences[:5]
+
+    def run(engine):
+        ipa = "\n".join(line for text in lines for line in engine.phonemize(text))
+        alone, packed = [], []
+        engine.synthesize(phonemes=ipa, noise_scale=0.0, noise_w=0.0, on_chunk=lambda i, a: alone.append(a))
+        engine.synthesize(
+            phonemes=ipa, noise_scale=0.0, noise_w=0.0, batch=len(alone), on_chunk=lambda i, a: packed.append(a)
+        )
+        return alone, packed
+
+    with Engine.open("piper:joe", device=device) as fast:
+        fast.set_op_profiling(True)
+        fast.synthesize(text=lines[0], noise_scale=0.0, noise_w=0.0)
+        kernels = {row["op"]: row["count"] for row in fast.op_profile() if row["stage"] == "decoder"}
+        fast.set_op_profiling(False)
+        got = run(fast)
+    assert kernels.get("residual blocks (engine's CUDA kernels)") == 3  # one a upsampling stage
+    monkeypatch.setenv("VOICESTUDIO_CUDA_KERNELS", "0")
+    with Engine.open("piper:joe", device=device) as ops:
+        want = run(ops)
+    for got_takes, want_takes in zip(got, want, strict=True):
+        assert len(got_takes) == len(want_takes) == len(lines)
+        for a, b in zip(got_takes, want_takes, strict=True):
+            assert len(a) == len(b) and np.isfinite(a).all()
+            assert log_mel_cosine(a, b, 22050) >= 0.999
+            assert np.sqrt(np.mean((a - b) ** 2)) <= 0.05 * np.sqrt(np.mean(b**2))
+
+
 @pytest.mark.parametrize("device", GPUS)
 def test_speaker_encoder_on_the_gpu_embeds_as_the_cpu(device):
     """On CUDA its three LSTM layers run in the engine's kernel; the CPU's ggml graph is the reference."""

@@ -48,6 +48,14 @@ void snake_stack(int, void *, float *, int64_t, int64_t, int, const snake_conv *
     throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
 }
 
+size_t leaky_scratch_bytes(int64_t, int64_t, int, const int *, int) {
+    return 0;
+}
+
+void leaky_stack(int, void *, float *, int64_t, int64_t, int, const leaky_conv *, int, float, const float *, void *) {
+    throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
+}
+
 void add(int, float *, const float *, const float *, int64_t) {
     throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
 }

@@ -77,6 +77,26 @@ void   blas_destroy(void * blas);
 void snake_stack(int device, void * blas, float * x, int64_t C, int64_t T, int K, const snake_conv * convs, int n_pairs,
                  void * scratch);
 
+// ---------------------------------------------------------------- LeakyReLU residual stacks
+//
+// HiFi-GAN's ResBlock2 (Piper's decoder): for each convolution in turn,
+//   x += conv(LeakyReLU(x) * mask) + bias
+// with C -> C convolutions of odd kernel K ("same" padding, dilation d) and weights as
+// snake_conv's. mask (dev) [T] is 1 on the frames of a batch's sentences and 0 in the gaps
+// between them (null: 1 everywhere), so that each sentence reads the zeros it reads alone;
+// frames outside the mask end up holding what the convolutions spill there, which the
+// caller masks. x (dev) [T, C] has room for snake_frames() frames. Queued as snake_stack().
+
+struct leaky_conv {
+    const void *  w        = nullptr;  // (dev) [C, K, C] F16
+    const float * bias     = nullptr;  // (dev) [C]
+    int           dilation = 1;
+};
+
+size_t leaky_scratch_bytes(int64_t C, int64_t T, int K, const int * dilations, int n);
+void   leaky_stack(int device, void * blas, float * x, int64_t C, int64_t T, int K, const leaky_conv * convs, int n,
+                   float slope, const float * mask, void * scratch);
+
 // dst = a + b over n floats (dev); sum = (sum + x) * scale; queued as snake_stack().
 void add(int device, float * dst, const float * a, const float * b, int64_t n);
 void accumulate(int device, float * sum, const float * x, int64_t n, float scale);

@@ -2,7 +2,8 @@
 // three pairs of AdaIN, Snake and convolution (dilations 1, 3, 5, then 1), for kernel
 // sizes 3, 7 and 11, lengths shorter and longer than a kernel's reach, 32 and 128
 // channels. The host rounds Snake's output to F16 as the device does before its GEMMs.
-// Exits 77 (skipped) where there is no CUDA device.
+// Then the LeakyReLU stacks of Piper's decoder the same way (check_leaky). Exits 77 (skipped) where there is no CUDA
+// device.
 #include <cuda_runtime.h>
 #include <ggml.h>
 
@@ -155,6 +156,107 @@ bool check(void * blas, int64_t C, int64_t T, int K) {
     return ok;
 }
 
+// The LeakyReLU stacks (vs::cuda::leaky_stack, Piper's decoder): x += conv(LeakyReLU(x) *
+// mask) + bias for each convolution in turn, in double on the host, the LeakyReLU's output
+// rounded to F16 as on the device. Every frame is compared, the masked ones included (both
+// add what the convolutions spill there).
+bool check_leaky(void * blas, int64_t C, int64_t T, int K, bool with_mask) {
+    std::mt19937                          rng((unsigned) (C * 31 + T * 5 + K + (with_mask ? 1 : 0)));
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const int                             dil[3] = { 1, 3, 12 };
+    std::vector<host_conv>                convs(3);
+    std::vector<void *>                   device;
+    std::vector<vs::cuda::leaky_conv>     dconvs(3);
+    for (int i = 0; i < 3; ++i) {
+        host_conv & h    = convs[(size_t) i];
+        h.dilation       = dil[i];
+        const float gain = 1.0f / std::sqrt((float) (K * C));
+        for (int64_t c = 0; c < C; ++c) {
+            h.bias.push_back(0.1f * u(rng));
+        }
+        for (int64_t i2 = 0; i2 < C * K * C; ++i2) {
+            h.w16.push_back(ggml_fp32_to_fp16(gain * u(rng)));
+            h.w.push_back(ggml_fp16_to_fp32(h.w16.back()));
+        }
+        device.push_back(upload(h.bias));
+        device.push_back(upload(h.w16));
+        dconvs[(size_t) i] = { device.back(), static_cast<const float *>(device[device.size() - 2]), dil[i] };
+    }
+    // A gap of zeros in the mask every 97 frames, 11 wide.
+    std::vector<float> mask((size_t) T, 1.0f);
+    for (int64_t t = 0; with_mask && t < T; ++t) {
+        mask[(size_t) t] = t % 97 < 86 ? 1.0f : 0.0f;
+    }
+    std::vector<float> x((size_t) (C * T));
+    for (auto & v : x) {
+        v = 2.0f * u(rng);
+    }
+    std::vector<double> want(x.begin(), x.end());
+    std::vector<float>  s((size_t) (C * T));
+    for (const host_conv & cv : convs) {
+        for (int64_t t = 0; t < T; ++t) {
+            for (int64_t c = 0; c < C; ++c) {
+                const double v          = want[(size_t) (t * C + c)];
+                const double l          = (v > 0.0 ? v : 0.1 * v) * mask[(size_t) t];
+                s[(size_t) (t * C + c)] = ggml_fp16_to_fp32(ggml_fp32_to_fp16((float) l));
+            }
+        }
+        const int64_t pad = (int64_t) cv.dilation * (K - 1) / 2;
+        for (int64_t t = 0; t < T; ++t) {
+            for (int64_t oc = 0; oc < C; ++oc) {
+                double acc = cv.bias[(size_t) oc];
+                for (int k = 0; k < K; ++k) {
+                    const int64_t src = t + (int64_t) k * cv.dilation - pad;
+                    if (src < 0 || src >= T) {
+                        continue;
+                    }
+                    const float * wr = cv.w.data() + (size_t) ((oc * K + k) * C);
+                    const float * xr = s.data() + (size_t) (src * C);
+                    for (int64_t ic = 0; ic < C; ++ic) {
+                        acc += (double) wr[ic] * xr[ic];
+                    }
+                }
+                want[(size_t) (t * C + oc)] += acc;
+            }
+        }
+    }
+
+    const int64_t frames = vs::cuda::snake_frames(T, K, dil, 3);
+    void *        d_x = nullptr, *d_scratch = nullptr, *d_mask = with_mask ? upload(mask) : nullptr;
+    cudaMalloc(&d_x, sizeof(float) * (size_t) (C * frames));
+    cudaMalloc(&d_scratch, vs::cuda::leaky_scratch_bytes(C, T, K, dil, 3));
+    cudaMemcpy(d_x, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice);
+    bool ok = true;
+    try {
+        vs::cuda::leaky_stack(0, blas, static_cast<float *>(d_x), C, T, K, dconvs.data(), 3, 0.1f,
+                              static_cast<const float *>(d_mask), d_scratch);
+        vs::cuda::synchronize(0);
+    } catch (const std::exception & e) {
+        std::printf("FAIL leaky C=%lld T=%lld K=%d: %s\n", (long long) C, (long long) T, K, e.what());
+        ok = false;
+    }
+    std::vector<float> got(x.size());
+    cudaMemcpy(got.data(), d_x, got.size() * sizeof(float), cudaMemcpyDeviceToHost);
+    for (void * p : device) {
+        cudaFree(p);
+    }
+    cudaFree(d_x);
+    cudaFree(d_scratch);
+    cudaFree(d_mask);
+    double worst = 0.0, scale = 0.0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        worst = std::max(worst, std::fabs(got[i] - want[i]));
+        scale = std::max(scale, std::fabs(want[i]));
+        if (!std::isfinite(got[i])) {
+            worst = INFINITY;
+        }
+    }
+    ok = ok && worst <= 2e-3 * scale;
+    std::printf("%s leaky C=%lld T=%lld K=%d%s: largest difference %.2e of %.2e\n", ok ? "ok  " : "FAIL", (long long) C,
+                (long long) T, K, with_mask ? " masked" : "", worst, scale);
+    return ok;
+}
+
 }  // namespace
 
 int main() {
@@ -169,6 +271,11 @@ int main() {
         ok = check(blas, 32, 9, K) && ok;     // shorter than the widest reach (5 * 10 frames)
         ok = check(blas, 128, 613, K) && ok;  // no multiple of any window
         ok = check(blas, 32, 4099, K) && ok;  // more frames than a statistics row covers
+    }
+    for (int K : { 3, 5, 7 }) {  // Piper's kernel sizes
+        ok = check_leaky(blas, 32, 9, K, false) && ok;
+        ok = check_leaky(blas, 64, 613, K, true) && ok;
+        ok = check_leaky(blas, 32, 4099, K, true) && ok;
     }
     vs::cuda::blas_destroy(blas);
     return ok ? 0 : 1;

@@ -377,6 +377,23 @@ __global__ void snake_phases(const float * __restrict__ x, int64_t T, int C, con
     }
 }
 
+// The convolution's GEMMs over the phases `ph`, accumulated onto `out` (which holds the bias,
+// or the residual plus the bias). Output frame t = q + d (r + K j) is window j of tap phase r
+// in dilation phase q: its input frames q + d (r + K j + k), k < K, are K C consecutive
+// values of phase q.
+void phase_gemms(cublasHandle_t h, const void * w, const half * ph, float * out, int64_t C, int K, int d,
+                 const conv_geom & g) {
+    const float one = 1.0f;
+    const int   KC  = (int) (K * C);
+    for (int q = 0; q < d; ++q) {
+        check_blas(cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int) C, (int) g.J, KC, &one, w, CUDA_R_16F,
+                                              KC, 0, ph + (size_t) q * g.S * C, CUDA_R_16F, KC, (long long) C, &one,
+                                              out + (size_t) q * C, CUDA_R_32F, d * KC, (long long) d * C, K,
+                                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                   "convolution GEMM");
+    }
+}
+
 // One convolution of a pair: out (+)= conv(Snake(AdaIN(in))) + bias.
 void snake_conv_step(cudaStream_t s, cublasHandle_t h, const float * in, float * out, bool accumulate, int64_t C,
                      int64_t T, int K, const snake_conv & cv, float * sums, float * squares, float * coef, half * ph) {
@@ -390,16 +407,26 @@ void snake_conv_step(cudaStream_t s, cublasHandle_t h, const float * in, float *
     snake_phases<<<dim3((unsigned) (C / SNAKE_CH), (unsigned) rows), block, 0, s>>>(
         in, T, (int) C, coef, cv.alpha, g.pad, d, g.S, ph, out, cv.bias, accumulate);
     check(cudaGetLastError(), "Snake kernels launch");
-    // Output frame t = q + d (r + K j) is window j of tap phase r in dilation phase q: its
-    // input frames q + d (r + K j + k), k < K, are K C consecutive values of phase q.
-    const float one = 1.0f;
-    const int   KC  = (int) (K * C);
-    for (int q = 0; q < d; ++q) {
-        check_blas(cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int) C, (int) g.J, KC, &one, cv.w,
-                                              CUDA_R_16F, KC, 0, ph + (size_t) q * g.S * C, CUDA_R_16F, KC,
-                                              (long long) C, &one, out + (size_t) q * C, CUDA_R_32F, d * KC,
-                                              (long long) d * C, K, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                   "convolution GEMM");
+    phase_gemms(h, cv.w, ph, out, C, K, d, g);
+}
+
+// LeakyReLU(x) times the frame's mask as F16 into the dilation's phases of the padded input
+// (as snake_phases), and the bias added to x where it has a frame: in place, each value
+// read before it is written, by the same thread.
+__global__ void leaky_phases(float * x, int64_t T, int C, float slope, const float * __restrict__ mask, int64_t pad,
+                             int d, int64_t S, half * __restrict__ out, const float * __restrict__ bias) {
+    const int     c    = blockIdx.x * SNAKE_CH + threadIdx.x;
+    const float   bc   = bias[c];
+    const int64_t T_in = (int64_t) d * S;
+    for (int64_t p = (int64_t) blockIdx.y * SNAKE_ROWS + threadIdx.y; p < T_in; p += (int64_t) gridDim.y * SNAKE_ROWS) {
+        const int64_t t = p - pad;
+        float         v = 0.0f;
+        if (t >= 0 && t < T) {
+            const float u = x[t * C + c];
+            v             = (u > 0.0f ? u : slope * u) * (mask ? mask[t] : 1.0f);
+            x[t * C + c]  = u + bc;
+        }
+        out[((p % d) * S + p / d) * C + c] = __float2half(v);
     }
 }
 
@@ -542,6 +569,32 @@ void snake_stack(int device, void * blas, float * x, int64_t C, int64_t T, int K
     for (int i = 0; i < n_pairs; ++i) {
         snake_conv_step(cudaStreamPerThread, h, x, y, false, C, T, K, convs[2 * i], sums, squares, coef, ph);
         snake_conv_step(cudaStreamPerThread, h, y, x, true, C, T, K, convs[2 * i + 1], sums, squares, coef, ph);
+    }
+}
+
+size_t leaky_scratch_bytes(int64_t C, int64_t T, int K, const int * dilations, int n) {
+    int64_t T_in = 0;
+    for (int i = 0; i < n; ++i) {
+        T_in = std::max(T_in, geom(T, K, dilations[i]).T_in);
+    }
+    return aligned(sizeof(half) * (size_t) (C * T_in));
+}
+
+void leaky_stack(int device, void * blas, float * x, int64_t C, int64_t T, int K, const leaky_conv * convs, int n,
+                 float slope, const float * mask, void * scratch) {
+    GGML_ASSERT(snake_supported(C, K) && T > 0 && blas);
+    check(cudaSetDevice(device), "cudaSetDevice");
+    auto       h  = static_cast<cublasHandle_t>(blas);
+    half *     ph = static_cast<half *>(scratch);
+    const dim3 block(SNAKE_CH, SNAKE_ROWS);
+    for (int i = 0; i < n; ++i) {
+        const int       d    = convs[i].dilation;
+        const conv_geom g    = geom(T, K, d);
+        const int64_t   rows = std::min<int64_t>((g.T_in + SNAKE_ROWS - 1) / SNAKE_ROWS, MAX_GRID_Y);
+        leaky_phases<<<dim3((unsigned) (C / SNAKE_CH), (unsigned) rows), block, 0, cudaStreamPerThread>>>(
+            x, T, (int) C, slope, mask, g.pad, d, g.S, ph, convs[i].bias);
+        check(cudaGetLastError(), "LeakyReLU kernel launch");
+        phase_gemms(h, convs[i].w, ph, x, C, K, d, g);
     }
 }
 
