@@ -138,6 +138,20 @@ def test_workers_on_a_gpu_give_the_takes_of_one(device, voice, sentences, joe_pa
         assert four.fallback_stages == []
 
 
+@pytest.mark.parametrize("device", GPUS)
+def test_automatic_workers_on_cuda_with_room_for_them(device, joe_path):
+    """workers=None (the studio's): 4 on a CUDA device with 16 GiB free, 2 with 8, else 1;
+    1 on other backends, where ggml serializes the contexts."""
+    from app.core.engine import AUTO_WORKERS
+
+    free = next(d["memory_free"] for d in devices() if d["id"] == device)
+    want = 1
+    if device.startswith("cuda"):
+        want = AUTO_WORKERS if free >= 16 * 2**30 else 2 if free >= 8 * 2**30 else 1
+    with Engine.open("piper:joe", device=device, workers=None) as e:
+        assert e.workers == want
+
+
 @pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
 def test_cuda_kernels_match_the_ggml_ops(device, monkeypatch):
     """Kokoro's LSTMs and its generator's residual stacks run in the engine's own CUDA kernels;

@@ -31,7 +31,7 @@ STAGES_BY_FAMILY = {
 
 MAX_INPUT_CHARS = 1_000_000
 MAX_WORKERS = 16  # the engine's VS_MAX_WORKERS
-AUTO_WORKERS = 4  # its VS_AUTO_WORKERS: workers=None on a CUDA device
+AUTO_WORKERS = 4  # its VS_AUTO_WORKERS: workers=None on a CUDA device with 16 GiB free
 
 _log_lock = threading.Lock()
 _log_sinks: dict[int, list[str]] = {}
@@ -105,7 +105,8 @@ class Engine:
         ``workers``: contexts on the device, a thread each, that a batch's sentences are divided
         between (``synthesize_many``, ``synthesize`` with ``batch`` > 1), so that one's host
         work overlaps the others' device work; the audio is the same. None: ``AUTO_WORKERS`` on
-        a CUDA device, else 1 (on Vulkan, ggml serializes contexts and workers were slower)."""
+        a CUDA device with 16 GiB free, 2 with 8, else 1 (on Vulkan, ggml serializes
+        contexts and workers were slower)."""
         native = _native()
         native.set_log_handler(_on_log)
         pack = None

@@ -21,8 +21,8 @@ _ids = itertools.count(1)
 
 # Sentences a GPU engine synthesizes in one call, their sentences batched together (their
 # takes arrive together, a few hundred milliseconds apart at most) and divided between the
-# engine's workers (opened with workers=None: AUTO_WORKERS contexts on a CUDA device, a
-# thread each). On the CPU, where a batch saves little, each sentence is its own call and its take
+# engine's workers (opened with workers=None: up to AUTO_WORKERS contexts on a CUDA
+# device, a thread each). On the CPU, where a batch saves little, each sentence is its own call and its take
 # arrives when it is ready.
 GPU_BATCH = 16
 

@@ -153,15 +153,18 @@ struct vs_context_params {
     // checked against the device at once (vs_context_fallback_ops). < 0: only on a GPU
     // or other accelerator (default); 0: never; > 0: always.
     int prewarm;
-    // Workers a batch is divided between: 1 to VS_MAX_WORKERS; 0 means 1; < 0: 1 on the
-    // CPU, VS_AUTO_WORKERS on any other device. Each is a context of its own on the same
-    // device (its own queue, graphs and buffers; the weights shared) computed by a thread
-    // of its own, so that one worker's host work (building graphs, launching kernels)
-    // overlaps the others' device work. With n > 1, vs_synthesize_many, and vs_synthesize
-    // with vs_synth_params.batch > 1, give each worker a run of consecutive chunks of each
-    // batch; on_stage and abort are then also called from the workers' threads,
-    // concurrently, while on_chunk stays on the calling thread, in order. The audio is the
-    // same as with one worker.
+    // Workers a batch is divided between: 1 to VS_MAX_WORKERS; 0 means 1; < 0: automatic,
+    // VS_AUTO_WORKERS on a CUDA device with 16 GiB free or more, 2 with 8 GiB, else 1 (a
+    // worker's buffers take about 0.9 GiB for Kokoro, 0.4 GiB for Piper). Each is a context
+    // of its own on the same device (its own queue, graphs and buffers; the weights shared)
+    // computed by a thread of its own, so that one worker's host work (building graphs,
+    // launching kernels) overlaps the others' device work. (ggml's Vulkan backend submits
+    // every context's work to one queue of the device under one lock, and waits for
+    // transfers holding it: there, workers were slower.) With n > 1, vs_synthesize_many,
+    // and vs_synthesize with vs_synth_params.batch > 1, give each worker a run of
+    // consecutive chunks of each batch; on_stage and abort are then also called from the
+    // workers' threads, concurrently, while on_chunk stays on the calling thread, in order.
+    // The audio is the same as with one worker.
     int n_workers;
 };
 

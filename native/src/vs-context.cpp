@@ -572,7 +572,14 @@ std::unique_ptr<vs_context> make_context(vs_model & model, const vs_context_para
     }
     auto       ctx       = make_one(model, params, false);
     const bool on_cpu    = ggml_backend_dev_type(ctx->dev) == GGML_BACKEND_DEVICE_TYPE_CPU;
-    const int  n_workers = params.n_workers < 0 ? (on_cpu ? 1 : VS_AUTO_WORKERS) : params.n_workers;
+    int        n_workers = params.n_workers;
+    if (n_workers < 0) {  // automatic: VS_AUTO_WORKERS on a CUDA device with room for them
+        size_t free = 0, total = 0;
+        ggml_backend_dev_memory(ctx->dev, &free, &total);
+        const size_t GiB     = size_t(1) << 30;
+        const bool   on_cuda = std::strcmp(ggml_backend_reg_name(ggml_backend_dev_backend_reg(ctx->dev)), "CUDA") == 0;
+        n_workers            = !on_cuda ? 1 : free >= 16 * GiB ? VS_AUTO_WORKERS : free >= 8 * GiB ? 2 : 1;
+    }
     for (int i = 1; i < n_workers && ctx->voice; ++i) {
         ctx->workers.push_back(make_one(model, params, true));
         ctx->workers.back()->halt = &ctx->workers_halt;

@@ -303,42 +303,38 @@ size_t aligned(size_t bytes) {
     return (bytes + 255) & ~(size_t) 255;
 }
 
-// part[g][c]: the sum over frames g * ROWS + r (r < ROWS), then every STAT_GROUPS * ROWS
-// frames on, of x[t][c], or with `sums` (the first pass's), of (x[t][c] - mean)^2.
-__global__ void channel_sums(const float * __restrict__ x, int64_t T, int C, const float * __restrict__ sums,
-                             float * __restrict__ part) {
-    __shared__ float rows[SNAKE_ROWS][SNAKE_CH + 1];
-    __shared__ float means[SNAKE_CH];
+// One pass for a channel's statistics: sums[g][c] and squares[g][c] are the sums over
+// frames g * ROWS + r (r < ROWS), then every STAT_GROUPS * ROWS frames on, of v and v^2 with
+// v = x[t][c] - x[0][c] (shifted by the channel's first value, so that v^2's sum does not
+// lose the variance to a large mean).
+__global__ void channel_sums(const float * __restrict__ x, int64_t T, int C, float * __restrict__ sums,
+                             float * __restrict__ squares) {
+    __shared__ float rows[2][SNAKE_ROWS][SNAKE_CH + 1];
     const int        c = blockIdx.x * SNAKE_CH + threadIdx.x, grp = blockIdx.y;
-    if (sums && threadIdx.y == 0) {
-        float s = 0.0f;
-        for (int i = 0; i < STAT_GROUPS; ++i) {
-            s += sums[(size_t) i * C + c];
-        }
-        means[threadIdx.x] = s / (float) T;
-    }
-    __syncthreads();
-    const float mean = sums ? means[threadIdx.x] : 0.0f;
-    float       acc  = 0.0f;
+    const float      shift = x[c];
+    float            acc = 0.0f, acc2 = 0.0f;
     for (int64_t t = (int64_t) grp * SNAKE_ROWS + threadIdx.y; t < T; t += (int64_t) STAT_GROUPS * SNAKE_ROWS) {
-        const float v = x[t * C + c] - mean;
-        acc += sums ? v * v : v;
+        const float v = x[t * C + c] - shift;
+        acc += v;
+        acc2 += v * v;
     }
-    rows[threadIdx.y][threadIdx.x] = acc;
+    rows[0][threadIdx.y][threadIdx.x] = acc;
+    rows[1][threadIdx.y][threadIdx.x] = acc2;
     __syncthreads();
-    if (threadIdx.y == 0) {
+    if (threadIdx.y < 2) {
         float s = 0.0f;
         for (int r = 0; r < SNAKE_ROWS; ++r) {
-            s += rows[r][threadIdx.x];
+            s += rows[threadIdx.y][r][threadIdx.x];
         }
-        part[(size_t) grp * C + c] = s;
+        (threadIdx.y == 0 ? sums : squares)[(size_t) grp * C + c] = s;
     }
 }
 
-// The AdaIN as y = a x + b per channel: coef [a_0..a_C-1, b_0..b_C-1].
-__global__ void adain_coefs(const float * __restrict__ sums, const float * __restrict__ squares, int64_t T, int C,
-                            const float * __restrict__ scale, const float * __restrict__ shift,
-                            float * __restrict__ coef) {
+// The AdaIN as y = a x + b per channel: coef [a_0..a_C-1, b_0..b_C-1], from channel_sums'
+// partial sums about x[0][c].
+__global__ void adain_coefs(const float * __restrict__ x, const float * __restrict__ sums,
+                            const float * __restrict__ squares, int64_t T, int C, const float * __restrict__ scale,
+                            const float * __restrict__ shift, float * __restrict__ coef) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) {
         return;
@@ -348,7 +344,7 @@ __global__ void adain_coefs(const float * __restrict__ sums, const float * __res
         s += sums[(size_t) i * C + c];
         q += squares[(size_t) i * C + c];
     }
-    const float mean = s / (float) T, var = q / (float) T;
+    const float d = s / (float) T, var = fmaxf(q / (float) T - d * d, 0.0f), mean = x[c] + d;
     const float a = scale[c] / sqrtf(var + 1e-5f);
     coef[c]       = a;
     coef[C + c]   = shift[c] - mean * a;
@@ -400,9 +396,8 @@ void snake_conv_step(cudaStream_t s, cublasHandle_t h, const float * in, float *
     const int       d = cv.dilation;
     const conv_geom g = geom(T, K, d);
     const dim3      block(SNAKE_CH, SNAKE_ROWS);
-    channel_sums<<<dim3((unsigned) (C / SNAKE_CH), STAT_GROUPS), block, 0, s>>>(in, T, (int) C, nullptr, sums);
     channel_sums<<<dim3((unsigned) (C / SNAKE_CH), STAT_GROUPS), block, 0, s>>>(in, T, (int) C, sums, squares);
-    adain_coefs<<<(unsigned) ((C + 127) / 128), 128, 0, s>>>(sums, squares, T, (int) C, cv.scale, cv.shift, coef);
+    adain_coefs<<<(unsigned) ((C + 127) / 128), 128, 0, s>>>(in, sums, squares, T, (int) C, cv.scale, cv.shift, coef);
     const int64_t rows = std::min<int64_t>((g.T_in + SNAKE_ROWS - 1) / SNAKE_ROWS, MAX_GRID_Y);
     snake_phases<<<dim3((unsigned) (C / SNAKE_CH), (unsigned) rows), block, 0, s>>>(
         in, T, (int) C, coef, cv.alpha, g.pad, d, g.S, ph, out, cv.bias, accumulate);
