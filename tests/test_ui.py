@@ -97,6 +97,27 @@ def test_synthesize_all_signals_in_order_and_views_match_the_takes(qtbot, window
     assert window.jobs_panel.state(job.id) == "done"
 
 
+def test_timings_of_a_job_divided_between_workers_count_its_wall_clock(qtbot):
+    """With workers, stages run at once: the summary's total (and RTF) is the job's wall
+    clock, and the summed stage times are named for what they are."""
+    from app.ui.panels import TimingsPanel
+
+    panel = TimingsPanel()
+    qtbot.addWidget(panel)
+    for workers, want_total in ((1, 1200), (4, None)):
+        panel.reset(("encoder", "decoder"))
+        panel.add_stage("encoder", 500.0)
+        panel.add_stage("decoder", 700.0)
+        panel.finish("cuda0", 16, 3, 2.0, workers)
+        total = float(panel.summary.text().split("total ")[1].split(" ms")[0])
+        if want_total is not None:
+            assert total == want_total and "workers" not in panel.summary.text()
+        else:
+            assert total < 1200  # the few milliseconds since reset, not 500 + 700
+            assert "4 workers (stages summed: 1200 ms)" in panel.summary.text()
+    assert panel.history.rowCount() == 2
+
+
 def test_on_a_gpu_sentences_go_in_batches_and_get_the_takes_they_get_alone(qtbot, window, monkeypatch):
     """A GPU engine takes a job's sentences GPU_BATCH at a time in one call; forced here on the CPU."""
     from app.ui import workers

@@ -414,7 +414,8 @@ class StudioWindow(QMainWindow):
                 for i, _ in job.items
                 if i < len(self.project.sentences) and self.project.sentences[i].take is not None
             )
-            self.timings.finish(self.engine.device, self.engine.threads, len(job.items), audio_s)
+            engine = self.engine
+            self.timings.finish(engine.device, engine.threads, len(job.items), audio_s, engine.workers)
             self.inspector.engine_status.setText(self._engine_note + _placement_note(self.engine))
         self.statusBar().showMessage(f"job {job_id} {job.state}", 5000)
         if not self.busy():

@@ -320,13 +320,16 @@ class TimingsPanel(QWidget):
             bar.setValue(int(self.stage_ms[stage]))
             bar.setFormat(f"{self.stage_ms[stage]:.0f} ms")
 
-    def finish(self, device: str, threads: int, sentences: int, audio_s: float) -> None:
-        total = sum(self.stage_ms.values())
+    def finish(self, device: str, threads: int, sentences: int, audio_s: float, workers: int = 1) -> None:
+        busy = sum(self.stage_ms.values())
+        # Workers' stages overlap: their sum is busy time, and the job took its wall clock at most.
+        total = busy if workers <= 1 else min(busy, (time.perf_counter() - self.start) * 1e3)
         rtf = total / 1e3 / audio_s if audio_s > 0 else float("nan")
         first = f"{self.first_audio_ms:.0f} ms" if self.first_audio_ms is not None else "—"
+        overlap = f" · {workers} workers (stages summed: {busy:.0f} ms)" if workers > 1 else ""
         self.summary.setText(
             f"total {total:.0f} ms for {audio_s:.2f} s of audio · RTF {rtf:.3f} · first audio {first}"
-            f" · {device} ×{threads}"
+            f" · {device} ×{threads}{overlap}"
         )
         row = 0
         self.history.insertRow(row)
