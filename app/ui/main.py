@@ -55,7 +55,7 @@ WELCOME = "Welcome to Voice Studio. Type a script here; every sentence becomes a
 
 
 class StudioWindow(QMainWindow):
-    job_added = Signal(object)  # SynthesisJob, once queued
+    job_added = Signal(object)  # SynthesisJob, once queued, before it starts
     job_ended = Signal(int, str)  # job id, final state: done, cancelled or failed
     error_shown = Signal(str)
 
@@ -369,8 +369,8 @@ class StudioWindow(QMainWindow):
             job.signals.failed.connect(self._job_failed)
             self.jobs[job.id] = job
             self.jobs_panel.add(job)
+            self.job_added.emit(job)  # before it starts: a listener connected now misses none of its signals
             self.synth_pool.start(job)
-            self.job_added.emit(job)
 
         self.with_engine(start)
         return True
