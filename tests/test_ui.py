@@ -137,6 +137,27 @@ def test_on_a_gpu_sentences_go_in_batches_and_get_the_takes_they_get_alone(qtbot
     assert window.timings.stage_ms["decoder"] > 0
 
 
+def test_a_batched_job_divided_between_the_engines_workers(qtbot, window, monkeypatch):
+    """The studio's GPU path with an engine of two workers (forced here on the CPU): their
+    stages arrive from the workers' threads, every sentence gets the take it gets alone, and
+    the summary counts the job's wall clock."""
+    from app.core.engine import Engine
+    from app.ui import workers
+
+    real_open = Engine.open.__func__
+    monkeypatch.setattr(Engine, "open", classmethod(lambda cls, *a, **k: real_open(cls, *a, **{**k, "workers": 2})))
+    monkeypatch.setattr(workers, "batch_size", lambda engine: 3)
+    set_script(window, TEXT)
+    job, events, (_, state) = run_job(qtbot, window)
+    assert state == "done" and window.engine.workers == 2
+    assert [e for e in events if e.startswith("done")] == ["done 0", "done 1", "done 2"]
+    engine, settings = window.engine, window.project.settings
+    for sentence in window.project.sentences:
+        alone = engine.synthesize(text=sentence.text, seed=settings["seed"], length_scale=1.0 / settings["speed"])
+        assert np.array_equal(sentence.take.audio, alone.audio)
+    assert "2 workers (stages summed:" in window.timings.summary.text()
+
+
 def test_edits_make_sentences_stale_and_only_those_are_redone(qtbot, window):
     set_script(window, TEXT)
     run_job(qtbot, window)
