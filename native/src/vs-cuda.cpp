@@ -56,6 +56,18 @@ void leaky_stack(int, void *, float *, int64_t, int64_t, int, const leaky_conv *
     throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
 }
 
+bool leaky_conv_tanh_supported(int64_t, int) {
+    return false;
+}
+
+void leaky_conv_tanh(int, const float *, int64_t, int64_t, int, float, const float *, const float *, float *) {
+    throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
+}
+
+void download(int, void *, const void *, size_t) {
+    throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
+}
+
 void add(int, float *, const float *, const float *, int64_t) {
     throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
 }

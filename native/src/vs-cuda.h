@@ -97,6 +97,15 @@ size_t leaky_scratch_bytes(int64_t C, int64_t T, int K, const int * dilations, i
 void   leaky_stack(int device, void * blas, float * x, int64_t C, int64_t T, int K, const leaky_conv * convs, int n,
                    float slope, const float * mask, void * scratch);
 
+// HiFi-GAN's output layer (Piper's conv_post, C -> 1, odd kernel K, no bias, "same" padding):
+// out (dev) [T] = tanh(conv(LeakyReLU(x) * mask)), x (dev) [T, C], w (dev) [C, K] F32 (input
+// channel fastest), mask (dev) [T] or null. Queued as snake_stack().
+bool leaky_conv_tanh_supported(int64_t C, int K);
+void leaky_conv_tanh(int device, const float * x, int64_t C, int64_t T, int K, float slope, const float * mask,
+                     const float * w, float * out);
+// Device memory to the host, after the calling thread's queued work (synchronous).
+void download(int device, void * host, const void * src, size_t bytes);
+
 // dst = a + b over n floats (dev); sum = (sum + x) * scale; queued as snake_stack().
 void add(int device, float * dst, const float * a, const float * b, int64_t n);
 void accumulate(int device, float * sum, const float * x, int64_t n, float scale);

@@ -4,7 +4,8 @@
 // channels, some of means far above their spreads; differences are measured against the
 // largest value the stack added. The host rounds Snake's output to F16 as the device does
 // before its GEMMs. Then the LeakyReLU stacks of Piper's decoder the same way
-// (check_leaky). Exits 77 (skipped) where there is no CUDA device.
+// (check_leaky), and its output layer (check_post). Exits 77 (skipped) where there is no
+// CUDA device.
 #include <cuda_runtime.h>
 #include <ggml.h>
 
@@ -261,6 +262,62 @@ bool check_leaky(void * blas, int64_t C, int64_t T, int K, bool with_mask) {
     return ok;
 }
 
+// Piper's output layer (vs::cuda::leaky_conv_tanh): tanh(conv(LeakyReLU(x) * mask)) to one
+// channel, in double on the host.
+bool check_post(int64_t C, int64_t T, int K) {
+    std::mt19937                          rng((unsigned) (C * 17 + T * 3 + K));
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float>                    x((size_t) (C * T)), w((size_t) (C * K)), mask((size_t) T);
+    for (auto & v : x) {
+        v = 2.0f * u(rng);
+    }
+    for (auto & v : w) {
+        v = u(rng) / std::sqrt((float) (C * K));
+    }
+    for (int64_t t = 0; t < T; ++t) {
+        mask[(size_t) t] = t % 301 < 280 ? 1.0f : 0.0f;
+    }
+    std::vector<double> want((size_t) T);
+    for (int64_t t = 0; t < T; ++t) {
+        double acc = 0.0;
+        for (int k = 0; k < K; ++k) {
+            const int64_t src = t + k - K / 2;
+            if (src < 0 || src >= T) {
+                continue;
+            }
+            for (int64_t c = 0; c < C; ++c) {
+                const double v = x[(size_t) (src * C + c)];
+                acc += (double) w[(size_t) (k * C + c)] * (v > 0.0 ? v : 0.01 * v) * mask[(size_t) src];
+            }
+        }
+        want[(size_t) t] = std::tanh(acc);
+    }
+    void *d_x = upload(x), *d_w = upload(w), *d_m = upload(mask), *d_out = nullptr;
+    cudaMalloc(&d_out, sizeof(float) * (size_t) T);
+    bool ok = true;
+    try {
+        vs::cuda::leaky_conv_tanh(0, static_cast<const float *>(d_x), C, T, K, 0.01f, static_cast<const float *>(d_m),
+                                  static_cast<const float *>(d_w), static_cast<float *>(d_out));
+        vs::cuda::synchronize(0);
+    } catch (const std::exception & e) {
+        std::printf("FAIL output C=%lld T=%lld K=%d: %s\n", (long long) C, (long long) T, K, e.what());
+        ok = false;
+    }
+    std::vector<float> got((size_t) T);
+    cudaMemcpy(got.data(), d_out, got.size() * sizeof(float), cudaMemcpyDeviceToHost);
+    for (void * p : { d_x, d_w, d_m, d_out }) {
+        cudaFree(p);
+    }
+    double worst = 0.0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        worst = std::isfinite(got[i]) ? std::max(worst, std::fabs(got[i] - want[i])) : INFINITY;
+    }
+    ok = ok && worst <= 1e-5;
+    std::printf("%s output C=%lld T=%lld K=%d: largest difference %.2e\n", ok ? "ok  " : "FAIL", (long long) C,
+                (long long) T, K, worst);
+    return ok;
+}
+
 }  // namespace
 
 int main() {
@@ -280,6 +337,9 @@ int main() {
         ok = check_leaky(blas, 32, 9, K, false) && ok;
         ok = check_leaky(blas, 64, 613, K, true) && ok;
         ok = check_leaky(blas, 32, 4099, K, true) && ok;
+    }
+    for (int64_t T : { 5, 1000, 70001 }) {  // shorter than the kernel, within a block, many blocks
+        ok = check_post(32, T, 7) && ok;
     }
     vs::cuda::blas_destroy(blas);
     return ok ? 0 : 1;

@@ -440,6 +440,52 @@ __global__ void accumulate_kernel(float4 * __restrict__ sum, const float4 * __re
     }
 }
 
+// HiFi-GAN's output layer (Piper's conv_post, C -> 1, no bias): out[t] = tanh(sum over taps k
+// and channels c of w[k][c] * LeakyReLU(x[t + k - K/2][c]) * mask[t + k - K/2]), zeros past
+// either end. A block takes POST_FRAMES outputs: their input frames, LeakyReLU'd and masked,
+// in shared memory (rows padded by one against bank conflicts), then one thread an output.
+constexpr int POST_FRAMES = 256;
+
+size_t post_shared_bytes(int64_t C, int K) {
+    return sizeof(float) * (size_t) ((POST_FRAMES + K - 1) * (C + 1) + K * C);
+}
+
+__global__ void leaky_conv_tanh_kernel(const float * __restrict__ x, int64_t T, int C, int K, float slope,
+                                       const float * __restrict__ mask, const float * __restrict__ w,
+                                       float * __restrict__ out) {
+    extern __shared__ float sh[];
+    const int               rows = POST_FRAMES + K - 1, stride = C + 1, pad = K / 2;
+    float *                 tile = sh;
+    float *                 ws   = sh + rows * stride;
+    const int64_t           t0   = (int64_t) blockIdx.x * POST_FRAMES;
+    for (int i = threadIdx.x; i < K * C; i += blockDim.x) {
+        ws[i] = w[i];
+    }
+    for (int i = threadIdx.x; i < rows * C; i += blockDim.x) {
+        const int     r = i / C, c = i % C;
+        const int64_t t = t0 + r - pad;
+        float         v = 0.0f;
+        if (t >= 0 && t < T) {
+            const float u = x[t * C + c];
+            v             = (u > 0.0f ? u : slope * u) * (mask ? mask[t] : 1.0f);
+        }
+        tile[r * stride + c] = v;
+    }
+    __syncthreads();
+    const int64_t t = t0 + threadIdx.x;
+    if (t >= T) {
+        return;
+    }
+    float acc = 0.0f;
+    for (int k = 0; k < K; ++k) {
+        const float * row = tile + (threadIdx.x + k) * stride;
+        for (int c = 0; c < C; ++c) {
+            acc = fmaf(ws[k * C + c], row[c], acc);
+        }
+    }
+    out[t] = tanhf(acc);
+}
+
 unsigned elementwise_blocks(int64_t n4) {
     return (unsigned) std::min<int64_t>((n4 + ELEMENTWISE - 1) / ELEMENTWISE, 8192);
 }
@@ -591,6 +637,25 @@ void leaky_stack(int device, void * blas, float * x, int64_t C, int64_t T, int K
         check(cudaGetLastError(), "LeakyReLU kernel launch");
         phase_gemms(h, convs[i].w, ph, x, C, K, d, g);
     }
+}
+
+bool leaky_conv_tanh_supported(int64_t C, int K) {
+    return C > 0 && K > 0 && K % 2 == 1 && post_shared_bytes(C, K) <= 48 * 1024;
+}
+
+void leaky_conv_tanh(int device, const float * x, int64_t C, int64_t T, int K, float slope, const float * mask,
+                     const float * w, float * out) {
+    GGML_ASSERT(leaky_conv_tanh_supported(C, K) && T > 0);
+    check(cudaSetDevice(device), "cudaSetDevice");
+    leaky_conv_tanh_kernel<<<(unsigned) ((T + POST_FRAMES - 1) / POST_FRAMES), POST_FRAMES, post_shared_bytes(C, K),
+                             cudaStreamPerThread>>>(x, T, (int) C, K, slope, mask, w, out);
+    check(cudaGetLastError(), "output kernel launch");
+}
+
+void download(int device, void * host, const void * src, size_t bytes) {
+    check(cudaSetDevice(device), "cudaSetDevice");
+    check(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, cudaStreamPerThread), "download");
+    check(cudaStreamSynchronize(cudaStreamPerThread), "download");
 }
 
 void add(int device, float * dst, const float * a, const float * b, int64_t n) {

@@ -7,6 +7,7 @@
 // share each stage's graph (packing).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <thread>
 
 #include "../vs-context.h"
@@ -728,9 +729,16 @@ std::vector<float> piper_voice::run_decoder_fused(vs_context & c, const std::vec
         mask_at.push_back(pk.packed() ? reserve(sizeof(float) * (size_t) Ts[i]) : 0);
     }
     const size_t x_at = reserve(stage_bytes), r_at = reserve(stage_bytes), s_at = reserve(stage_bytes);
-    const size_t work_at = reserve(work_bytes);
-    auto * const base    = static_cast<uint8_t *>(c.device_scratch(off));
-    auto         ptr     = [&](size_t at) { return reinterpret_cast<float *>(base + at); };
+    const size_t work_at  = reserve(work_bytes);
+    const size_t lmask_at = pk.packed() ? reserve(sizeof(float) * (size_t) F) : 0;  // the latent frames'
+    // The output layer in a kernel of its own where it takes the last stage's channels.
+    const ggml_tensor * post = c.w("dec.conv_post.weight");
+    const bool post_kernel   = (post->type == GGML_TYPE_F32 || post->type == GGML_TYPE_F16) && post->ne[2] == 1 &&
+                             post->ne[0] == Cs.back() &&
+                             vs::cuda::leaky_conv_tanh_supported(Cs.back(), hp_.dec_kernel_post);
+    const size_t audio_at = post_kernel ? reserve(sizeof(float) * (size_t) Ts.back()) : 0;
+    auto * const base     = static_cast<uint8_t *>(c.device_scratch(off));
+    auto         ptr      = [&](size_t at) { return reinterpret_cast<float *>(base + at); };
 
     float *            result = nullptr;  // the last stage's mean, in the scratch
     std::vector<float> audio;
@@ -740,20 +748,25 @@ std::vector<float> piper_voice::run_decoder_fused(vs_context & c, const std::vec
         auto           gb = c.new_graph();
         ggml_context * g  = gb.ctx.get();
         host_inputs    in;
-        // Stage i's mask goes to the scratch once, where this graph and the kernels read it,
-        // and the next graph too.
+        // The latent frames' mask goes up once (graph 0) and stays in the scratch; stage i's,
+        // each latent frame's value repeated at its rate, is made there by graph i, where
+        // the graph, the kernels and the next graph read it.
         auto stage_mask   = [&](size_t k) { return pk.packed() ? c.scratch_tensor(g, mask_at[k], 1, Ts[k]) : nullptr; };
-        ggml_tensor *z_in = nullptr, *x, *mask = nullptr;
+        ggml_tensor *z_in = nullptr, *x, *latent_mask = nullptr;
         if (i == 0) {
             z_in = ggml_new_tensor_2d(g, GGML_TYPE_F32, hp_.inter, F);
             ggml_set_input(z_in);
+            if (pk.packed()) {
+                latent_mask = ggml_cpy(g, in.add(g, 1, F, pk.mask()), c.scratch_tensor(g, lmask_at, 1, F));
+            }
             x = masked(g,
                        conv1d(g, z_in, c.w("dec.conv_pre.weight"), c.w("dec.conv_pre.bias"), 1, hp_.dec_kernel_pre / 2),
-                       pk.packed() ? in.add(g, 1, F, pk.mask()) : nullptr);
+                       latent_mask);
         } else {
-            x = masked(g,
-                       c.scratch_tensor(g, (size_t) (reinterpret_cast<uint8_t *>(result) - base), Cs[i - 1], Ts[i - 1]),
-                       stage_mask(i - 1));
+            latent_mask = pk.packed() ? c.scratch_tensor(g, lmask_at, 1, F) : nullptr;
+            x           = masked(g,
+                                 c.scratch_tensor(g, (size_t) (reinterpret_cast<uint8_t *>(result) - base), Cs[i - 1], Ts[i - 1]),
+                                 stage_mask(i - 1));
         }
         ggml_tensor * out = nullptr;
         if (i < n_stages) {
@@ -762,7 +775,12 @@ std::vector<float> piper_voice::run_decoder_fused(vs_context & c, const std::vec
             x = conv_transpose1d(g, ggml_leaky_relu(g, x, 0.1f, false), c.w(u + "weight"), c.w(u + "bias"), s,
                                  (hp_.ups_kernels[i] - s) / 2);
             GGML_ASSERT(x->ne[0] == Cs[i] && x->ne[1] == Ts[i]);
-            mask = stage_mask(i);
+            ggml_tensor * mask = nullptr;
+            if (latent_mask) {
+                const int64_t rate = Ts[i] / F;
+                mask = ggml_cpy(g, ggml_reshape_2d(g, ggml_repeat_4d(g, latent_mask, rate, F, 1, 1), 1, Ts[i]),
+                                stage_mask(i));
+            }
             ggml_build_forward_expand(gb.gf, ggml_cpy(g, masked(g, x, mask), c.scratch_tensor(g, x_at, Cs[i], Ts[i])));
         } else {
             out = ggml_tanh(g, conv1d(g, ggml_leaky_relu(g, x, 0.01f, false), c.w("dec.conv_post.weight"), nullptr, 1,
@@ -774,10 +792,6 @@ std::vector<float> piper_voice::run_decoder_fused(vs_context & c, const std::vec
         c.alloc(VS_STAGE_DECODER, gb.gf);
         if (z_in) {
             ggml_backend_tensor_set(z_in, z.data(), 0, ggml_nbytes(z_in));
-        }
-        if (mask) {
-            const std::vector<float> m = pk.mask(Ts[i] / F);
-            ggml_backend_tensor_set(mask, m.data(), 0, ggml_nbytes(mask));
         }
         in.set();
         c.compute(gb.gf);
@@ -813,6 +827,26 @@ std::vector<float> piper_voice::run_decoder_fused(vs_context & c, const std::vec
             }
         }
         result = ptr(s_at);
+        if (post_kernel && i + 1 == n_stages) {
+            // The output: LeakyReLU, the mask, conv_post and tanh in one kernel, weights F32.
+            const ggml_tensor * w32 = c.derived_tensor(
+                "f32 dec.conv_post.weight", GGML_TYPE_F32, { post->ne[0], post->ne[1], 1, 1 }, [&](uint8_t * dst) {
+                    std::vector<uint8_t> raw(ggml_nbytes(post));
+                    ggml_backend_tensor_get(post, raw.data(), 0, raw.size());
+                    if (post->type == GGML_TYPE_F16) {
+                        ggml_fp16_to_fp32_row(reinterpret_cast<const ggml_fp16_t *>(raw.data()),
+                                              reinterpret_cast<float *>(dst), ggml_nelements(post));
+                    } else {
+                        std::memcpy(dst, raw.data(), raw.size());
+                    }
+                });
+            vs::cuda::leaky_conv_tanh(dev, result, C, T, hp_.dec_kernel_post, 0.01f, frames_mask,
+                                      static_cast<const float *>(w32->data), ptr(audio_at));
+            audio.resize((size_t) T);
+            vs::cuda::download(dev, audio.data(), ptr(audio_at), sizeof(float) * (size_t) T);
+            c.profile_op("residual blocks (engine's CUDA kernels)", vs::ms_since(t0));
+            return audio;
+        }
         vs::cuda::synchronize(dev);
         c.profile_op("residual blocks (engine's CUDA kernels)", vs::ms_since(t0));
         c.check_abort();
