@@ -380,14 +380,9 @@ void synthesize_inputs(vs_context * ctx, const std::vector<const char *> & input
                 return;
             }
             c.clear_results();
+            active_guard worker_guard{ &c };
             c.active = &params;
-            try {
-                pcm[r] = c.voice->synthesize_batch(c, run, params, (int) start[r]);
-            } catch (...) {
-                c.active = nullptr;
-                throw;
-            }
-            c.active = nullptr;
+            pcm[r]   = c.voice->synthesize_batch(c, run, params, (int) start[r]);
         });
         for (size_t r = 1; r < n_run; ++r) {
             ctx->absorb(*ctx->workers[r - 1], r + 1 == n_run);

@@ -11,6 +11,18 @@
 
 namespace vs {
 
+// Buffers laid out one after another in a context's device scratch (vs_context::device_scratch),
+// each at a 256-byte boundary: reserve() gives a buffer's offset, bytes the size to ask for.
+struct scratch_layout {
+    size_t bytes = 0;
+
+    size_t reserve(size_t n) {
+        const size_t at = bytes;
+        bytes += (n + 255) & ~(size_t) 255;
+        return at;
+    }
+};
+
 class voice;        // an architecture's synthesis (models/*.cpp)
 struct node_trace;  // VOICESTUDIO_NODE_TRACE's writer (vs-context.cpp)
 

@@ -25,6 +25,30 @@ struct host_conv {
     int                      dilation = 1;
 };
 
+// out(t * C + oc, value) for every output of cv's convolution (bias included) over s [T, C]
+// ("same" padding), summed in double.
+template <typename Out>
+void conv_into(const std::vector<float> & s, int64_t C, int64_t T, int K, const host_conv & cv, Out && out) {
+    const int64_t pad = (int64_t) cv.dilation * (K - 1) / 2;
+    for (int64_t t = 0; t < T; ++t) {
+        for (int64_t oc = 0; oc < C; ++oc) {
+            double acc = cv.bias[(size_t) oc];
+            for (int k = 0; k < K; ++k) {
+                const int64_t src = t + (int64_t) k * cv.dilation - pad;
+                if (src < 0 || src >= T) {
+                    continue;
+                }
+                const float * wr = cv.w.data() + (size_t) ((oc * K + k) * C);
+                const float * xr = s.data() + (size_t) (src * C);
+                for (int64_t ic = 0; ic < C; ++ic) {
+                    acc += (double) wr[ic] * xr[ic];
+                }
+            }
+            out((size_t) (t * C + oc), acc);
+        }
+    }
+}
+
 // out = (accumulate ? out : 0) + conv(Snake(AdaIN(in))) + bias, in double.
 void reference_step(const std::vector<float> & in, std::vector<float> & out, bool accumulate, int64_t C, int64_t T,
                     int K, const host_conv & cv) {
@@ -48,25 +72,7 @@ void reference_step(const std::vector<float> & in, std::vector<float> & out, boo
             s[(size_t) (t * C + c)] = ggml_fp16_to_fp32(ggml_fp32_to_fp16((float) (u + sn * sn / al)));
         }
     }
-    const int64_t pad = (int64_t) cv.dilation * (K - 1) / 2;
-    for (int64_t t = 0; t < T; ++t) {
-        for (int64_t oc = 0; oc < C; ++oc) {
-            double acc = cv.bias[(size_t) oc];
-            for (int k = 0; k < K; ++k) {
-                const int64_t src = t + (int64_t) k * cv.dilation - pad;
-                if (src < 0 || src >= T) {
-                    continue;
-                }
-                const float * wr = cv.w.data() + (size_t) ((oc * K + k) * C);
-                const float * xr = s.data() + (size_t) (src * C);
-                for (int64_t ic = 0; ic < C; ++ic) {
-                    acc += (double) wr[ic] * xr[ic];
-                }
-            }
-            float & o = out[(size_t) (t * C + oc)];
-            o         = (float) ((accumulate ? o : 0.0) + acc);
-        }
-    }
+    conv_into(s, C, T, K, cv, [&](size_t i, double v) { out[i] = (float) ((accumulate ? out[i] : 0.0) + v); });
 }
 
 template <typename V>
@@ -206,24 +212,7 @@ bool check_leaky(void * blas, int64_t C, int64_t T, int K, bool with_mask) {
                 s[(size_t) (t * C + c)] = ggml_fp16_to_fp32(ggml_fp32_to_fp16((float) l));
             }
         }
-        const int64_t pad = (int64_t) cv.dilation * (K - 1) / 2;
-        for (int64_t t = 0; t < T; ++t) {
-            for (int64_t oc = 0; oc < C; ++oc) {
-                double acc = cv.bias[(size_t) oc];
-                for (int k = 0; k < K; ++k) {
-                    const int64_t src = t + (int64_t) k * cv.dilation - pad;
-                    if (src < 0 || src >= T) {
-                        continue;
-                    }
-                    const float * wr = cv.w.data() + (size_t) ((oc * K + k) * C);
-                    const float * xr = s.data() + (size_t) (src * C);
-                    for (int64_t ic = 0; ic < C; ++ic) {
-                        acc += (double) wr[ic] * xr[ic];
-                    }
-                }
-                want[(size_t) (t * C + oc)] += acc;
-            }
-        }
+        conv_into(s, C, T, K, cv, [&](size_t i, double v) { want[i] += v; });
     }
 
     const int64_t frames = vs::cuda::snake_frames(T, K, dil, 3);

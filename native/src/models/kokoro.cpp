@@ -1717,15 +1717,9 @@ std::vector<float> kokoro_voice::run_generator_fused(vs_context & c, const act &
 
     // The scratch: stage i has C_i channels and T_i frames; its buffers have room for the
     // frames every kernel size's GEMMs write.
-    auto   align   = [](size_t b) { return (b + 255) & ~(size_t) 255; };
-    size_t off     = 0;
-    auto   reserve = [&](size_t bytes) {
-        const size_t at = off;
-        off += align(bytes);
-        return at;
-    };
+    vs::scratch_layout  scratch;
     const int64_t       rows      = k.styles->ne[0];
-    const size_t        styles_at = reserve(sizeof(float) * (size_t) rows);
+    const size_t        styles_at = scratch.reserve(sizeof(float) * (size_t) rows);
     std::vector<size_t> xs_at;
     size_t              stage_bytes = 0, work_bytes = 0;
     for (size_t i = 0; i < n_stages; ++i) {
@@ -1736,12 +1730,13 @@ std::vector<float> kokoro_voice::run_generator_fused(vs_context & c, const act &
             frames     = std::max(frames, vs::cuda::snake_frames(T, K, dil, 6));
             work_bytes = std::max(work_bytes, vs::cuda::snake_scratch_bytes(C, T, K, dil, 6));
         }
-        xs_at.push_back(reserve(sizeof(float) * (size_t) (C * frames)));
+        xs_at.push_back(scratch.reserve(sizeof(float) * (size_t) (C * frames)));
         stage_bytes = std::max(stage_bytes, sizeof(float) * (size_t) (C * frames));
     }
-    const size_t x_at = reserve(stage_bytes), r_at = reserve(stage_bytes), s_at = reserve(stage_bytes);
-    const size_t work_at = reserve(work_bytes);
-    auto * const base    = static_cast<uint8_t *>(c.device_scratch(off));
+    const size_t x_at = scratch.reserve(stage_bytes), r_at = scratch.reserve(stage_bytes),
+                 s_at    = scratch.reserve(stage_bytes);
+    const size_t work_at = scratch.reserve(work_bytes);
+    auto * const base    = static_cast<uint8_t *>(c.device_scratch(scratch.bytes));
     auto         ptr     = [&](size_t at) { return reinterpret_cast<float *>(base + at); };
 
     // Graph 0's results go to the scratch.

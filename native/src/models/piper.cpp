@@ -705,13 +705,7 @@ std::vector<float> piper_voice::run_decoder_fused(vs_context & c, const std::vec
 
     // The scratch, sized for every stage's channels and frames (with room for the frames
     // each kernel size's GEMMs write).
-    auto   align   = [](size_t b) { return (b + 255) & ~(size_t) 255; };
-    size_t off     = 0;
-    auto   reserve = [&](size_t bytes) {
-        const size_t at = off;
-        off += align(bytes);
-        return at;
-    };
+    vs::scratch_layout   scratch;
     std::vector<int64_t> Cs, Ts;
     std::vector<size_t>  mask_at;
     size_t               stage_bytes = 0, work_bytes = 0;
@@ -726,18 +720,19 @@ std::vector<float> piper_voice::run_decoder_fused(vs_context & c, const std::vec
                 work_bytes, vs::cuda::leaky_scratch_bytes(Cs[i], Ts[i], hp_.res_kernels[j], dils(j), hp_.res_convs));
         }
         stage_bytes = std::max(stage_bytes, sizeof(float) * (size_t) (Cs[i] * frames));
-        mask_at.push_back(pk.packed() ? reserve(sizeof(float) * (size_t) Ts[i]) : 0);
+        mask_at.push_back(pk.packed() ? scratch.reserve(sizeof(float) * (size_t) Ts[i]) : 0);
     }
-    const size_t x_at = reserve(stage_bytes), r_at = reserve(stage_bytes), s_at = reserve(stage_bytes);
-    const size_t work_at  = reserve(work_bytes);
-    const size_t lmask_at = pk.packed() ? reserve(sizeof(float) * (size_t) F) : 0;  // the latent frames'
+    const size_t x_at = scratch.reserve(stage_bytes), r_at = scratch.reserve(stage_bytes),
+                 s_at     = scratch.reserve(stage_bytes);
+    const size_t work_at  = scratch.reserve(work_bytes);
+    const size_t lmask_at = pk.packed() ? scratch.reserve(sizeof(float) * (size_t) F) : 0;  // the latent frames'
     // The output layer in a kernel of its own where it takes the last stage's channels.
     const ggml_tensor * post = c.w("dec.conv_post.weight");
     const bool post_kernel   = (post->type == GGML_TYPE_F32 || post->type == GGML_TYPE_F16) && post->ne[2] == 1 &&
                              post->ne[0] == Cs.back() &&
                              vs::cuda::leaky_conv_tanh_supported(Cs.back(), hp_.dec_kernel_post);
-    const size_t audio_at = post_kernel ? reserve(sizeof(float) * (size_t) Ts.back()) : 0;
-    auto * const base     = static_cast<uint8_t *>(c.device_scratch(off));
+    const size_t audio_at = post_kernel ? scratch.reserve(sizeof(float) * (size_t) Ts.back()) : 0;
+    auto * const base     = static_cast<uint8_t *>(c.device_scratch(scratch.bytes));
     auto         ptr      = [&](size_t at) { return reinterpret_cast<float *>(base + at); };
 
     float *            result = nullptr;  // the last stage's mean, in the scratch
