@@ -139,6 +139,30 @@ def test_workers_on_a_gpu_give_the_takes_of_one(device, voice, sentences, joe_pa
 
 
 @pytest.mark.parametrize("device", GPUS)
+def test_kept_graphs_on_a_gpu_give_the_takes_of_graphs_built_for_them(device, joe_path, monkeypatch):
+    """A GPU keeps Piper's stage graphs by their rounded shapes: a batch in another order,
+    then one sentence a call (other sentences of the same rounded lengths), runs kept
+    graphs, and every take is the one a graph built for it gives."""
+    from test_kept_graphs import CALLS
+
+    def run(keep: str):
+        monkeypatch.setenv("VOICESTUDIO_KEEP_GRAPHS", keep)
+        with Engine.open("piper:joe", device=device) as gpu:
+            return [gpu.synthesize_many(texts, seed=3, batch=batch) for texts, batch in CALLS]
+
+    kept, fresh = run("1"), run("0")
+    assert [c[0].timings["graphs_reused"] for c in fresh] == [0] * len(CALLS)
+    reused = [c[0].timings["graphs_reused"] for c in kept]
+    assert reused[1] == reused[2] == 3 and reused[3] >= 10 and reused[4] == 36
+    for got, want in zip(kept, fresh, strict=True):
+        for a, b in zip(got, want, strict=True):
+            # The rounded shapes change the F16 matmuls' order of summation, which may move
+            # a duration near a whole frame by one.
+            assert abs(len(a.audio) - len(b.audio)) <= 2 * 256 and np.isfinite(a.audio).all()
+            assert log_mel_cosine(a.audio, b.audio, b.sample_rate) >= 0.999
+
+
+@pytest.mark.parametrize("device", GPUS)
 def test_automatic_workers_on_cuda_with_room_for_them(device, joe_path):
     """workers=None (the studio's): 4 on a CUDA device with 16 GiB free, 2 with 8, else 1;
     1 on other backends, where ggml serializes the contexts."""

@@ -317,6 +317,8 @@ class Context {
         d["frames"]          = t.n_frames;
         d["samples"]         = t.n_samples;
         d["skipped_symbols"] = t.n_skipped_symbols;
+        d["graphs_built"]    = t.n_graphs_built;
+        d["graphs_reused"]   = t.n_graphs_reused;
         return d;
     }
 

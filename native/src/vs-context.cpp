@@ -61,7 +61,8 @@ ggml_tensor * vs_context::swapped_weight(const std::string & name) {
     });
 }
 
-vs::graph_build vs_context::new_graph(size_t max_nodes) const {
+vs::graph_build vs_context::new_graph(size_t max_nodes) {
+    timings.n_graphs_built++;
     ggml_init_params ip{ ggml_tensor_overhead() * max_nodes + ggml_graph_overhead_custom(max_nodes, false), nullptr,
                          true };
     vs::graph_build  gb;
@@ -85,6 +86,70 @@ static bool is_view(const ggml_tensor * node) {
             return true;  // computes nothing, wherever the scheduler files it
         default:
             return false;
+    }
+}
+
+vs::stage_graph & vs_context::stage_graph(int stage, const std::string & key, const vs::graph_builder & build,
+                                          size_t max_nodes) {
+    const bool keep = keep_graphs && !profiling && !key.empty();
+    if (keep) {
+        auto it = kept.find(key);
+        if (it != kept.end()) {
+            current_stage        = stage;
+            it->second->last_use = ++graph_uses;
+            timings.n_graphs_reused++;
+            return *it->second;
+        }
+    }
+    auto sg        = std::make_unique<vs::stage_graph>();
+    sg->gb         = new_graph(max_nodes);
+    sg->t          = build(sg->gb.ctx.get(), sg->gb.gf);
+    bool on_device = keep;
+    for (int i = 0; on_device && i < ggml_graph_n_nodes(sg->gb.gf); ++i) {
+        const ggml_tensor * node = ggml_graph_node(sg->gb.gf, i);
+        on_device                = is_view(node) || ggml_backend_supports_op(backend.get(), node);
+    }
+    if (on_device) {
+        sg->alloc.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend.get())));
+        if (!sg->alloc || !ggml_gallocr_alloc_graph(sg->alloc.get(), sg->gb.gf)) {
+            throw vs::error(VS_ERR_COMPUTE,
+                            std::string("out of memory on ") + device + " for the " + vs_stage_name(stage) + " graph");
+        }
+        sg->bytes     = ggml_gallocr_get_buffer_size(sg->alloc.get(), 0);
+        sg->last_use  = ++graph_uses;
+        current_stage = stage;
+        if (sg->bytes > kept_limit / 4) {  // too large to keep: run once in its own memory
+            fresh = std::move(*sg);
+            return fresh;
+        }
+        kept_bytes += sg->bytes;
+        while (kept_bytes > kept_limit && !kept.empty()) {  // the least recently used go first
+            auto lru = kept.begin();
+            for (auto it = kept.begin(); it != kept.end(); ++it) {
+                lru = it->second->last_use < lru->second->last_use ? it : lru;
+            }
+            kept_bytes -= lru->second->bytes;
+            kept.erase(lru);
+        }
+        return *(kept[key] = std::move(sg));
+    }
+    fresh = std::move(*sg);
+    alloc(stage, fresh.gb.gf);
+    return fresh;
+}
+
+void vs_context::compute(vs::stage_graph & sg) {
+    if (!sg.alloc) {
+        compute(sg.gb.gf);
+        return;
+    }
+    sg.runs++;
+    const ggml_status st = ggml_backend_graph_compute(backend.get(), sg.gb.gf);
+    if (st == GGML_STATUS_ABORTED || aborted()) {
+        throw vs::error(VS_ERR_ABORTED, "synthesis cancelled");
+    }
+    if (st != GGML_STATUS_SUCCESS) {
+        throw vs::error(VS_ERR_COMPUTE, "graph computation failed on " + device);
     }
 }
 
@@ -372,6 +437,8 @@ void vs_context::absorb(vs_context & worker, bool last) {
     }
     timings.n_phoneme_ids += worker.timings.n_phoneme_ids;
     timings.n_frames += worker.timings.n_frames;
+    timings.n_graphs_built += worker.timings.n_graphs_built;
+    timings.n_graphs_reused += worker.timings.n_graphs_reused;
     for (const auto & [key, st] : worker.op_profile) {
         op_profile[key].count += st.count;
         op_profile[key].ms += st.ms;
@@ -551,6 +618,12 @@ static std::unique_ptr<vs_context> make_one(vs_model & model, const vs_context_p
     const char * trace_path = worker ? nullptr : std::getenv("VOICESTUDIO_NODE_TRACE");
     if (const char * path = trace_path) {
         ctx->trace = std::make_unique<vs::node_trace>(path, ctx->device, ctx->limits);
+    }
+    const char * keep = std::getenv("VOICESTUDIO_KEEP_GRAPHS");
+    ctx->keep_graphs =
+        keep ? std::string(keep) == "1" : ggml_backend_dev_type(ctx->dev) != GGML_BACKEND_DEVICE_TYPE_CPU;
+    if (const char * mib = std::getenv("VOICESTUDIO_KEPT_GRAPHS_MIB")) {
+        ctx->kept_limit = (size_t) std::strtoull(mib, nullptr, 10) << 20;
     }
     ctx->sched.reset(ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), 32768, false, false));
     if (!worker && params.espeak_library && *params.espeak_library) {

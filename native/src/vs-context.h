@@ -32,6 +32,18 @@ struct graph_build {
     ggml_cgraph * gf = nullptr;
 };
 
+// A stage's graph (vs_context::stage_graph) and the tensors its builder returned: the
+// inputs the caller sets and the outputs it reads, in the builder's order.
+struct stage_graph {
+    graph_build                gb;
+    std::vector<ggml_tensor *> t;
+    gallocr_ptr                alloc;  // a kept graph's own compute memory; null on the scheduler
+    size_t                     bytes    = 0;
+    uint64_t                   last_use = 0;
+    int                        runs     = 0;
+};
+using graph_builder = std::function<std::vector<ggml_tensor *>(ggml_context *, ggml_cgraph *)>;
+
 }  // namespace vs
 
 struct vs_context {
@@ -123,7 +135,26 @@ struct vs_context {
         outputs.clear();
     }
 
-    vs::graph_build new_graph(size_t max_nodes = 8192) const;
+    // Graphs kept between calls by their shapes (stage_graph), off the CPU: a kept graph is
+    // built, checked and allocated once, in device memory of its own, and its next runs
+    // only set its inputs (VOICESTUDIO_KEEP_GRAPHS=0 keeps none, =1 keeps them on the CPU
+    // too). Together they hold at most kept_limit bytes (VOICESTUDIO_KEPT_GRAPHS_MIB, 256
+    // by default), the least recently used going first; one graph over a quarter of that
+    // runs in memory of its own and is not kept.
+    bool                                                    keep_graphs = false;
+    size_t                                                  kept_limit  = size_t(256) << 20;
+    std::map<std::string, std::unique_ptr<vs::stage_graph>> kept;
+    size_t                                                  kept_bytes = 0;
+    uint64_t                                                graph_uses = 0;
+    vs::stage_graph                                         fresh;  // the graph of a stage not kept
+
+    vs::graph_build new_graph(size_t max_nodes = 8192);
+    // The graph of `stage` for shapes `key`, allocated and ready for its inputs: the kept one
+    // of that key, or one `build` makes now (kept where the context keeps graphs and every
+    // node runs on the device). Valid until the next call.
+    vs::stage_graph & stage_graph(int stage, const std::string & key, const vs::graph_builder & build,
+                                  size_t max_nodes = 8192);
+    void              compute(vs::stage_graph & sg);
     // Allocates `gf` on the scheduler; records, per stage, the ops the device could not take.
     void alloc(int stage, ggml_cgraph * gf);
     void compute(ggml_cgraph * gf);

@@ -1,6 +1,7 @@
 // Internal types shared by the engine's translation units.
 #pragma once
 
+#include <ggml-alloc.h>
 #include <ggml-backend.h>
 #include <ggml.h>
 #include <gguf.h>
@@ -44,11 +45,15 @@ struct backend_deleter {
 struct sched_deleter {
     void operator()(ggml_backend_sched_t s) const { ggml_backend_sched_free(s); }
 };
+struct gallocr_deleter {
+    void operator()(ggml_gallocr_t a) const { ggml_gallocr_free(a); }
+};
 using ggml_ctx_ptr = std::unique_ptr<ggml_context, ggml_ctx_deleter>;
 using gguf_ctx_ptr = std::unique_ptr<gguf_context, gguf_ctx_deleter>;
 using buffer_ptr   = std::unique_ptr<ggml_backend_buffer, buffer_deleter>;
 using backend_ptr  = std::unique_ptr<ggml_backend, backend_deleter>;
 using sched_ptr    = std::unique_ptr<ggml_backend_sched, sched_deleter>;
+using gallocr_ptr  = std::unique_ptr<ggml_gallocr, gallocr_deleter>;
 
 // ---------------------------------------------------------------- devices (vs-devices.cpp)
 

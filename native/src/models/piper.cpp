@@ -33,26 +33,42 @@ constexpr int64_t DEVICE_DECODER_TILE  = 4096;
 // tokens (slots included) a graph.
 constexpr int64_t PACK_TOKENS = 8192;
 
+// n rounded up to one of eight lengths an octave (a multiple of 16 below 256, of 32 below
+// 512, ...): at most 1/8 more, and few enough shapes that kept graphs recur.
+int64_t shape_bucket(int64_t n) {
+    int64_t p = 1;
+    while (p * 2 <= n) {
+        p *= 2;
+    }
+    const int64_t step = std::max<int64_t>(16, p / 8);
+    return (n + step - 1) / step * step;
+}
+
 // Sentences laid end to end along time with at least `gap` frames between neighbours, so
 // that a batch runs as one graph. Every convolution of a packed graph reads its input
 // masked (zero outside the sentences) and each gap is at least as wide as that
 // convolution's padding, so a sentence sees the zeros it sees alone. With `slots`, each
 // sentence starts a slot of the longest one's length plus the gap: [C, total] is then
 // [C, slot, n], which the encoder's attention takes as a batch. One sentence is laid out
-// as itself: no gaps, no masks.
+// as itself: no gaps, no masks. `bucketed` rounds the slot (or the total) up to its
+// shape_bucket, so that graphs kept by their shapes serve other sentences too: the frames
+// added at the end are masked as gaps are.
 struct packing {
     std::vector<int64_t> start, len;
     int64_t              total = 0, slot = 0;
 
-    packing(const std::vector<int64_t> & lens, int64_t gap, bool slots = false) : len(lens) {
+    packing(const std::vector<int64_t> & lens, int64_t gap, bool slots = false, bool bucketed = false) : len(lens) {
         const int64_t longest = lens.empty() ? 0 : *std::max_element(lens.begin(), lens.end());
         slot                  = lens.size() > 1 ? longest + gap : longest;
+        slot                  = bucketed && slots ? shape_bucket(slot) : slot;
         for (size_t i = 0; i < lens.size(); ++i) {
             start.push_back(slots ? (int64_t) i * slot : i == 0 ? 0 : total + gap);
             total = slots ? (int64_t) (i + 1) * slot : start.back() + lens[i];
         }
+        total = bucketed && !slots ? shape_bucket(total) : total;
     }
-    bool packed() const { return start.size() > 1; }
+    // Whether any frame lies outside the sentences (then graphs mask).
+    bool packed() const { return start.size() > 1 || (!start.empty() && total > len[0]); }
 
     // 1 on the sentences' samples (`rate` a frame) and 0 in the gaps, after `before` and
     // followed by `after` zeros.
@@ -99,6 +115,27 @@ struct host_inputs {
         }
     }
 };
+
+// An input of a stage graph, set after allocation (set_input).
+ggml_tensor * new_input(ggml_context * g, ggml_type type, int64_t ne0, int64_t ne1 = 1, int64_t ne2 = 1,
+                        int64_t ne3 = 1) {
+    ggml_tensor * t = ggml_new_tensor_4d(g, type, ne0, ne1, ne2, ne3);
+    ggml_set_input(t);
+    return t;
+}
+
+template <typename T>
+void set_input(ggml_tensor * t, const std::vector<T> & values) {
+    GGML_ASSERT(values.size() * sizeof(T) == ggml_nbytes(t));
+    ggml_backend_tensor_set(t, values.data(), 0, ggml_nbytes(t));
+}
+
+template <typename T>
+std::vector<T> get_output(const ggml_tensor * t) {
+    std::vector<T> out((size_t) ggml_nelements(t));
+    ggml_backend_tensor_get(t, out.data(), 0, ggml_nbytes(t));
+    return out;
+}
 
 // x with the frames outside the sentences zeroed (x itself where nothing is packed).
 ggml_tensor * masked(ggml_context * g, ggml_tensor * x, ggml_tensor * mask) {
@@ -387,56 +424,53 @@ ggml_tensor * piper_voice::attention(vs_context & c, ggml_context * g, ggml_tens
 
 void piper_voice::run_encoder(vs_context & c, const std::vector<int32_t> & ids, const packing & pk,
                               std::vector<float> & hidden, std::vector<float> & m_p, std::vector<float> & logs_p) {
-    const int64_t  T  = (int64_t) ids.size();
-    auto           gb = c.new_graph();
-    ggml_context * g  = gb.ctx.get();
-    host_inputs    in;
-    ggml_tensor *  mask = pk.packed() ? in.add(g, 1, T, pk.mask()) : nullptr;
-    const int64_t  n    = (int64_t) pk.start.size();
+    const int64_t T = (int64_t) ids.size(), n = (int64_t) pk.start.size();
     GGML_ASSERT(pk.slot * n == T);
-    ggml_tensor * kq_mask = pk.packed() ? in.add(g, pk.slot, pk.slot, pk.key_mask(), 1, n) : nullptr;
+    const bool        packed = pk.packed();
+    const std::string key = "encoder " + std::to_string(n) + "x" + std::to_string(pk.slot) + (packed ? " packed" : "");
+    vs::stage_graph & sg  = c.stage_graph(VS_STAGE_ENCODER, key, [&](ggml_context * g, ggml_cgraph * gf) {
+        ggml_tensor * tokens = new_input(g, GGML_TYPE_I32, T);
+        ggml_set_name(tokens, "tokens");
+        ggml_tensor * mask    = packed ? new_input(g, GGML_TYPE_F32, 1, T) : nullptr;
+        ggml_tensor * kq_mask = packed ? new_input(g, GGML_TYPE_F32, pk.slot, pk.slot, 1, n) : nullptr;
 
-    ggml_tensor * tokens = ggml_new_tensor_1d(g, GGML_TYPE_I32, T);
-    ggml_set_name(tokens, "tokens");
-    ggml_set_input(tokens);
-
-    ggml_tensor * x = ggml_get_rows(g, c.w("enc_p.emb.weight"), tokens);  // [C, T]
-    x               = ggml_scale(g, x, std::sqrt((float) hp_.hidden));
-    const int pad   = hp_.ffn_kernel / 2;
-    for (int il = 0; il < hp_.n_layers; ++il) {
-        const std::string l = std::to_string(il);
-        x                   = layer_norm(g, ggml_add(g, x, attention(c, g, x, il, n, kq_mask)),
-                                         c.w("enc_p.encoder.norm_layers_1." + l + ".gamma"),
-                                         c.w("enc_p.encoder.norm_layers_1." + l + ".beta"), 1e-5f);
-        const std::string f = "enc_p.encoder.ffn_layers." + l + ".";
-        ggml_tensor *     y = conv1d(g, masked(g, x, mask), c.w(f + "conv_1.weight"), c.w(f + "conv_1.bias"), 1, pad);
-        y = conv1d(g, masked(g, ggml_relu(g, y), mask), c.w(f + "conv_2.weight"), c.w(f + "conv_2.bias"), 1, pad);
-        x = layer_norm(g, ggml_add(g, x, y), c.w("enc_p.encoder.norm_layers_2." + l + ".gamma"),
-                       c.w("enc_p.encoder.norm_layers_2." + l + ".beta"), 1e-5f);
+        ggml_tensor * x = ggml_get_rows(g, c.w("enc_p.emb.weight"), tokens);  // [C, T]
+        x               = ggml_scale(g, x, std::sqrt((float) hp_.hidden));
+        const int pad   = hp_.ffn_kernel / 2;
+        for (int il = 0; il < hp_.n_layers; ++il) {
+            const std::string l = std::to_string(il);
+            x                   = layer_norm(g, ggml_add(g, x, attention(c, g, x, il, n, kq_mask)),
+                                              c.w("enc_p.encoder.norm_layers_1." + l + ".gamma"),
+                                              c.w("enc_p.encoder.norm_layers_1." + l + ".beta"), 1e-5f);
+            const std::string f = "enc_p.encoder.ffn_layers." + l + ".";
+            ggml_tensor * y = conv1d(g, masked(g, x, mask), c.w(f + "conv_1.weight"), c.w(f + "conv_1.bias"), 1, pad);
+            y = conv1d(g, masked(g, ggml_relu(g, y), mask), c.w(f + "conv_2.weight"), c.w(f + "conv_2.bias"), 1, pad);
+            x = layer_norm(g, ggml_add(g, x, y), c.w("enc_p.encoder.norm_layers_2." + l + ".gamma"),
+                            c.w("enc_p.encoder.norm_layers_2." + l + ".beta"), 1e-5f);
+        }
+        ggml_set_name(x, "enc_hidden");
+        ggml_set_output(x);
+        ggml_tensor * stats = conv1d(g, x, c.w("enc_p.proj.weight"), c.w("enc_p.proj.bias"), 1, 0);  // [2*inter, T]
+        ggml_tensor * m     = channels(g, stats, 0, hp_.inter);
+        ggml_tensor * logs  = channels(g, stats, hp_.inter, hp_.inter);
+        ggml_set_name(m, "m_p");
+        ggml_set_name(logs, "logs_p");
+        ggml_set_output(m);
+        ggml_set_output(logs);
+        ggml_build_forward_expand(gf, x);
+        ggml_build_forward_expand(gf, m);
+        ggml_build_forward_expand(gf, logs);
+        return std::vector<ggml_tensor *>{ tokens, mask, kq_mask, x, m, logs };
+    });
+    set_input(sg.t[0], ids);
+    if (packed) {
+        set_input(sg.t[1], pk.mask());
+        set_input(sg.t[2], pk.key_mask());
     }
-    ggml_set_name(x, "enc_hidden");
-    ggml_set_output(x);
-    ggml_tensor * stats = conv1d(g, x, c.w("enc_p.proj.weight"), c.w("enc_p.proj.bias"), 1, 0);  // [2*inter, T]
-    ggml_tensor * m     = channels(g, stats, 0, hp_.inter);
-    ggml_tensor * logs  = channels(g, stats, hp_.inter, hp_.inter);
-    ggml_set_name(m, "m_p");
-    ggml_set_name(logs, "logs_p");
-    ggml_set_output(m);
-    ggml_set_output(logs);
-    ggml_build_forward_expand(gb.gf, x);
-    ggml_build_forward_expand(gb.gf, m);
-    ggml_build_forward_expand(gb.gf, logs);
-
-    c.alloc(VS_STAGE_ENCODER, gb.gf);
-    ggml_backend_tensor_set(tokens, ids.data(), 0, ggml_nbytes(tokens));
-    in.set();
-    c.compute(gb.gf);
-    hidden.resize(ggml_nelements(x));
-    m_p.resize(ggml_nelements(m));
-    logs_p.resize(ggml_nelements(logs));
-    ggml_backend_tensor_get(x, hidden.data(), 0, ggml_nbytes(x));
-    ggml_backend_tensor_get(m, m_p.data(), 0, ggml_nbytes(m));
-    ggml_backend_tensor_get(logs, logs_p.data(), 0, ggml_nbytes(logs));
+    c.compute(sg);
+    hidden = get_output<float>(sg.t[3]);
+    m_p    = get_output<float>(sg.t[4]);
+    logs_p = get_output<float>(sg.t[5]);
 }
 
 ggml_tensor * piper_voice::dds_conv(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * cond,
@@ -515,56 +549,52 @@ ggml_tensor * piper_voice::spline_inverse(ggml_context * g, ggml_tensor * x, ggm
 
 std::vector<float> piper_voice::run_duration(vs_context & c, const std::vector<float> & hidden, const packing & pk,
                                              const std::vector<float> & noise) {
-    const int64_t  T    = pk.total;
-    auto           gb   = c.new_graph();
-    ggml_context * g    = gb.ctx.get();
-    const int      bins = hp_.dp_bins;
-    host_inputs    in;
-    ggml_tensor *  mask = pk.packed() ? in.add(g, 1, T, pk.mask()) : nullptr;
+    const int64_t     T      = pk.total;
+    const int         bins   = hp_.dp_bins;
+    const bool        packed = pk.packed();
+    const std::string key    = "duration " + std::to_string(T) + (packed ? " packed" : "");
+    vs::stage_graph & sg     = c.stage_graph(VS_STAGE_DURATION, key, [&](ggml_context * g, ggml_cgraph * gf) {
+        ggml_tensor * mask = packed ? new_input(g, GGML_TYPE_F32, 1, T) : nullptr;
+        ggml_tensor * x_in = new_input(g, GGML_TYPE_F32, hp_.hidden, T);
+        ggml_set_name(x_in, "enc_hidden");
+        ggml_tensor * z_in = new_input(g, GGML_TYPE_F32, T, 2);  // noise, one row per channel
+        ggml_set_name(z_in, "dp_noise");
+        spline_consts k{};
+        k.cumsum = new_input(g, GGML_TYPE_F32, bins, bins + 1);
+        k.diff   = new_input(g, GGML_TYPE_F32, bins + 1, bins);
+        k.ends   = new_input(g, GGML_TYPE_F32, bins + 1);
+        k.last   = new_input(g, GGML_TYPE_F32, bins + 1);
 
-    ggml_tensor * x_in = ggml_new_tensor_2d(g, GGML_TYPE_F32, hp_.hidden, T);
-    ggml_set_name(x_in, "enc_hidden");
-    ggml_set_input(x_in);
-    ggml_tensor * z_in = ggml_new_tensor_2d(g, GGML_TYPE_F32, T, 2);  // noise, one row per channel
-    ggml_set_name(z_in, "dp_noise");
-    ggml_set_input(z_in);
-    spline_consts k{};
-    k.cumsum = ggml_new_tensor_2d(g, GGML_TYPE_F32, bins, bins + 1);
-    k.diff   = ggml_new_tensor_2d(g, GGML_TYPE_F32, bins + 1, bins);
-    k.ends   = ggml_new_tensor_1d(g, GGML_TYPE_F32, bins + 1);
-    k.last   = ggml_new_tensor_1d(g, GGML_TYPE_F32, bins + 1);
-    for (ggml_tensor * t : { k.cumsum, k.diff, k.ends, k.last }) {
-        ggml_set_input(t);
+        ggml_tensor * cond = conv1d(g, x_in, c.w("dp.pre.weight"), c.w("dp.pre.bias"), 1, 0);
+        cond               = dds_conv(c, g, cond, nullptr, "dp.convs.", mask);
+        cond               = conv1d(g, cond, c.w("dp.proj.weight"), c.w("dp.proj.bias"), 1, 0);
+
+        // z0, z1: [1, T] each.
+        ggml_tensor * z0 = ggml_cont(g, ggml_view_2d(g, z_in, 1, T, ggml_element_size(z_in), 0));
+        ggml_tensor * z1 = ggml_cont(g, ggml_view_2d(g, z_in, 1, T, ggml_element_size(z_in), z_in->nb[1]));
+        // Reverse order: each ConvFlow, then the Flip that precedes it in the forward list.
+        for (auto it = hp_.dp_flow_ids.rbegin(); it != hp_.dp_flow_ids.rend(); ++it) {
+            const std::string f = "dp.flows." + std::to_string(*it) + ".";
+            ggml_tensor *     h = conv1d(g, z0, c.w(f + "pre.weight"), c.w(f + "pre.bias"), 1, 0);
+            h                   = dds_conv(c, g, h, cond, f + "convs.", mask);
+            h                   = conv1d(g, h, c.w(f + "proj.weight"), c.w(f + "proj.bias"), 1, 0);  // [3*bins-1, T]
+            z1                  = spline_inverse(g, z1, h, k);
+            std::swap(z0, z1);
+        }
+        // ElementwiseAffine in reverse: (z - m) * exp(-logs), first channel only.
+        ggml_tensor * m0   = ggml_view_1d(g, c.w("dp.flows.0.m"), 1, 0);
+        ggml_tensor * s0   = ggml_view_1d(g, c.w("dp.flows.0.exp_neg_logs"), 1, 0);
+        ggml_tensor * logw = ggml_mul(g, ggml_sub(g, z0, m0), s0);
+        ggml_set_name(logw, "logw");
+        ggml_set_output(logw);
+        ggml_build_forward_expand(gf, logw);
+        return std::vector<ggml_tensor *>{ mask, x_in, z_in, k.cumsum, k.diff, k.ends, k.last, logw };
+    });
+    if (packed) {
+        set_input(sg.t[0], pk.mask());
     }
-
-    ggml_tensor * cond = conv1d(g, x_in, c.w("dp.pre.weight"), c.w("dp.pre.bias"), 1, 0);
-    cond               = dds_conv(c, g, cond, nullptr, "dp.convs.", mask);
-    cond               = conv1d(g, cond, c.w("dp.proj.weight"), c.w("dp.proj.bias"), 1, 0);
-
-    // z0, z1: [1, T] each.
-    ggml_tensor * z0 = ggml_cont(g, ggml_view_2d(g, z_in, 1, T, ggml_element_size(z_in), 0));
-    ggml_tensor * z1 = ggml_cont(g, ggml_view_2d(g, z_in, 1, T, ggml_element_size(z_in), z_in->nb[1]));
-    // Reverse order: each ConvFlow, then the Flip that precedes it in the forward list.
-    for (auto it = hp_.dp_flow_ids.rbegin(); it != hp_.dp_flow_ids.rend(); ++it) {
-        const std::string f = "dp.flows." + std::to_string(*it) + ".";
-        ggml_tensor *     h = conv1d(g, z0, c.w(f + "pre.weight"), c.w(f + "pre.bias"), 1, 0);
-        h                   = dds_conv(c, g, h, cond, f + "convs.", mask);
-        h                   = conv1d(g, h, c.w(f + "proj.weight"), c.w(f + "proj.bias"), 1, 0);  // [3*bins-1, T]
-        z1                  = spline_inverse(g, z1, h, k);
-        std::swap(z0, z1);
-    }
-    // ElementwiseAffine in reverse: (z - m) * exp(-logs), first channel only.
-    ggml_tensor * m0   = ggml_view_1d(g, c.w("dp.flows.0.m"), 1, 0);
-    ggml_tensor * s0   = ggml_view_1d(g, c.w("dp.flows.0.exp_neg_logs"), 1, 0);
-    ggml_tensor * logw = ggml_mul(g, ggml_sub(g, z0, m0), s0);
-    ggml_set_name(logw, "logw");
-    ggml_set_output(logw);
-    ggml_build_forward_expand(gb.gf, logw);
-
-    c.alloc(VS_STAGE_DURATION, gb.gf);
-    ggml_backend_tensor_set(x_in, hidden.data(), 0, ggml_nbytes(x_in));
-    ggml_backend_tensor_set(z_in, noise.data(), 0, ggml_nbytes(z_in));
-    in.set();
+    set_input(sg.t[1], hidden);
+    set_input(sg.t[2], noise);
     std::vector<float> cumsum((bins + 1) * bins, 0.0f), diff((bins + 1) * bins, 0.0f), ends(bins + 1, 0.0f),
         last(bins + 1, 0.0f);
     for (int j = 0; j <= bins; ++j) {
@@ -578,14 +608,12 @@ std::vector<float> piper_voice::run_duration(vs_context & c, const std::vector<f
     }
     ends[0] = ends[bins] = 1.0f;
     last[bins]           = 1.0f;
-    ggml_backend_tensor_set(k.cumsum, cumsum.data(), 0, ggml_nbytes(k.cumsum));
-    ggml_backend_tensor_set(k.diff, diff.data(), 0, ggml_nbytes(k.diff));
-    ggml_backend_tensor_set(k.ends, ends.data(), 0, ggml_nbytes(k.ends));
-    ggml_backend_tensor_set(k.last, last.data(), 0, ggml_nbytes(k.last));
-    c.compute(gb.gf);
-    std::vector<float> out(T);
-    ggml_backend_tensor_get(logw, out.data(), 0, ggml_nbytes(logw));
-    return out;
+    set_input(sg.t[3], cumsum);
+    set_input(sg.t[4], diff);
+    set_input(sg.t[5], ends);
+    set_input(sg.t[6], last);
+    c.compute(sg);
+    return get_output<float>(sg.t[7]);
 }
 
 ggml_tensor * piper_voice::wavenet(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & prefix,
@@ -616,55 +644,52 @@ std::vector<float> piper_voice::run_flow(vs_context & c, const std::vector<float
                                          const std::vector<float> & logs_p, const std::vector<int32_t> & frame_to_token,
                                          const std::vector<float> & noise, float noise_scale, int64_t T,
                                          const packing & pk) {
-    const int64_t  F = (int64_t) frame_to_token.size(), C = hp_.inter, half = C / 2;
-    auto           gb = c.new_graph();
-    ggml_context * g  = gb.ctx.get();
-    host_inputs    in;
-    ggml_tensor *  mask = pk.packed() ? in.add(g, 1, F, pk.mask()) : nullptr;
+    const int64_t     F = (int64_t) frame_to_token.size(), C = hp_.inter, half = C / 2;
+    const bool        packed = pk.packed();
+    const std::string key = "flow " + std::to_string(T) + " " + std::to_string(F) + " " + std::to_string(noise_scale) +
+                            (packed ? " packed" : "");
+    vs::stage_graph & sg = c.stage_graph(VS_STAGE_FLOW, key, [&](ggml_context * g, ggml_cgraph * gf) {
+        ggml_tensor * mask    = packed ? new_input(g, GGML_TYPE_F32, 1, F) : nullptr;
+        ggml_tensor * m_in    = new_input(g, GGML_TYPE_F32, C, T);
+        ggml_tensor * logs_in = new_input(g, GGML_TYPE_F32, C, T);
+        ggml_tensor * frames  = new_input(g, GGML_TYPE_I32, F);
+        ggml_tensor * eps     = new_input(g, GGML_TYPE_F32, C, F);
+        ggml_tensor * rev     = new_input(g, GGML_TYPE_I32, C);
+        // Length regulation: each token's statistics repeated over its frames.
+        ggml_tensor * m    = ggml_get_rows(g, m_in, frames);     // [C, F]
+        ggml_tensor * logs = ggml_get_rows(g, logs_in, frames);  // [C, F]
+        ggml_tensor * z    = ggml_add(g, m, ggml_mul(g, eps, ggml_scale(g, ggml_exp(g, logs), noise_scale)));
+        ggml_set_name(z, "z_p");
 
-    ggml_tensor * m_in    = ggml_new_tensor_2d(g, GGML_TYPE_F32, C, T);
-    ggml_tensor * logs_in = ggml_new_tensor_2d(g, GGML_TYPE_F32, C, T);
-    ggml_tensor * frames  = ggml_new_tensor_1d(g, GGML_TYPE_I32, F);
-    ggml_tensor * eps     = ggml_new_tensor_2d(g, GGML_TYPE_F32, C, F);
-    ggml_tensor * rev     = ggml_new_tensor_1d(g, GGML_TYPE_I32, C);
-    for (ggml_tensor * t : { m_in, logs_in, frames, eps, rev }) {
-        ggml_set_input(t);
+        for (auto it = hp_.flow_ids.rbegin(); it != hp_.flow_ids.rend(); ++it) {
+            const std::string f = "flow.flows." + std::to_string(*it) + ".";
+            z                   = flip_channels(g, z, rev);
+            ggml_tensor * x0    = channels(g, z, 0, half);
+            ggml_tensor * x1    = channels(g, z, half, half);
+            ggml_tensor * h     = conv1d(g, x0, c.w(f + "pre.weight"), c.w(f + "pre.bias"), 1, 0);
+            h                   = wavenet(c, g, h, f + "enc.", mask);
+            ggml_tensor * mean  = conv1d(g, h, c.w(f + "post.weight"), c.w(f + "post.bias"), 1, 0);
+            z                   = ggml_concat(g, x0, ggml_sub(g, x1, mean), 0);
+        }
+        ggml_set_name(z, "z");
+        ggml_set_output(z);
+        ggml_build_forward_expand(gf, z);
+        return std::vector<ggml_tensor *>{ mask, m_in, logs_in, frames, eps, rev, z };
+    });
+    if (packed) {
+        set_input(sg.t[0], pk.mask());
     }
-    // Length regulation: each token's statistics repeated over its frames.
-    ggml_tensor * m    = ggml_get_rows(g, m_in, frames);     // [C, F]
-    ggml_tensor * logs = ggml_get_rows(g, logs_in, frames);  // [C, F]
-    ggml_tensor * z    = ggml_add(g, m, ggml_mul(g, eps, ggml_scale(g, ggml_exp(g, logs), noise_scale)));
-    ggml_set_name(z, "z_p");
-
-    for (auto it = hp_.flow_ids.rbegin(); it != hp_.flow_ids.rend(); ++it) {
-        const std::string f = "flow.flows." + std::to_string(*it) + ".";
-        z                   = flip_channels(g, z, rev);
-        ggml_tensor * x0    = channels(g, z, 0, half);
-        ggml_tensor * x1    = channels(g, z, half, half);
-        ggml_tensor * h     = conv1d(g, x0, c.w(f + "pre.weight"), c.w(f + "pre.bias"), 1, 0);
-        h                   = wavenet(c, g, h, f + "enc.", mask);
-        ggml_tensor * mean  = conv1d(g, h, c.w(f + "post.weight"), c.w(f + "post.bias"), 1, 0);
-        z                   = ggml_concat(g, x0, ggml_sub(g, x1, mean), 0);
-    }
-    ggml_set_name(z, "z");
-    ggml_set_output(z);
-    ggml_build_forward_expand(gb.gf, z);
-
-    c.alloc(VS_STAGE_FLOW, gb.gf);
-    ggml_backend_tensor_set(m_in, m_p.data(), 0, ggml_nbytes(m_in));
-    ggml_backend_tensor_set(logs_in, logs_p.data(), 0, ggml_nbytes(logs_in));
-    ggml_backend_tensor_set(frames, frame_to_token.data(), 0, ggml_nbytes(frames));
-    ggml_backend_tensor_set(eps, noise.data(), 0, ggml_nbytes(eps));
+    set_input(sg.t[1], m_p);
+    set_input(sg.t[2], logs_p);
+    set_input(sg.t[3], frame_to_token);
+    set_input(sg.t[4], noise);
     std::vector<int32_t> rev_idx(C);
     for (int64_t i = 0; i < C; ++i) {
         rev_idx[i] = (int32_t) (C - 1 - i);
     }
-    ggml_backend_tensor_set(rev, rev_idx.data(), 0, ggml_nbytes(rev));
-    in.set();
-    c.compute(gb.gf);
-    std::vector<float> out(ggml_nelements(z));
-    ggml_backend_tensor_get(z, out.data(), 0, ggml_nbytes(z));
-    return out;
+    set_input(sg.t[5], rev_idx);
+    c.compute(sg);
+    return get_output<float>(sg.t[6]);
 }
 
 // The decoder's residual blocks in the engine's CUDA kernels: on a CUDA device, with every
@@ -1151,7 +1176,10 @@ void piper_voice::run_group(vs_context & c, std::vector<job> & jobs, size_t firs
     for (size_t i = first; i < last; ++i) {
         lens.push_back((int64_t) jobs[i].ids.size());
     }
-    const packing        tok(lens, token_gap(), true);
+    // Where graphs are kept by their shapes (off the CPU), lengths are rounded up so that
+    // other sentences of about the same lengths run the same graphs.
+    const bool           bucketed = c.keep_graphs && c.device_graphs;
+    const packing        tok(lens, token_gap(), true, bucketed);
     std::vector<int32_t> ids((size_t) tok.total, hp_.phoneme_ids.at(U'_'));  // the gaps' tokens are masked
     for (size_t i = 0; i < n; ++i) {
         std::copy(jobs[first + i].ids.begin(), jobs[first + i].ids.end(), ids.begin() + tok.start[i]);
@@ -1188,7 +1216,7 @@ void piper_voice::run_group(vs_context & c, std::vector<job> & jobs, size_t firs
         for (size_t i = first; i < last; ++i) {
             frames_of.push_back((int64_t) jobs[i].frame_to_token.size());
         }
-        const packing        frm(frames_of, flow_gap());
+        const packing        frm(frames_of, flow_gap(), false, bucketed);
         std::vector<int32_t> frame_to_token((size_t) frm.total, 0);  // gap frames are masked
         std::vector<float>   eps((size_t) (C * frm.total), 0.0f);
         for (size_t i = 0; i < n; ++i) {

@@ -1,0 +1,84 @@
+"""Graphs kept between calls: off the CPU a context keeps each stage's graph by its shapes
+(lengths rounded up, the added frames masked) and the next sentence of those shapes only
+sets its inputs. A take must not depend on whether its graphs were built for it or kept
+from another sentence. On the CPU, VOICESTUDIO_KEEP_GRAPHS=1 keeps them too and
+VOICESTUDIO_DEVICE_GRAPHS=1 builds the graphs a GPU runs, so CI checks that path."""
+
+import numpy as np
+import pytest
+
+from app.core.engine import Engine
+
+TEXTS = [
+    "Hi!",
+    "The quick brown fox jumps over the lazy dog, and then it runs far away.",
+    "Where is it?",
+    "A fourth sentence, of middling length.",
+    "Five.",
+    "And the sixth and last one, which closes the script.",
+]
+OTHERS = [
+    "Hello!",
+    "The slow green turtle walks under the busy bridge, and then it sleeps.",
+    "Who is that?",
+    "Another sentence, of middling size.",
+    "Six.",
+    "And a last one, which ends the text.",
+]
+# (texts, batch): a batch; the same sentences in another order (the same rounded shapes,
+# each sentence elsewhere in them); the first again; then one sentence a call, twice over.
+CALLS = [(TEXTS, 6), (TEXTS[::-1], 6), (TEXTS, 6), (TEXTS + OTHERS, 1), (OTHERS + TEXTS, 1)]
+
+
+def _calls(monkeypatch, keep: str, workers: int = 1, limit_mib: str | None = None):
+    monkeypatch.setenv("VOICESTUDIO_DEVICE_GRAPHS", "1")
+    monkeypatch.setenv("VOICESTUDIO_KEEP_GRAPHS", keep)
+    if limit_mib is not None:
+        monkeypatch.setenv("VOICESTUDIO_KEPT_GRAPHS_MIB", limit_mib)
+    out = []
+    with Engine.open("piper:joe", device="cpu", threads=2, workers=workers) as engine:
+        for texts, batch in CALLS:
+            takes = engine.synthesize_many(texts, seed=3, batch=batch)
+            out.append(([t.audio for t in takes], takes[0].timings))
+    return out
+
+
+@pytest.fixture(scope="module")
+def fresh(joe_path):
+    with pytest.MonkeyPatch.context() as mp:
+        return _calls(mp, "0")
+
+
+def _assert_same_takes(calls, fresh):
+    for (audio, _), (ref, _) in zip(calls, fresh, strict=True):
+        for a, r in zip(audio, ref, strict=True):
+            assert a.shape == r.shape  # the same durations: no frame moved
+            assert np.max(np.abs(a - r)) < 5e-4 * max(1.0, float(np.max(np.abs(r))))
+
+
+def test_kept_graphs_give_the_takes_of_graphs_built_for_them(monkeypatch, fresh):
+    kept = _calls(monkeypatch, "1")
+    _assert_same_takes(kept, fresh)
+    assert all(t["graphs_reused"] == 0 for _, t in fresh)
+    reused = [t["graphs_reused"] for _, t in kept]
+    # Piper's encoder, duration and flow graphs are kept (its decoder's are not): the batch in
+    # another order runs all three again, and so does the first batch.
+    assert reused[0] == 0 and reused[1] == 3 and reused[2] == 3
+    # One sentence a call: sentences of the same rounded lengths share graphs (12 of the 36
+    # are another sentence's, where exact lengths would share 2), and the second pass finds
+    # every sentence's.
+    assert reused[3] >= 10 and reused[4] == 36
+    for (_, t), (_, f) in zip(kept, fresh, strict=True):
+        assert t["graphs_built"] + t["graphs_reused"] == f["graphs_built"]
+
+
+def test_workers_keep_graphs_of_their_own(monkeypatch, fresh):
+    kept = _calls(monkeypatch, "1", workers=3)
+    _assert_same_takes(kept, fresh)
+    assert kept[2][1]["graphs_reused"] == 9  # each worker's two sentences: its three graphs again
+
+
+def test_a_limit_too_small_for_any_graph_keeps_none(monkeypatch, fresh):
+    kept = _calls(monkeypatch, "1", limit_mib="0")
+    _assert_same_takes(kept, fresh)
+    assert all(t["graphs_reused"] == 0 for _, t in kept)
