@@ -216,7 +216,7 @@ def cmd_bench(args) -> int:
                     "first_audio_ms": statistics.median(t.timings["first_audio_ms"] for t in runs),
                     "audio_s": runs[0].duration_s,
                     "stages_ms": {s: statistics.median(t.timings["stages_ms"][s] for t in runs) for s in engine.stages},
-                    # Off the CPU, graphs are kept between calls: the repeated runs reuse them.
+                    # On CUDA, graphs are kept between calls: the repeated runs reuse them.
                     "graphs_built": statistics.median(t.timings["graphs_built"] for t in runs),
                     "graphs_reused": statistics.median(t.timings["graphs_reused"] for t in runs),
                 }

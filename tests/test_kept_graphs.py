@@ -1,4 +1,4 @@
-"""Graphs kept between calls: off the CPU a context keeps each stage's graph by its shapes
+"""Graphs kept between calls: on CUDA a context keeps each stage's graph by its shapes
 (lengths rounded up, the added frames masked) and the next sentence of those shapes only
 sets its inputs. A take must not depend on whether its graphs were built for it or kept
 from another sentence. On the CPU, VOICESTUDIO_KEEP_GRAPHS=1 keeps them too and

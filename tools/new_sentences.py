@@ -4,7 +4,7 @@ synthesized once, then all of them again, in one process after the prewarm.
     python tools/new_sentences.py kokoro:jf_alpha cuda0
 
 A GPU library may spend time on the first call of each new matrix shape (cuBLAS picks a
-kernel for it), and off the CPU the engine keeps each stage's graphs by their (rounded)
+kernel for it), and on CUDA the engine keeps each stage's graphs by their (rounded)
 shapes for the next sentence of those shapes; `bench` repeats the same sentences after a
 warm-up, so it shows neither cost. Prints each sentence's compute time (ms) the first and
 the second time, and how many of its graphs were built and how many kept ones it reused.

@@ -209,7 +209,7 @@ struct vs_timings {
     int64_t n_samples;
     int32_t n_skipped_symbols;  // input symbols the voice has no phoneme for
     // Graphs built for this call, and graphs kept from an earlier call of the same shapes
-    // that it ran again (off the CPU a context keeps its stages' graphs between calls).
+    // that it ran again (on CUDA a context keeps its stages' graphs between calls).
     int32_t n_graphs_built;
     int32_t n_graphs_reused;
 };

@@ -620,8 +620,8 @@ static std::unique_ptr<vs_context> make_one(vs_model & model, const vs_context_p
         ctx->trace = std::make_unique<vs::node_trace>(path, ctx->device, ctx->limits);
     }
     const char * keep = std::getenv("VOICESTUDIO_KEEP_GRAPHS");
-    ctx->keep_graphs =
-        keep ? std::string(keep) == "1" : ggml_backend_dev_type(ctx->dev) != GGML_BACKEND_DEVICE_TYPE_CPU;
+    ctx->keep_graphs  = keep ? std::string(keep) == "1"
+                             : std::strcmp(ggml_backend_reg_name(ggml_backend_dev_backend_reg(ctx->dev)), "CUDA") == 0;
     if (const char * mib = std::getenv("VOICESTUDIO_KEPT_GRAPHS_MIB")) {
         ctx->kept_limit = (size_t) std::strtoull(mib, nullptr, 10) << 20;
     }

@@ -135,12 +135,13 @@ struct vs_context {
         outputs.clear();
     }
 
-    // Graphs kept between calls by their shapes (stage_graph), off the CPU: a kept graph is
-    // built, checked and allocated once, in device memory of its own, and its next runs
-    // only set its inputs (VOICESTUDIO_KEEP_GRAPHS=0 keeps none, =1 keeps them on the CPU
-    // too). Together they hold at most kept_limit bytes (VOICESTUDIO_KEPT_GRAPHS_MIB, 256
-    // by default), the least recently used going first; one graph over a quarter of that
-    // runs in memory of its own and is not kept.
+    // Graphs kept between calls by their shapes (stage_graph), on a CUDA device: a kept
+    // graph is built, checked and allocated once, in device memory of its own, and its next
+    // runs only set its inputs (VOICESTUDIO_KEEP_GRAPHS=0 keeps none, =1 keeps them on any
+    // device; not by default on Vulkan, where a test's take once moved further from a fresh
+    // graph's than F16 rounding explains). Together they hold at most kept_limit bytes
+    // (VOICESTUDIO_KEPT_GRAPHS_MIB, 256 by default), the least recently used going first;
+    // one graph over a quarter of that runs in memory of its own and is not kept.
     bool                                                    keep_graphs = false;
     size_t                                                  kept_limit  = size_t(256) << 20;
     std::map<std::string, std::unique_ptr<vs::stage_graph>> kept;

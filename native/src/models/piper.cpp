@@ -1176,8 +1176,8 @@ void piper_voice::run_group(vs_context & c, std::vector<job> & jobs, size_t firs
     for (size_t i = first; i < last; ++i) {
         lens.push_back((int64_t) jobs[i].ids.size());
     }
-    // Where graphs are kept by their shapes (off the CPU), lengths are rounded up so that
-    // other sentences of about the same lengths run the same graphs.
+    // Where graphs are kept by their shapes (on CUDA), lengths are rounded up so that other
+    // sentences of about the same lengths run the same graphs.
     const bool           bucketed = c.keep_graphs && c.device_graphs;
     const packing        tok(lens, token_gap(), true, bucketed);
     std::vector<int32_t> ids((size_t) tok.total, hp_.phoneme_ids.at(U'_'));  // the gaps' tokens are masked
