@@ -143,7 +143,6 @@ void vs_context::compute(vs::stage_graph & sg) {
         compute(sg.gb.gf);
         return;
     }
-    sg.runs++;
     const ggml_status st = ggml_backend_graph_compute(backend.get(), sg.gb.gf);
     if (st == GGML_STATUS_ABORTED || aborted()) {
         throw vs::error(VS_ERR_ABORTED, "synthesis cancelled");

@@ -40,7 +40,6 @@ struct stage_graph {
     gallocr_ptr                alloc;  // a kept graph's own compute memory; null on the scheduler
     size_t                     bytes    = 0;
     uint64_t                   last_use = 0;
-    int                        runs     = 0;
 };
 using graph_builder = std::function<std::vector<ggml_tensor *>(ggml_context *, ggml_cgraph *)>;
 
