@@ -30,11 +30,13 @@ OTHERS = [
 CALLS = [(TEXTS, 6), (TEXTS[::-1], 6), (TEXTS, 6), (TEXTS + OTHERS, 1), (OTHERS + TEXTS, 1)]
 
 
-def _calls(monkeypatch, keep: str, workers: int = 1, limit_mib: str | None = None):
+def _calls(monkeypatch, keep: str, workers: int = 1, limit_mib: str | None = None, device_limits: str | None = None):
     monkeypatch.setenv("VOICESTUDIO_DEVICE_GRAPHS", "1")
     monkeypatch.setenv("VOICESTUDIO_KEEP_GRAPHS", keep)
     if limit_mib is not None:
         monkeypatch.setenv("VOICESTUDIO_KEPT_GRAPHS_MIB", limit_mib)
+    if device_limits is not None:
+        monkeypatch.setenv("VOICESTUDIO_DEVICE_LIMITS", device_limits)
     out = []
     with Engine.open("piper:joe", device="cpu", threads=2, workers=workers) as engine:
         for texts, batch in CALLS:
@@ -82,3 +84,13 @@ def test_a_limit_too_small_for_any_graph_keeps_none(monkeypatch, fresh):
     kept = _calls(monkeypatch, "1", limit_mib="0")
     _assert_same_takes(kept, fresh)
     assert all(t["graphs_reused"] == 0 for _, t in kept)
+
+
+def test_kept_graphs_within_a_vulkan_devices_limits(monkeypatch, joe_path):
+    """The graphs a Vulkan device gets (no matmul over a fourth axis, no strided matrices in
+    a matmul: im2col for every convolution), kept with VOICESTUDIO_KEEP_GRAPHS=1."""
+    limits = "1024,0,0"
+    fresh = _calls(monkeypatch, "0", device_limits=limits)
+    kept = _calls(monkeypatch, "1", device_limits=limits)
+    _assert_same_takes(kept, fresh)
+    assert [t["graphs_reused"] for _, t in kept][1:3] == [3, 3]
