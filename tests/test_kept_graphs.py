@@ -6,17 +6,10 @@ VOICESTUDIO_DEVICE_GRAPHS=1 builds the graphs a GPU runs, so CI checks that path
 
 import numpy as np
 import pytest
+from test_workers import TEXTS
 
 from app.core.engine import Engine
 
-TEXTS = [
-    "Hi!",
-    "The quick brown fox jumps over the lazy dog, and then it runs far away.",
-    "Where is it?",
-    "A fourth sentence, of middling length.",
-    "Five.",
-    "And the sixth and last one, which closes the script.",
-]
 OTHERS = [
     "Hello!",
     "The slow green turtle walks under the busy bridge, and then it sleeps.",

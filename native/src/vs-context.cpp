@@ -92,10 +92,10 @@ static bool is_view(const ggml_tensor * node) {
 vs::stage_graph & vs_context::stage_graph(int stage, const std::string & key, const vs::graph_builder & build,
                                           size_t max_nodes) {
     const bool keep = keep_graphs && !profiling && !key.empty();
+    current_stage   = stage;
     if (keep) {
         auto it = kept.find(key);
         if (it != kept.end()) {
-            current_stage        = stage;
             it->second->last_use = ++graph_uses;
             timings.n_graphs_reused++;
             return *it->second;
@@ -115,9 +115,8 @@ vs::stage_graph & vs_context::stage_graph(int stage, const std::string & key, co
             throw vs::error(VS_ERR_COMPUTE,
                             std::string("out of memory on ") + device + " for the " + vs_stage_name(stage) + " graph");
         }
-        sg->bytes     = ggml_gallocr_get_buffer_size(sg->alloc.get(), 0);
-        sg->last_use  = ++graph_uses;
-        current_stage = stage;
+        sg->bytes    = ggml_gallocr_get_buffer_size(sg->alloc.get(), 0);
+        sg->last_use = ++graph_uses;
         if (sg->bytes > kept_limit / 4) {  // too large to keep: run once in its own memory
             fresh = std::move(*sg);
             return fresh;
@@ -143,7 +142,10 @@ void vs_context::compute(vs::stage_graph & sg) {
         compute(sg.gb.gf);
         return;
     }
-    const ggml_status st = ggml_backend_graph_compute(backend.get(), sg.gb.gf);
+    check_computed(ggml_backend_graph_compute(backend.get(), sg.gb.gf));
+}
+
+void vs_context::check_computed(ggml_status st) const {
     if (st == GGML_STATUS_ABORTED || aborted()) {
         throw vs::error(VS_ERR_ABORTED, "synthesis cancelled");
     }
@@ -298,13 +300,7 @@ void vs_context::compute(ggml_cgraph * gf) {
     if (profiling && trace) {
         trace->begin_graph(current_stage);
     }
-    ggml_status st = ggml_backend_sched_graph_compute(sched.get(), gf);
-    if (st == GGML_STATUS_ABORTED || aborted()) {
-        throw vs::error(VS_ERR_ABORTED, "synthesis cancelled");
-    }
-    if (st != GGML_STATUS_SUCCESS) {
-        throw vs::error(VS_ERR_COMPUTE, "graph computation failed on " + device);
-    }
+    check_computed(ggml_backend_sched_graph_compute(sched.get(), gf));
 }
 
 void * vs_context::device_scratch(size_t bytes) {
@@ -556,6 +552,11 @@ static vs::device_limits probe_device_limits(ggml_backend_dev_t dev) {
     return l;
 }
 
+// Whether dev is one of ggml's CUDA devices (whatever this build's own kernels).
+static bool is_cuda(ggml_backend_dev_t dev) {
+    return std::strcmp(ggml_backend_reg_name(ggml_backend_dev_backend_reg(dev)), "CUDA") == 0;
+}
+
 // One context; a worker has no phonemizer (its context phonemizes) and writes no trace.
 static std::unique_ptr<vs_context> make_one(vs_model & model, const vs_context_params & params, bool worker) {
     auto ctx       = std::make_unique<vs_context>();
@@ -619,8 +620,7 @@ static std::unique_ptr<vs_context> make_one(vs_model & model, const vs_context_p
         ctx->trace = std::make_unique<vs::node_trace>(path, ctx->device, ctx->limits);
     }
     const char * keep = std::getenv("VOICESTUDIO_KEEP_GRAPHS");
-    ctx->keep_graphs  = keep ? std::string(keep) == "1"
-                             : std::strcmp(ggml_backend_reg_name(ggml_backend_dev_backend_reg(ctx->dev)), "CUDA") == 0;
+    ctx->keep_graphs  = keep ? std::string(keep) == "1" : is_cuda(ctx->dev);
     if (const char * mib = std::getenv("VOICESTUDIO_KEPT_GRAPHS_MIB")) {
         ctx->kept_limit = (size_t) std::strtoull(mib, nullptr, 10) << 20;
     }
@@ -648,9 +648,8 @@ std::unique_ptr<vs_context> make_context(vs_model & model, const vs_context_para
     if (n_workers < 0) {  // automatic: VS_AUTO_WORKERS on a CUDA device with room for them
         size_t free = 0, total = 0;
         ggml_backend_dev_memory(ctx->dev, &free, &total);
-        const size_t GiB     = size_t(1) << 30;
-        const bool   on_cuda = std::strcmp(ggml_backend_reg_name(ggml_backend_dev_backend_reg(ctx->dev)), "CUDA") == 0;
-        n_workers            = !on_cuda ? 1 : free >= 16 * GiB ? VS_AUTO_WORKERS : free >= 8 * GiB ? 2 : 1;
+        const size_t GiB = size_t(1) << 30;
+        n_workers        = !is_cuda(ctx->dev) ? 1 : free >= 16 * GiB ? VS_AUTO_WORKERS : free >= 8 * GiB ? 2 : 1;
     }
     for (int i = 1; i < n_workers && ctx->voice; ++i) {
         ctx->workers.push_back(make_one(model, params, true));

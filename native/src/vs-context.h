@@ -155,6 +155,8 @@ struct vs_context {
     vs::stage_graph & stage_graph(int stage, const std::string & key, const vs::graph_builder & build,
                                   size_t max_nodes = 8192);
     void              compute(vs::stage_graph & sg);
+    // Throws for a cancelled or failed computation's status.
+    void check_computed(ggml_status st) const;
     // Allocates `gf` on the scheduler; records, per stage, the ops the device could not take.
     void alloc(int stage, ggml_cgraph * gf);
     void compute(ggml_cgraph * gf);

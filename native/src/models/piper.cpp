@@ -326,6 +326,8 @@ class piper_voice final : public voice {
     ggml_tensor * dds_conv(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * cond,
                            const std::string & prefix, ggml_tensor * mask) const;
     ggml_tensor * spline_inverse(ggml_context * g, ggml_tensor * x, ggml_tensor * h, const spline_consts & k) const;
+    // The spline's constant matrices, on c's device (made once).
+    spline_consts spline_constants(vs_context & c) const;
     ggml_tensor * wavenet(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & prefix,
                           ggml_tensor * mask) const;
 
@@ -547,10 +549,31 @@ ggml_tensor * piper_voice::spline_inverse(ggml_context * g, ggml_tensor * x, ggm
     return ggml_add(g, x, ggml_mul(g, inside, ggml_sub(g, y, x)));
 }
 
+spline_consts piper_voice::spline_constants(vs_context & c) const {
+    const int64_t bins = hp_.dp_bins;
+    auto f32 = [&](const char * name, int64_t ne0, int64_t ne1, const std::function<float(int64_t, int64_t)> & v) {
+        return c.derived_tensor(std::string("spline ") + name, GGML_TYPE_F32, { ne0, ne1, 1, 1 }, [&](uint8_t * out) {
+            auto * dst = reinterpret_cast<float *>(out);
+            for (int64_t r = 0; r < ne1; ++r) {
+                for (int64_t i = 0; i < ne0; ++i) {
+                    dst[r * ne0 + i] = v(i, r);
+                }
+            }
+        });
+    };
+    spline_consts k{};
+    k.cumsum = f32("cumsum", bins, bins + 1, [](int64_t i, int64_t j) { return i < j ? 1.0f : 0.0f; });
+    k.diff   = f32("diff", bins + 1, bins, [](int64_t j, int64_t i) {
+        return j == i ? -1.0f : j == i + 1 ? 1.0f : 0.0f;
+    });
+    k.ends   = f32("ends", bins + 1, 1, [&](int64_t j, int64_t) { return j == 0 || j == bins ? 1.0f : 0.0f; });
+    k.last   = f32("last", bins + 1, 1, [&](int64_t j, int64_t) { return j == bins ? 1.0f : 0.0f; });
+    return k;
+}
+
 std::vector<float> piper_voice::run_duration(vs_context & c, const std::vector<float> & hidden, const packing & pk,
                                              const std::vector<float> & noise) {
     const int64_t     T      = pk.total;
-    const int         bins   = hp_.dp_bins;
     const bool        packed = pk.packed();
     const std::string key    = "duration " + std::to_string(T) + (packed ? " packed" : "");
     vs::stage_graph & sg     = c.stage_graph(VS_STAGE_DURATION, key, [&](ggml_context * g, ggml_cgraph * gf) {
@@ -559,11 +582,7 @@ std::vector<float> piper_voice::run_duration(vs_context & c, const std::vector<f
         ggml_set_name(x_in, "enc_hidden");
         ggml_tensor * z_in = new_input(g, GGML_TYPE_F32, T, 2);  // noise, one row per channel
         ggml_set_name(z_in, "dp_noise");
-        spline_consts k{};
-        k.cumsum = new_input(g, GGML_TYPE_F32, bins, bins + 1);
-        k.diff   = new_input(g, GGML_TYPE_F32, bins + 1, bins);
-        k.ends   = new_input(g, GGML_TYPE_F32, bins + 1);
-        k.last   = new_input(g, GGML_TYPE_F32, bins + 1);
+        const spline_consts k = spline_constants(c);
 
         ggml_tensor * cond = conv1d(g, x_in, c.w("dp.pre.weight"), c.w("dp.pre.bias"), 1, 0);
         cond               = dds_conv(c, g, cond, nullptr, "dp.convs.", mask);
@@ -588,32 +607,15 @@ std::vector<float> piper_voice::run_duration(vs_context & c, const std::vector<f
         ggml_set_name(logw, "logw");
         ggml_set_output(logw);
         ggml_build_forward_expand(gf, logw);
-        return std::vector<ggml_tensor *>{ mask, x_in, z_in, k.cumsum, k.diff, k.ends, k.last, logw };
+        return std::vector<ggml_tensor *>{ mask, x_in, z_in, logw };
     });
     if (packed) {
         set_input(sg.t[0], pk.mask());
     }
     set_input(sg.t[1], hidden);
     set_input(sg.t[2], noise);
-    std::vector<float> cumsum((bins + 1) * bins, 0.0f), diff((bins + 1) * bins, 0.0f), ends(bins + 1, 0.0f),
-        last(bins + 1, 0.0f);
-    for (int j = 0; j <= bins; ++j) {
-        for (int i = 0; i < bins; ++i) {
-            cumsum[j * bins + i] = i < j ? 1.0f : 0.0f;  // row j of [bins, bins+1]
-        }
-    }
-    for (int i = 0; i < bins; ++i) {
-        diff[i * (bins + 1) + i]     = -1.0f;  // row i of [bins+1, bins]
-        diff[i * (bins + 1) + i + 1] = 1.0f;
-    }
-    ends[0] = ends[bins] = 1.0f;
-    last[bins]           = 1.0f;
-    set_input(sg.t[3], cumsum);
-    set_input(sg.t[4], diff);
-    set_input(sg.t[5], ends);
-    set_input(sg.t[6], last);
     c.compute(sg);
-    return get_output<float>(sg.t[7]);
+    return get_output<float>(sg.t[3]);
 }
 
 ggml_tensor * piper_voice::wavenet(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & prefix,
@@ -654,7 +656,11 @@ std::vector<float> piper_voice::run_flow(vs_context & c, const std::vector<float
         ggml_tensor * logs_in = new_input(g, GGML_TYPE_F32, C, T);
         ggml_tensor * frames  = new_input(g, GGML_TYPE_I32, F);
         ggml_tensor * eps     = new_input(g, GGML_TYPE_F32, C, F);
-        ggml_tensor * rev     = new_input(g, GGML_TYPE_I32, C);
+        ggml_tensor * rev = c.derived_tensor("channels reversed", GGML_TYPE_I32, { C, 1, 1, 1 }, [&](uint8_t * out) {
+            for (int64_t i = 0; i < C; ++i) {
+                reinterpret_cast<int32_t *>(out)[i] = (int32_t) (C - 1 - i);
+            }
+        });
         // Length regulation: each token's statistics repeated over its frames.
         ggml_tensor * m    = ggml_get_rows(g, m_in, frames);     // [C, F]
         ggml_tensor * logs = ggml_get_rows(g, logs_in, frames);  // [C, F]
@@ -674,7 +680,7 @@ std::vector<float> piper_voice::run_flow(vs_context & c, const std::vector<float
         ggml_set_name(z, "z");
         ggml_set_output(z);
         ggml_build_forward_expand(gf, z);
-        return std::vector<ggml_tensor *>{ mask, m_in, logs_in, frames, eps, rev, z };
+        return std::vector<ggml_tensor *>{ mask, m_in, logs_in, frames, eps, z };
     });
     if (packed) {
         set_input(sg.t[0], pk.mask());
@@ -683,13 +689,8 @@ std::vector<float> piper_voice::run_flow(vs_context & c, const std::vector<float
     set_input(sg.t[2], logs_p);
     set_input(sg.t[3], frame_to_token);
     set_input(sg.t[4], noise);
-    std::vector<int32_t> rev_idx(C);
-    for (int64_t i = 0; i < C; ++i) {
-        rev_idx[i] = (int32_t) (C - 1 - i);
-    }
-    set_input(sg.t[5], rev_idx);
     c.compute(sg);
-    return get_output<float>(sg.t[6]);
+    return get_output<float>(sg.t[5]);
 }
 
 // The decoder's residual blocks in the engine's CUDA kernels: on a CUDA device, with every
