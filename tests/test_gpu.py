@@ -166,6 +166,34 @@ def test_kept_graphs_on_a_gpu_give_the_takes_of_graphs_built_for_them(device, jo
     assert same_length >= n // 2
 
 
+@pytest.mark.parametrize("keep", ["1", "0"])
+@pytest.mark.parametrize("voice", ["piper:joe", "kokoro:jf_alpha"])
+@pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
+def test_a_take_repeated_on_cuda_is_the_same_and_only_kept_graphs_are_captured(
+    device, voice, keep, sentences, joe_path, monkeypatch, capfd
+):
+    """The same sentence four times in a row. Where ggml is built with CUDA graphs it
+    captures a graph run twice with the same nodes and replays it: a kept graph's replays
+    must give the take of its first, direct run; a graph built for one call must never be
+    captured (each such run is new to ggml), which ggml would report on stderr."""
+    from app.core import models
+
+    if voice.startswith("kokoro") and not models.kokoro_installed():
+        pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
+    monkeypatch.setenv("VOICESTUDIO_KEEP_GRAPHS", keep)
+    capfd.readouterr()
+    with Engine.open(voice, device=device) as gpu:
+        takes = [gpu.synthesize_many([sentences[4]], seed=2)[0].audio for _ in range(4)]
+        reused = gpu.synthesize_many([sentences[4]], seed=2)[0].timings["graphs_reused"]
+    for take in takes[1:]:
+        assert len(take) == len(takes[0]) and np.isfinite(take).all()
+        assert np.abs(take - takes[0]).max() <= 1e-4 * np.abs(takes[0]).max()
+    kept = keep == "1" and voice.startswith("piper")  # Kokoro keeps no graphs
+    assert (reused > 0) == kept
+    if not kept:
+        assert "CUDA graph warmup complete" not in capfd.readouterr().err
+
+
 @pytest.mark.parametrize("device", GPUS)
 def test_automatic_workers_on_cuda_with_room_for_them(device, joe_path):
     """workers=None (the studio's): 4 on a CUDA device with 16 GiB free, 2 with 8, else 1;

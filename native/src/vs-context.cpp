@@ -61,11 +61,36 @@ ggml_tensor * vs_context::swapped_weight(const std::string & name) {
     });
 }
 
+vs::meta_pool::handle vs::meta_pool::take(const std::shared_ptr<meta_pool> & pool, size_t n) {
+    auto & fr   = pool->free_;
+    auto   best = fr.end();
+    for (auto it = fr.begin(); it != fr.end(); ++it) {
+        if ((*it)->size >= n && (best == fr.end() || (*it)->size <= (*best)->size)) {
+            best = it;
+        }
+    }
+    std::unique_ptr<block> b;
+    if (best != fr.end()) {
+        b = std::move(*best);
+        fr.erase(best);
+    } else {
+        b        = std::make_unique<block>();
+        b->bytes = std::make_unique<uint8_t[]>(n);
+        b->size  = n;
+    }
+    return handle(b.release(), giver{ pool });
+}
+
+void vs::meta_pool::give(block * b) {
+    free_.emplace_back(b);
+}
+
 vs::graph_build vs_context::new_graph(size_t max_nodes) {
     timings.n_graphs_built++;
-    ggml_init_params ip{ ggml_tensor_overhead() * max_nodes + ggml_graph_overhead_custom(max_nodes, false), nullptr,
-                         true };
-    vs::graph_build  gb;
+    vs::graph_build gb;
+    gb.meta = vs::meta_pool::take(graph_meta,
+                                  ggml_tensor_overhead() * max_nodes + ggml_graph_overhead_custom(max_nodes, false));
+    ggml_init_params ip{ gb.meta->size, gb.meta->bytes.get(), true };
     gb.ctx.reset(ggml_init(ip));
     if (!gb.ctx) {
         throw vs::error(VS_ERR_COMPUTE, "out of memory for a graph");
@@ -142,7 +167,21 @@ void vs_context::compute(vs::stage_graph & sg) {
         compute(sg.gb.gf);
         return;
     }
+    if (&sg == &fresh) {  // in memory of its own, but run once
+        tag_run(sg.gb.gf);
+    }
     check_computed(ggml_backend_graph_compute(backend.get(), sg.gb.gf));
+}
+
+void vs_context::tag_run(ggml_cgraph * gf) {
+    if (!tag_runs) {
+        return;
+    }
+    ++n_runs;
+    static_assert(sizeof(ggml_tensor::padding) >= sizeof(n_runs));
+    for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
+        std::memcpy(ggml_graph_node(gf, i)->padding, &n_runs, sizeof(n_runs));
+    }
 }
 
 void vs_context::check_computed(ggml_status st) const {
@@ -300,6 +339,7 @@ void vs_context::compute(ggml_cgraph * gf) {
     if (profiling && trace) {
         trace->begin_graph(current_stage);
     }
+    tag_run(gf);
     check_computed(ggml_backend_sched_graph_compute(sched.get(), gf));
 }
 
@@ -621,6 +661,7 @@ static std::unique_ptr<vs_context> make_one(vs_model & model, const vs_context_p
     }
     const char * keep = std::getenv("VOICESTUDIO_KEEP_GRAPHS");
     ctx->keep_graphs  = keep ? std::string(keep) == "1" : is_cuda(ctx->dev);
+    ctx->tag_runs     = is_cuda(ctx->dev);
     if (const char * mib = std::getenv("VOICESTUDIO_KEPT_GRAPHS_MIB")) {
         ctx->kept_limit = (size_t) std::strtoull(mib, nullptr, 10) << 20;
     }

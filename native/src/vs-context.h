@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <set>
 
 #include "vs-graph.h"
@@ -26,10 +27,50 @@ struct scratch_layout {
 class voice;        // an architecture's synthesis (models/*.cpp)
 struct node_trace;  // VOICESTUDIO_NODE_TRACE's writer (vs-context.cpp)
 
-// One graph under construction: a metadata-only ggml context and its cgraph.
+// The memory of graph contexts' tensor and graph metadata, reused: a block goes back to the
+// pool when its graph is freed and the next graph of that size takes it, so a stage's graph
+// is built at the same addresses call after call. ggml's CUDA backend keeps its state for a
+// graph (a copy of every node's properties, about 1 KB a node, for 10 s) under the address
+// of the graph's first node: with a new block each call, each call would add an entry.
+class meta_pool {
+  public:
+    struct block {
+        std::unique_ptr<uint8_t[]> bytes;
+        size_t                     size = 0;
+    };
+    struct giver {
+        std::shared_ptr<meta_pool> pool;
+        void                       operator()(block * b) const { pool->give(b); }
+    };
+    using handle = std::unique_ptr<block, giver>;
+
+    // A block of at least n bytes: the smallest free one that fits, the latest given back
+    // among equals; a new one if none fits.
+    static handle take(const std::shared_ptr<meta_pool> & pool, size_t n);
+
+  private:
+    void                                give(block * b);
+    std::vector<std::unique_ptr<block>> free_;
+};
+
+// One graph under construction: a metadata-only ggml context (in a block of the context's
+// meta_pool) and its cgraph.
 struct graph_build {
-    ggml_ctx_ptr  ctx;
-    ggml_cgraph * gf = nullptr;
+    graph_build()                    = default;
+    graph_build(graph_build &&)      = default;
+    graph_build(const graph_build &) = delete;
+
+    graph_build & operator=(graph_build && o) noexcept {
+        ctx.reset();  // before its block goes back
+        meta = std::move(o.meta);
+        ctx  = std::move(o.ctx);
+        gf   = o.gf;
+        return *this;
+    }
+
+    meta_pool::handle meta;  // destroyed after ctx
+    ggml_ctx_ptr      ctx;
+    ggml_cgraph *     gf = nullptr;
 };
 
 // A stage's graph (vs_context::stage_graph) and the tensors its builder returned: the
@@ -147,6 +188,17 @@ struct vs_context {
     size_t                                                  kept_bytes = 0;
     uint64_t                                                graph_uses = 0;
     vs::stage_graph                                         fresh;  // the graph of a stage not kept
+    std::shared_ptr<vs::meta_pool>                          graph_meta = std::make_shared<vs::meta_pool>();
+
+    // ggml's CUDA backend, built with CUDA graphs, captures a graph and replays it once two
+    // runs in a row at the same first-node address have nodes of the same bytes. A graph built
+    // for one call (on the scheduler) would be captured and instantiated, milliseconds, for
+    // nothing, and some such replays failed on an H100; so on a CUDA device each run of a
+    // graph not kept writes its number into every node's spare bytes (ggml_tensor::padding),
+    // which ggml compares and no op reads: only kept graphs are captured.
+    bool     tag_runs = false;
+    uint64_t n_runs   = 0;
+    void     tag_run(ggml_cgraph * gf);
 
     vs::graph_build new_graph(size_t max_nodes = 8192);
     // The graph of `stage` for shapes `key`, allocated and ready for its inputs: the kept one
