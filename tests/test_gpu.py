@@ -188,10 +188,20 @@ def test_a_take_repeated_on_cuda_is_the_same_and_only_kept_graphs_are_captured(
     for take in takes[1:]:
         assert len(take) == len(takes[0]) and np.isfinite(take).all()
         assert np.abs(take - takes[0]).max() <= 1e-4 * np.abs(takes[0]).max()
-    kept = keep == "1" and voice.startswith("piper")  # Kokoro keeps no graphs
-    assert (reused > 0) == kept
-    if not kept:
+    assert (reused > 0) == (keep == "1")
+    if keep == "0":
         assert "CUDA graph warmup complete" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
+def test_kokoro_kept_bert_graphs_on_a_gpu_give_the_takes_of_graphs_built_for_them(device, monkeypatch):
+    from test_kept_graphs import assert_kokoro_kept_like_fresh, kokoro_calls
+
+    from app.core import models
+
+    if not models.kokoro_installed():
+        pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
+    assert_kokoro_kept_like_fresh(kokoro_calls(monkeypatch, device, "1"), kokoro_calls(monkeypatch, device, "0"))
 
 
 @pytest.mark.parametrize("device", GPUS)

@@ -87,3 +87,48 @@ def test_kept_graphs_within_a_vulkan_devices_limits(monkeypatch, joe_path):
     kept = _calls(monkeypatch, "1", device_limits=limits)
     _assert_same_takes(kept, fresh)
     assert [t["graphs_reused"] for _, t in kept][1:3] == [3, 3]
+
+
+# Kokoro keeps its BERT graphs (by the tokens rounded up, the added ones each attending
+# only to itself): three sentences one a call, in another order, then as one batch twice.
+KOKORO_TEXTS = ["Hello there.", "The quick brown fox jumps over the lazy dog.", "A third one, of middling size."]
+KOKORO_CALLS = [(KOKORO_TEXTS, 1), (KOKORO_TEXTS[::-1], 1), (KOKORO_TEXTS, 3), (KOKORO_TEXTS, 3)]
+
+
+def kokoro_calls(monkeypatch, device: str, keep: str):
+    """Each call's takes, timings, last sentence's BERT output and sample rate."""
+    monkeypatch.setenv("VOICESTUDIO_KEEP_GRAPHS", keep)
+    out = []
+    with Engine.open("kokoro:jf_alpha", device=device, threads=2) as engine:
+        for texts, batch in KOKORO_CALLS:
+            takes = engine.synthesize_many(texts, seed=3, batch=batch)
+            out.append(([t.audio for t in takes], takes[0].timings, engine.output("bert"), takes[0].sample_rate))
+    return out
+
+
+def assert_kokoro_kept_like_fresh(kept, fresh):
+    """The same BERT output within float rounding (other shapes sum in another order), the
+    same durations, and the same sound: Kokoro's source integrates F0, so a rounding there
+    moves the phase of its samples, not what they sound like."""
+    from app.core.dsp import log_mel_cosine
+
+    assert [c[1]["graphs_reused"] for c in fresh] == [0, 0, 0, 0]
+    reused = [c[1]["graphs_reused"] for c in kept]
+    assert reused[1] == 3 and reused[3] == 1  # each sentence's graph again; the batch's
+    for (audio, _, bert, sample_rate), (ref, _, ref_bert, _) in zip(kept, fresh, strict=True):
+        assert np.max(np.abs(bert - ref_bert)) <= 1e-3 * np.max(np.abs(ref_bert))
+        for a, r in zip(audio, ref, strict=True):
+            assert a.shape == r.shape and np.isfinite(a).all()
+            assert log_mel_cosine(a, r, sample_rate) >= 0.999
+
+
+def test_kokoro_keeps_its_bert_graphs(monkeypatch):
+    from app.core import models
+
+    if not models.kokoro_installed():
+        pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
+    monkeypatch.setenv("VOICESTUDIO_DEVICE_GRAPHS", "1")
+    fresh = kokoro_calls(monkeypatch, "cpu", "0")
+    kept = kokoro_calls(monkeypatch, "cpu", "1")
+    assert_kokoro_kept_like_fresh(kept, fresh)
+    assert [c[1]["graphs_reused"] for c in kept] == [0, 3, 0, 1]  # no prewarm on the CPU

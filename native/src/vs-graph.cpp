@@ -351,4 +351,13 @@ ggml_tensor * concat_all(ggml_context * ctx, std::vector<ggml_tensor *> parts, i
     return parts.empty() ? nullptr : parts[0];
 }
 
+int64_t shape_bucket(int64_t n) {
+    int64_t p = 1;
+    while (p * 2 <= n) {
+        p *= 2;
+    }
+    const int64_t step = std::max<int64_t>(16, p / 8);
+    return (n + step - 1) / step * step;
+}
+
 }  // namespace vs

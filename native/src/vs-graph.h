@@ -106,4 +106,9 @@ ggml_tensor * step_above_zero(ggml_context * ctx, ggml_tensor * x);
 // rather than n): how a recurrence's steps become one tensor.
 ggml_tensor * concat_all(ggml_context * ctx, std::vector<ggml_tensor *> parts, int dim);
 
+// n rounded up to one of eight lengths an octave (a multiple of 16 below 256, of 32 below
+// 512, ...): at most 1/8 more, and few enough shapes that graphs kept by their shapes
+// (vs_context::stage_graph) recur.
+int64_t shape_bucket(int64_t n);
+
 }  // namespace vs

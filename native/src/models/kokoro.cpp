@@ -1065,95 +1065,108 @@ void kokoro_voice::run_bert_group(vs_context & c, std::vector<kokoro_job> & jobs
             styles.insert(styles.end(), s, s + STYLE_DIM);
         }
     }
-    const int64_t  T = (int64_t) ids.size(), Hd = hp_.bert_hidden, nh = Hd / BERT_HEAD_DIM;
-    auto           gb  = c.new_graph();
-    ggml_context * g   = gb.ctx.get();
-    ggml_tensor *  idt = ggml_new_tensor_1d(g, GGML_TYPE_I32, T);
-    ggml_tensor *  pst = ggml_new_tensor_1d(g, GGML_TYPE_I32, T);
-    ggml_tensor *  sty = input_2d(g, STYLE_DIM, T, "styles");  // each token's job's style
-    ggml_tensor *  msk = last - first > 1 ? input_2d(g, T, T, "mask") : nullptr;
-    ggml_set_input(idt);
-    ggml_set_input(pst);
+    const int64_t T = (int64_t) ids.size(), Hd = hp_.bert_hidden, nh = Hd / BERT_HEAD_DIM;
+    // Where graphs are kept by their shapes (on CUDA), the tokens are rounded up to
+    // shape_bucket's lengths: the added ones, padding tokens each attending only to itself,
+    // change no job's tokens (BERT mixes tokens only in its masked attention).
+    const int64_t Tg     = c.keep_graphs && c.device_graphs ? shape_bucket(T) : T;
+    const bool    masked = last - first > 1 || Tg > T;
+    ids.resize((size_t) Tg, 0);
+    pos.resize((size_t) Tg, 0);
+    styles.resize((size_t) (Tg * STYLE_DIM), 0.0f);
+    const std::string key = "bert " + std::to_string(Tg) + (masked ? " masked" : "");
+    vs::stage_graph & sg  = c.stage_graph(VS_STAGE_BERT, key, [&](ggml_context * g, ggml_cgraph * gf) {
+        ggml_tensor * idt = ggml_new_tensor_1d(g, GGML_TYPE_I32, Tg);
+        ggml_tensor * pst = ggml_new_tensor_1d(g, GGML_TYPE_I32, Tg);
+        ggml_tensor * sty = input_2d(g, STYLE_DIM, Tg, "styles");  // each token's job's style
+        ggml_tensor * msk = masked ? input_2d(g, Tg, Tg, "mask") : nullptr;
+        ggml_set_input(idt);
+        ggml_set_input(pst);
 
-    ggml_tensor * typ = c.w(BERT + "embeddings.token_type_embeddings.weight");
-    ggml_tensor * x   = ggml_get_rows(g, c.w(BERT + "embeddings.word_embeddings.weight"), idt);  // [128, T]
-    x                 = ggml_add(g, x, ggml_get_rows(g, c.w(BERT + "embeddings.position_embeddings.weight"), pst));
-    x                 = ggml_add(g, x, ggml_view_1d(g, typ, typ->ne[0], 0));
-    x = layer_norm(g, x, c.w(BERT + "embeddings.LayerNorm.weight"), c.w(BERT + "embeddings.LayerNorm.bias"), 1e-12f);
-    x = linear(c, g, x, BERT + "embedding_hidden_mapping_in");  // [768, T]
+        ggml_tensor * typ = c.w(BERT + "embeddings.token_type_embeddings.weight");
+        ggml_tensor * x   = ggml_get_rows(g, c.w(BERT + "embeddings.word_embeddings.weight"), idt);  // [128, T]
+        x                 = ggml_add(g, x, ggml_get_rows(g, c.w(BERT + "embeddings.position_embeddings.weight"), pst));
+        x                 = ggml_add(g, x, ggml_view_1d(g, typ, typ->ne[0], 0));
+        x = layer_norm(g, x, c.w(BERT + "embeddings.LayerNorm.weight"), c.w(BERT + "embeddings.LayerNorm.bias"),
+                        1e-12f);
+        x = linear(c, g, x, BERT + "embedding_hidden_mapping_in");  // [768, T]
 
-    const float gelu_c = std::sqrt(2.0f / (float) M_PI);
-    // Off the CPU, the query, key and value projections as one matmul (their weights
-    // concatenated once), and the GELU as ggml's op (exact tanh form there; the CPU's uses
-    // a table, so the CPU keeps the formula).
-    ggml_tensor *qkv_w = nullptr, *qkv_b = nullptr;
-    if (c.device_graphs) {
-        qkv_weights(c, qkv_w, qkv_b);
-    }
-    const bool gelu_op = ggml_backend_dev_type(c.dev) != GGML_BACKEND_DEVICE_TYPE_CPU;
-    for (int il = 0; il < hp_.n_bert_layers; ++il) {
-        ggml_tensor *q, *k, *v;
-        if (qkv_w) {
-            ggml_tensor * qkv  = ggml_add(g, ggml_mul_mat(g, qkv_w, x), qkv_b);  // [3 * Hd, T]
-            auto          part = [&](int i) {
-                return ggml_view_3d(g, qkv, BERT_HEAD_DIM, nh, T, BERT_HEAD_DIM * sizeof(float), qkv->nb[1],
-                                             i * Hd * sizeof(float));
-            };
-            q = part(0);
-            k = part(1);
-            v = part(2);
-        } else {
-            q = ggml_reshape_3d(g, linear(c, g, x, LAYER + "attention.query"), BERT_HEAD_DIM, nh, T);
-            k = ggml_reshape_3d(g, linear(c, g, x, LAYER + "attention.key"), BERT_HEAD_DIM, nh, T);
-            v = ggml_reshape_3d(g, linear(c, g, x, LAYER + "attention.value"), BERT_HEAD_DIM, nh, T);
+        const float gelu_c = std::sqrt(2.0f / (float) M_PI);
+        // Off the CPU, the query, key and value projections as one matmul (their weights
+        // concatenated once), and the GELU as ggml's op (exact tanh form there; the CPU's uses
+        // a table, so the CPU keeps the formula).
+        ggml_tensor *qkv_w = nullptr, *qkv_b = nullptr;
+        if (c.device_graphs) {
+            qkv_weights(c, qkv_w, qkv_b);
         }
-        q                = ggml_permute(g, q, 0, 2, 1, 3);                // [d, T, h]
-        k                = ggml_permute(g, k, 0, 2, 1, 3);                // [d, T, h]
-        v                = ggml_cont(g, ggml_permute(g, v, 1, 2, 0, 3));  // [T, d, h]
-        ggml_tensor * kq = ggml_mul_mat(g, k, q);                         // [Tk, Tq, h]
-        kq               = ggml_soft_max_ext(g, kq, msk, 1.0f / std::sqrt((float) BERT_HEAD_DIM), 0.0f);
-        ggml_tensor * o  = ggml_mul_mat(g, v, kq);  // [d, Tq, h]
-        o                = ggml_reshape_2d(g, ggml_cont(g, ggml_permute(g, o, 0, 2, 1, 3)), Hd, T);
-        o                = linear(c, g, o, LAYER + "attention.dense");
-        x                = layer_norm(g, ggml_add(g, x, o), c.w(LAYER + "attention.LayerNorm.weight"),
-                                      c.w(LAYER + "attention.LayerNorm.bias"), 1e-12f);
-        // FFN with the tanh GELU ("gelu_new").
-        ggml_tensor * f = linear(c, g, x, LAYER + "ffn");
-        if (gelu_op) {
-            f = ggml_gelu(g, f);
-        } else {
-            ggml_tensor * f3 = ggml_mul(g, ggml_sqr(g, f), f);
-            ggml_tensor * th = ggml_tanh(g, ggml_scale(g, ggml_add(g, f, ggml_scale(g, f3, 0.044715f)), gelu_c));
-            f                = ggml_mul(g, ggml_scale(g, f, 0.5f), ggml_scale_bias(g, th, 1.0f, 1.0f));
+        const bool gelu_op = ggml_backend_dev_type(c.dev) != GGML_BACKEND_DEVICE_TYPE_CPU;
+        for (int il = 0; il < hp_.n_bert_layers; ++il) {
+            ggml_tensor *q, *k, *v;
+            if (qkv_w) {
+                ggml_tensor * qkv  = ggml_add(g, ggml_mul_mat(g, qkv_w, x), qkv_b);  // [3 * Hd, T]
+                auto          part = [&](int i) {
+                    return ggml_view_3d(g, qkv, BERT_HEAD_DIM, nh, Tg, BERT_HEAD_DIM * sizeof(float), qkv->nb[1],
+                                                  i * Hd * sizeof(float));
+                };
+                q = part(0);
+                k = part(1);
+                v = part(2);
+            } else {
+                q = ggml_reshape_3d(g, linear(c, g, x, LAYER + "attention.query"), BERT_HEAD_DIM, nh, Tg);
+                k = ggml_reshape_3d(g, linear(c, g, x, LAYER + "attention.key"), BERT_HEAD_DIM, nh, Tg);
+                v = ggml_reshape_3d(g, linear(c, g, x, LAYER + "attention.value"), BERT_HEAD_DIM, nh, Tg);
+            }
+            q                = ggml_permute(g, q, 0, 2, 1, 3);                // [d, T, h]
+            k                = ggml_permute(g, k, 0, 2, 1, 3);                // [d, T, h]
+            v                = ggml_cont(g, ggml_permute(g, v, 1, 2, 0, 3));  // [T, d, h]
+            ggml_tensor * kq = ggml_mul_mat(g, k, q);                         // [Tk, Tq, h]
+            kq               = ggml_soft_max_ext(g, kq, msk, 1.0f / std::sqrt((float) BERT_HEAD_DIM), 0.0f);
+            ggml_tensor * o  = ggml_mul_mat(g, v, kq);  // [d, Tq, h]
+            o                = ggml_reshape_2d(g, ggml_cont(g, ggml_permute(g, o, 0, 2, 1, 3)), Hd, Tg);
+            o                = linear(c, g, o, LAYER + "attention.dense");
+            x                = layer_norm(g, ggml_add(g, x, o), c.w(LAYER + "attention.LayerNorm.weight"),
+                                           c.w(LAYER + "attention.LayerNorm.bias"), 1e-12f);
+            // FFN with the tanh GELU ("gelu_new").
+            ggml_tensor * f = linear(c, g, x, LAYER + "ffn");
+            if (gelu_op) {
+                f = ggml_gelu(g, f);
+            } else {
+                ggml_tensor * f3 = ggml_mul(g, ggml_sqr(g, f), f);
+                ggml_tensor * th = ggml_tanh(g, ggml_scale(g, ggml_add(g, f, ggml_scale(g, f3, 0.044715f)), gelu_c));
+                f                = ggml_mul(g, ggml_scale(g, f, 0.5f), ggml_scale_bias(g, th, 1.0f, 1.0f));
+            }
+            f = linear(c, g, f, LAYER + "ffn_output");
+            x = layer_norm(g, ggml_add(g, x, f), c.w(LAYER + "full_layer_layer_norm.weight"),
+                            c.w(LAYER + "full_layer_layer_norm.bias"), 1e-12f);
         }
-        f = linear(c, g, f, LAYER + "ffn_output");
-        x = layer_norm(g, ggml_add(g, x, f), c.w(LAYER + "full_layer_layer_norm.weight"),
-                       c.w(LAYER + "full_layer_layer_norm.bias"), 1e-12f);
-    }
-    x                = linear(c, g, x, "bert_encoder");  // [512, T]
-    ggml_tensor * xs = ggml_concat(g, x, sty, 0);        // [640, T]
-    ggml_set_output(x);
-    ggml_set_output(xs);
-    ggml_build_forward_expand(gb.gf, x);
-    ggml_build_forward_expand(gb.gf, xs);
-    c.alloc(VS_STAGE_BERT, gb.gf);
-    set_input(idt, ids.data());
-    set_input(pst, pos.data());
-    set_input(sty, styles.data());
-    if (msk) {
-        std::vector<float> m((size_t) (T * T), -INFINITY);
+        x                = linear(c, g, x, "bert_encoder");  // [512, T]
+        ggml_tensor * xs = ggml_concat(g, x, sty, 0);        // [640, T]
+        ggml_set_output(x);
+        ggml_set_output(xs);
+        ggml_build_forward_expand(gf, x);
+        ggml_build_forward_expand(gf, xs);
+        return std::vector<ggml_tensor *>{ idt, pst, sty, msk, x, xs };
+    });
+    set_input(sg.t[0], ids.data());
+    set_input(sg.t[1], pos.data());
+    set_input(sg.t[2], styles.data());
+    if (masked) {  // each job's tokens attend to that job's; each added token to itself
+        std::vector<float> m((size_t) (Tg * Tg), -INFINITY);
         int64_t            t0 = 0;
         for (size_t b = first; b < last; ++b) {
             const int64_t n = (int64_t) jobs[b].tokens.size();
             for (int64_t q = t0; q < t0 + n; ++q) {
-                std::fill_n(m.begin() + q * T + t0, n, 0.0f);
+                std::fill_n(m.begin() + q * Tg + t0, n, 0.0f);
             }
             t0 += n;
         }
-        set_input(msk, m.data());
+        for (int64_t q = T; q < Tg; ++q) {
+            m[(size_t) (q * Tg + q)] = 0.0f;
+        }
+        set_input(sg.t[3], m.data());
     }
-    c.compute(gb.gf);
-    const act d_en = read_act(x), d_in = read_act(xs);
+    c.compute(sg);
+    const act d_en = read_act(sg.t[4]), d_in = read_act(sg.t[5]);
     int64_t   t0 = 0;
     for (size_t b = first; b < last; ++b) {
         const int64_t n     = (int64_t) jobs[b].tokens.size();

@@ -33,17 +33,6 @@ constexpr int64_t DEVICE_DECODER_TILE  = 4096;
 // tokens (slots included) a graph.
 constexpr int64_t PACK_TOKENS = 8192;
 
-// n rounded up to one of eight lengths an octave (a multiple of 16 below 256, of 32 below
-// 512, ...): at most 1/8 more, and few enough shapes that kept graphs recur.
-int64_t shape_bucket(int64_t n) {
-    int64_t p = 1;
-    while (p * 2 <= n) {
-        p *= 2;
-    }
-    const int64_t step = std::max<int64_t>(16, p / 8);
-    return (n + step - 1) / step * step;
-}
-
 // Sentences laid end to end along time with at least `gap` frames between neighbours, so
 // that a batch runs as one graph. Every convolution of a packed graph reads its input
 // masked (zero outside the sentences) and each gap is at least as wide as that
