@@ -201,7 +201,8 @@ def test_kokoro_kept_bert_graphs_on_a_gpu_give_the_takes_of_graphs_built_for_the
 
     if not models.kokoro_installed():
         pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
-    assert_kokoro_kept_like_fresh(kokoro_calls(monkeypatch, device, "1"), kokoro_calls(monkeypatch, device, "0"))
+    kept, fresh = kokoro_calls(monkeypatch, device, "1"), kokoro_calls(monkeypatch, device, "0")
+    assert_kokoro_kept_like_fresh(kept, fresh, on_gpu=True)
 
 
 @pytest.mark.parametrize("device", GPUS)

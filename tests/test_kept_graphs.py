@@ -106,20 +106,26 @@ def kokoro_calls(monkeypatch, device: str, keep: str):
     return out
 
 
-def assert_kokoro_kept_like_fresh(kept, fresh):
-    """The same BERT output within float rounding (other shapes sum in another order), the
-    same durations, and the same sound: Kokoro's source integrates F0, so a rounding there
-    moves the phase of its samples, not what they sound like."""
+def assert_kokoro_kept_like_fresh(kept, fresh, on_gpu: bool = False):
+    """The same BERT output within rounding (other shapes sum in another order), the same
+    durations, and the same sound: Kokoro's source integrates F0, so a rounding there moves
+    the phase of its samples, not what they sound like. On a GPU, F16 matmuls of other shapes
+    round more (BERT within 1%, as a batch's is) and may move a token near half a frame by
+    a frame, shifting every later one: such takes need only be as long, within two frames."""
     from app.core.dsp import log_mel_cosine
 
     assert [c[1]["graphs_reused"] for c in fresh] == [0, 0, 0, 0]
     reused = [c[1]["graphs_reused"] for c in kept]
     assert reused[1] == 3 and reused[3] == 1  # each sentence's graph again; the batch's
+    same_length = n = 0
     for (audio, _, bert, sample_rate), (ref, _, ref_bert, _) in zip(kept, fresh, strict=True):
-        assert np.max(np.abs(bert - ref_bert)) <= 1e-3 * np.max(np.abs(ref_bert))
+        assert np.max(np.abs(bert - ref_bert)) <= (1e-2 if on_gpu else 1e-3) * np.max(np.abs(ref_bert))
         for a, r in zip(audio, ref, strict=True):
-            assert a.shape == r.shape and np.isfinite(a).all()
-            assert log_mel_cosine(a, r, sample_rate) >= 0.999
+            assert np.isfinite(a).all() and abs(len(a) - len(r)) <= (2 * 600 if on_gpu else 0)
+            if len(a) == len(r):
+                assert log_mel_cosine(a, r, sample_rate) >= (0.99 if on_gpu else 0.999)
+            same_length, n = same_length + (len(a) == len(r)), n + 1
+    assert same_length >= n // 2
 
 
 def test_kokoro_keeps_its_bert_graphs(monkeypatch):
