@@ -4,10 +4,11 @@
 
 Each run is a new process (so the device's runtime starts cold, as when the studio
 starts): it opens the voice without the prewarm or with it, synthesizes the same sentence
-three times, and reports the time to open, the first take's compute and the third's, and
-the device memory the open engine holds (the device's free memory before opening less
-after the takes). One run first, not counted, puts the model file in the page cache.
-With ``--workers N`` the engine opens N workers (contexts a batch is divided between).
+three times, and reports the time to open, the first take's compute (and each stage's
+part of it) and the third's, and the device memory the open engine holds (the device's
+free memory before opening less after the takes). One run first, not counted, puts the
+model file in the page cache. With ``--workers N`` the engine opens N workers (contexts a
+batch is divided between).
 """
 
 from __future__ import annotations
@@ -32,14 +33,14 @@ def _free_mib(device: str) -> float:
     return next(d["memory_free"] for d in devices() if d["id"] == device) / 2**20
 
 
-def one_run(voice: str, device: str, prewarm: bool, workers: int) -> tuple[float, float, float, float]:
+def one_run(voice: str, device: str, prewarm: bool, workers: int) -> tuple[float, float, float, float, dict]:
     free = _free_mib(device)
     t0 = time.perf_counter()
     with Engine.open(voice, device=device, prewarm=prewarm, workers=workers) as engine:
         open_ms = (time.perf_counter() - t0) * 1e3
-        takes = [engine.synthesize(text=SENTENCE).timings["total_ms"] for _ in range(3)]
+        takes = [engine.synthesize(text=SENTENCE).timings for _ in range(3)]
         held = free - _free_mib(device)
-    return open_ms, takes[0], takes[2], held
+    return open_ms, takes[0]["total_ms"], takes[2]["total_ms"], held, takes[0]["stages_ms"]
 
 
 def main() -> int:
@@ -63,12 +64,14 @@ def main() -> int:
     fresh(False)  # the model file in the page cache
     for prewarm in (False, True):
         rows = [fresh(prewarm) for _ in range(args.runs)]
-        open_ms, first, third, held = (statistics.median(col) for col in zip(*rows, strict=True))
+        open_ms, first, third, held = (statistics.median(col) for col in list(zip(*rows, strict=True))[:4])
+        stages = {name: statistics.median(row[4][name] for row in rows) for name in rows[0][4]}
         print(
             f"{args.voice} on {args.device}, {args.workers} worker(s), prewarm {'on ' if prewarm else 'off'}:"
             f" open {open_ms:.0f} ms, first take {first:.1f} ms, third take {third:.1f} ms,"
             f" device memory held {held:.0f} MiB (medians of {args.runs})"
         )
+        print("  first take by stage: " + ", ".join(f"{name} {ms:.1f} ms" for name, ms in stages.items()))
     return 0
 
 

@@ -61,10 +61,12 @@ struct graph_build {
     graph_build(const graph_build &) = delete;
 
     graph_build & operator=(graph_build && o) noexcept {
-        ctx.reset();  // before its block goes back
-        meta = std::move(o.meta);
-        ctx  = std::move(o.ctx);
-        gf   = o.gf;
+        if (this != &o) {
+            ctx.reset();  // before its block goes back
+            meta = std::move(o.meta);
+            ctx  = std::move(o.ctx);
+            gf   = o.gf;
+        }
         return *this;
     }
 
