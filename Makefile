@@ -7,7 +7,7 @@ PY       := $(VENV)/bin/python
 BUILD    := build/native
 # GPU=cuda or GPU=vulkan builds ggml with that backend (also the engine's CPU backend).
 # CUDA with CUDA graphs: ggml captures a graph the engine keeps between calls and replays it
-# in one launch (docs/benchmarks.md, "CUDA graphs").
+# in one launch (docs/benchmarks.md, "ggml's CUDA graphs for kept graphs").
 GPU      ?=
 GGML_CMAKE_ARGS := -DGGML_LLAMAFILE=ON $(if $(filter cuda,$(GPU)),-DGGML_CUDA=ON -DGGML_CUDA_GRAPHS=ON) \
 	$(if $(filter vulkan,$(GPU)),-DGGML_VULKAN=ON)

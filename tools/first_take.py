@@ -64,7 +64,7 @@ def main() -> int:
     fresh(False)  # the model file in the page cache
     for prewarm in (False, True):
         rows = [fresh(prewarm) for _ in range(args.runs)]
-        open_ms, first, third, held = (statistics.median(col) for col in list(zip(*rows, strict=True))[:4])
+        open_ms, first, third, held = (statistics.median(row[i] for row in rows) for i in range(4))
         stages = {name: statistics.median(row[4][name] for row in rows) for name in rows[0][4]}
         print(
             f"{args.voice} on {args.device}, {args.workers} worker(s), prewarm {'on ' if prewarm else 'off'}:"

@@ -202,6 +202,10 @@ struct vs_context {
     uint64_t n_runs   = 0;
     void     tag_run(ggml_cgraph * gf);
 
+    // Whether stages round their shapes up (shape_bucket) so that kept graphs serve other
+    // sentences too: where graphs are kept and built as for a device.
+    bool rounds_shapes() const { return keep_graphs && device_graphs; }
+
     vs::graph_build new_graph(size_t max_nodes = 8192);
     // The graph of `stage` for shapes `key`, allocated and ready for its inputs: the kept one
     // of that key, or one `build` makes now (kept where the context keeps graphs and every

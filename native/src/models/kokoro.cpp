@@ -1069,7 +1069,7 @@ void kokoro_voice::run_bert_group(vs_context & c, std::vector<kokoro_job> & jobs
     // Where graphs are kept by their shapes (on CUDA), the tokens are rounded up to
     // shape_bucket's lengths: the added ones, padding tokens each attending only to itself,
     // change no job's tokens (BERT mixes tokens only in its masked attention).
-    const int64_t Tg     = c.keep_graphs && c.device_graphs ? shape_bucket(T) : T;
+    const int64_t Tg     = c.rounds_shapes() ? shape_bucket(T) : T;
     const bool    masked = last - first > 1 || Tg > T;
     ids.resize((size_t) Tg, 0);
     pos.resize((size_t) Tg, 0);

@@ -1168,7 +1168,7 @@ void piper_voice::run_group(vs_context & c, std::vector<job> & jobs, size_t firs
     }
     // Where graphs are kept by their shapes (on CUDA), lengths are rounded up so that other
     // sentences of about the same lengths run the same graphs.
-    const bool           bucketed = c.keep_graphs && c.device_graphs;
+    const bool           bucketed = c.rounds_shapes();
     const packing        tok(lens, token_gap(), true, bucketed);
     std::vector<int32_t> ids((size_t) tok.total, hp_.phoneme_ids.at(U'_'));  // the gaps' tokens are masked
     for (size_t i = 0; i < n; ++i) {
