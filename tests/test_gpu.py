@@ -193,6 +193,24 @@ def test_a_take_repeated_on_cuda_is_the_same_and_only_kept_graphs_are_captured(
         assert "CUDA graph warmup complete" not in capfd.readouterr().err
 
 
+@pytest.mark.parametrize("voice", ["piper:joe", "kokoro:jf_alpha"])
+@pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
+def test_a_first_take_of_the_prewarms_shapes_replays_what_it_captured(device, voice, capfd):
+    """ggml captures a kept graph on its second run, milliseconds more than a replay; the
+    prewarm runs its sentences twice so that a first take of their shapes captures nothing."""
+    from app.core import models
+
+    if voice.startswith("kokoro") and not models.kokoro_installed():
+        pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
+    capfd.readouterr()
+    with Engine.open(voice, device=device, prewarm=True) as gpu:
+        if "CUDA graph warmup complete" not in capfd.readouterr().err:
+            pytest.skip("ggml is built without CUDA graphs")
+        take = gpu.synthesize(phonemes="fˈɑːks.")  # the prewarm's last sentence
+        assert take.timings["graphs_reused"] > 0 and np.isfinite(take.audio).all()
+        assert "CUDA graph warmup complete" not in capfd.readouterr().err
+
+
 @pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
 def test_kokoro_kept_bert_graphs_on_a_gpu_give_the_takes_of_graphs_built_for_them(device, monkeypatch):
     from test_kept_graphs import assert_kokoro_kept_like_fresh, kokoro_calls

@@ -89,6 +89,18 @@ def test_kept_graphs_within_a_vulkan_devices_limits(monkeypatch, joe_path):
     assert [t["graphs_reused"] for _, t in kept][1:3] == [3, 3]
 
 
+def test_the_prewarm_leaves_graphs_for_short_sentences_and_long(monkeypatch, joe_path):
+    """Off the CPU the prewarm speaks seven lengths, from one word to 17 s, so that a first
+    take of any length finds graphs of its rounded shapes kept: the encoder's and the
+    duration predictor's (by its tokens) at least; the flow's frames follow the take's seed."""
+    monkeypatch.setenv("VOICESTUDIO_DEVICE_GRAPHS", "1")
+    monkeypatch.setenv("VOICESTUDIO_KEEP_GRAPHS", "1")
+    phrase = "ðə kwˈɪk bɹˈaʊn fˈɑːks"
+    with Engine.open("piper:joe", device="cpu", threads=2, prewarm=True) as engine:
+        for ipa in ("fˈɑːks.", phrase + ".", f"{phrase}, {phrase}, {phrase}.", ", ".join([phrase] * 13) + "."):
+            assert engine.synthesize(phonemes=ipa).timings["graphs_reused"] >= 2, ipa
+
+
 # Kokoro keeps its BERT graphs (by the tokens rounded up, the added ones each attending
 # only to itself): three sentences one a call, in another order, then as one batch twice.
 KOKORO_TEXTS = ["Hello there.", "The quick brown fox jumps over the lazy dog.", "A third one, of middling size."]

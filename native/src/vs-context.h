@@ -195,9 +195,10 @@ struct vs_context {
     // ggml's CUDA backend, built with CUDA graphs, captures a graph and replays it once two
     // runs in a row at the same first-node address have nodes of the same bytes. A graph built
     // for one call (on the scheduler) would be captured and instantiated, milliseconds, for
-    // nothing, and some such replays failed on an H100; so on a CUDA device each run of a
-    // graph not kept writes its number into every node's spare bytes (ggml_tensor::padding),
-    // which ggml compares and no op reads: only kept graphs are captured.
+    // nothing, and some such replays failed on an H100; so where ggml captures graphs, each
+    // run of a graph not kept writes its number into every node's spare bytes
+    // (ggml_tensor::padding), which ggml compares and no op reads: only kept graphs are
+    // captured.
     bool     tag_runs = false;
     uint64_t n_runs   = 0;
     void     tag_run(ggml_cgraph * gf);
@@ -281,6 +282,12 @@ class voice {
             "ˌɪntʊ ðə wˈʊdz, wˌɛɹ nˈoʊbɑːdi wɪl ˈɛvɚ fˈaɪnd ɪɾ ɐɡˈɛn."
         };
     }
+    // A prewarm of seven lengths from under a second to 17 s (a phrase said 13, 8, 5, 3, 2
+    // times and once, then one word: no length over twice the next), longest first so that
+    // the buffers are sized once. For GEMMs whose columns follow the sentence's length rounded
+    // to a power of two (phase_columns): each shape sentences in that range give has then been
+    // called once, where cuBLAS's first call of a shape costs about half a millisecond.
+    static std::vector<std::string> prewarm_lengths();
     // Audio of several chunks synthesized together, chunk `first_chunk` onwards: each stage
     // runs over all of them before the next, with work shared where the architecture
     // batches it. By default one after another.

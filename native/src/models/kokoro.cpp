@@ -164,26 +164,13 @@ class kokoro_voice final : public voice {
         return out;
     }
 
-    // On a device with F16 weights, seven lengths from under a second to 17 s (a phrase said
-    // 13, 8, 5, 3, 2 times and once, then one word: no length over twice the next), longest
-    // first so that the buffers are sized once. Each of conv1d_phases' GEMMs has then had the
-    // shapes sentences in that range give it (phase_columns); a new one costs about half a
-    // millisecond.
+    // On a device with F16 weights, conv1d_phases' GEMMs: voice::prewarm_lengths.
     std::vector<std::string> prewarm_phonemes(const vs_context & ctx) const override {
         auto it = ctx.weights->tensors.find(GEN + "resblocks.0.convs1.0.weight");
         if (!ctx.device_graphs || it == ctx.weights->tensors.end() || it->second->type != GGML_TYPE_F16) {
             return voice::prewarm_phonemes(ctx);
         }
-        std::vector<std::string> out;
-        for (int n : { 13, 8, 5, 3, 2, 1 }) {
-            std::string ipa = "ðə kwˈɪk bɹˈaʊn fˈɑːks";
-            for (int i = 1; i < n; ++i) {
-                ipa += ", ðə kwˈɪk bɹˈaʊn fˈɑːks";
-            }
-            out.push_back(ipa + ".");
-        }
-        out.push_back("fˈɑːks.");
-        return out;
+        return prewarm_lengths();
     }
 
     std::string phonemize(vs_context & ctx, const std::string & text) override {

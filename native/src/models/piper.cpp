@@ -240,6 +240,12 @@ class piper_voice final : public voice {
         return out;
     }
 
+    // Off the CPU, voice::prewarm_lengths: the kept graphs of several rounded shapes, and the
+    // GEMMs of the decoder in the engine's CUDA kernels (fused_decoder) for every length.
+    std::vector<std::string> prewarm_phonemes(const vs_context & ctx) const override {
+        return ctx.device_graphs ? prewarm_lengths() : voice::prewarm_phonemes(ctx);
+    }
+
     std::string phonemize(vs_context & ctx, const std::string & text) override {
         if (!ctx.phonemizer) {
             throw error(VS_ERR_PHONEMIZER, "this context has no espeak-ng");
