@@ -99,8 +99,9 @@ class Engine:
         prewarm: bool | None = None,
         workers: int | None = 1,
     ) -> Engine:
-        """``prewarm``: run one short synthesis while opening, so that the first real one is not
-        the slow one and every stage's ops are checked against the device (``fallback_ops``).
+        """``prewarm``: synthesize while opening (off the CPU, seven sentences from one word to
+        17 s; twice where ggml captures graphs), so that the first real take is not the slow
+        one and every stage's ops are checked against the device (``fallback_ops``).
         None: only on a GPU or other accelerator.
         ``workers``: contexts on the device, a thread each, that a batch's sentences are divided
         between (``synthesize_many``, ``synthesize`` with ``batch`` > 1), so that one's host
