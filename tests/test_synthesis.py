@@ -77,12 +77,16 @@ def test_cancel_between_chunks(engine):
     assert done == [0, 1]
 
 
-def test_callback_exception_reaches_caller(engine):
+def test_callback_exception_reaches_caller_and_stops_the_run(engine):
+    delivered = []
+
     def boom(i, audio):
+        delivered.append(i)
         raise RuntimeError("from the callback")
 
     with pytest.raises(RuntimeError, match="from the callback"):
-        engine.synthesize(text="One. Two.", on_chunk=boom)
+        engine.synthesize(text="One. Two. Three.", on_chunk=boom)
+    assert delivered == [0]  # the sentences after the failing one are not synthesized
 
 
 def test_many_texts_in_one_call_give_each_the_take_it_gets_alone(engine):

@@ -7,6 +7,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -88,11 +89,13 @@ class Model {
 
 struct call_state {
     nb::object                        on_stage, on_chunk, abort;
-    std::unique_ptr<nb::python_error> error;  // first exception a callback raised
+    std::unique_ptr<nb::python_error> error;            // first exception a callback raised
+    std::atomic<bool>                 failed{ false };  // error is set: polled without the GIL
 
     void capture(nb::python_error & e) {
         if (!error) {
             error = std::make_unique<nb::python_error>(e);
+            failed.store(true, std::memory_order_release);
         }
     }
 };
@@ -213,14 +216,15 @@ class Context {
              F && call) {
         vs_context *    c = get();
         call_state      st{ on_stage, on_chunk, abort, nullptr };
-        vs_synth_params p     = vs_synth_default_params();
-        p.noise_scale         = noise_scale;
-        p.length_scale        = length_scale;
-        p.noise_w             = noise_w;
-        p.seed                = seed;
-        p.decoder_tile_frames = decoder_tile;
-        p.batch               = batch;
-        p.voice               = voice ? voice->c_str() : nullptr;
+        const bool      ask_abort = !abort.is_none();
+        vs_synth_params p         = vs_synth_default_params();
+        p.noise_scale             = noise_scale;
+        p.length_scale            = length_scale;
+        p.noise_w                 = noise_w;
+        p.seed                    = seed;
+        p.decoder_tile_frames     = decoder_tile;
+        p.batch                   = batch;
+        p.voice                   = voice ? voice->c_str() : nullptr;
         if (style) {
             if (style->shape(1) != 256) {
                 throw engine_error(VS_ERR_INVALID_ARG, "a style pack has 256 columns");
@@ -259,24 +263,29 @@ class Context {
                 }
             };
         }
-        // Polled by the engine; a raising callback also stops the run.
+        // Polled by the engine, after every graph and from every worker's thread; a raising
+        // callback also stops the run. The GIL only where there is a callable to ask: taking
+        // it on a worker's thread makes and drops a Python thread state each time.
         p.abort_user_data = &st;
-        p.abort           = [](void * data) -> bool {
-            auto *                 s = static_cast<call_state *>(data);
-            nb::gil_scoped_acquire gil;
-            if (s->error) {
-                return true;
-            }
-            if (s->abort.is_none()) {
-                return false;
-            }
-            try {
-                return nb::cast<bool>(s->abort());
-            } catch (nb::python_error & e) {
-                s->capture(e);
-                return true;
-            }
-        };
+        if (ask_abort) {
+            p.abort = [](void * data) -> bool {
+                auto *                 s = static_cast<call_state *>(data);
+                nb::gil_scoped_acquire gil;
+                if (s->error) {
+                    return true;
+                }
+                try {
+                    return nb::cast<bool>(s->abort());
+                } catch (nb::python_error & e) {
+                    s->capture(e);
+                    return true;
+                }
+            };
+        } else {
+            p.abort = [](void * data) -> bool {
+                return static_cast<call_state *>(data)->failed.load(std::memory_order_acquire);
+            };
+        }
         int status;
         {
             nb::gil_scoped_release release;
@@ -319,6 +328,11 @@ class Context {
         d["skipped_symbols"] = t.n_skipped_symbols;
         d["graphs_built"]    = t.n_graphs_built;
         d["graphs_reused"]   = t.n_graphs_reused;
+        nb::list workers;  // each worker's ms in its runs, as many as the context has
+        for (int i = 0; i < std::min(vs_context_workers(get()), VS_MAX_WORKERS); ++i) {
+            workers.append(t.worker_ms[i]);
+        }
+        d["workers_ms"] = workers;
         return d;
     }
 
