@@ -219,6 +219,9 @@ def cmd_bench(args) -> int:
                     # On CUDA, graphs are kept between calls: the repeated runs reuse them.
                     "graphs_built": statistics.median(t.timings["graphs_built"] for t in runs),
                     "graphs_reused": statistics.median(t.timings["graphs_reused"] for t in runs),
+                    "workers_ms": [
+                        statistics.median(w) for w in zip(*(t.timings["workers_ms"] for t in runs), strict=True)
+                    ],
                 }
             )
         profile = None
@@ -271,6 +274,9 @@ def cmd_bench(args) -> int:
     stages = sorted({s for r in results for s in r["stages_ms"]}, key=list(results[0]["stages_ms"]).index)
     overlap = " (each the workers' together: they overlap)" if workers > 1 else ""
     print("  " + ", ".join(f"{s} {sum(r['stages_ms'][s] for r in results):.0f} ms" for s in stages) + overlap)
+    if workers > 1:  # how evenly the batches were divided, and what the calls spent outside the workers
+        busy = [sum(r["workers_ms"][w] for r in results) for w in range(workers)]
+        print("  each worker's runs: " + ", ".join(f"{ms:.0f}" for ms in busy) + " ms")
     built, reused = (sum(r[k] for r in results) for k in ("graphs_built", "graphs_reused"))
     if reused:
         print(f"  graphs a run: {built:.0f} built, {reused:.0f} kept from an earlier run of the same shapes")

@@ -125,6 +125,16 @@ def test_a_callback_failing_in_a_worker_reaches_the_caller(workers3):
     assert len(workers3.synthesize_many(TEXTS[:2], batch=2)) == 2
 
 
+def test_each_workers_time_is_reported_within_the_call(workers3):
+    """A batch divided between three workers reports each one's time in its run, each within
+    the call's; one sentence a call (no division) keeps the others idle."""
+    divided = workers3.synthesize_many(TEXTS, batch=6)[0].timings
+    assert len(divided["workers_ms"]) == 3
+    assert all(0 < ms <= divided["total_ms"] for ms in divided["workers_ms"])
+    alone = workers3.synthesize_many(TEXTS[:1], batch=1)[0].timings
+    assert alone["workers_ms"][0] > 0 and alone["workers_ms"][1:] == [0, 0]
+
+
 def test_fewer_sentences_than_workers_and_batches_of_one(workers3):
     alone = [workers3.synthesize(text=t, seed=1) for t in TEXTS[:2]]
     for batch in (1, 2):  # one a call (no division), two for three workers

@@ -281,29 +281,6 @@ struct vs_synth_params vs_synth_default_params(void) {
 
 namespace {
 
-// Boundaries of up to `n_workers` runs of consecutive chunks [first, first + n), with about
-// as many phoneme ids each (their work): start[r] to start[r + 1] is run r.
-std::vector<size_t> split_runs(const std::vector<std::vector<int32_t>> & chunks, size_t first, size_t n,
-                               size_t n_workers) {
-    const size_t n_runs = std::min(n, n_workers);
-    size_t       total  = 0;
-    for (size_t k = first; k < first + n; ++k) {
-        total += chunks[k].size();
-    }
-    std::vector<size_t> start = { first };
-    size_t              done  = 0;
-    for (size_t k = first; k < first + n; ++k) {
-        done += chunks[k].size();
-        const size_t left_chunks = first + n - (k + 1), left_runs = n_runs - start.size();
-        // Close the run once it holds its share of the ids, or when each run left needs a chunk.
-        if (left_runs > 0 && (done * n_runs >= total * start.size() || left_chunks == left_runs)) {
-            start.push_back(k + 1);
-        }
-    }
-    start.push_back(first + n);
-    return start;
-}
-
 // Every input's chunks (sentences) through the voice, `params.batch` at a time across the
 // inputs; audio[i] gets input i's. Chunks are numbered across all inputs, in order.
 void synthesize_inputs(vs_context * ctx, const std::vector<const char *> & inputs, int kind,
@@ -350,8 +327,11 @@ void synthesize_inputs(vs_context * ctx, const std::vector<const char *> & input
         audio.push_back(std::make_unique<vs_audio>());
         audio.back()->sample_rate = ctx->model->sample_rate;
     }
-    // Chunks [first, first + pcm.size()) to their inputs, in order, on the calling thread.
-    auto deliver = [&](size_t first, std::vector<std::vector<float>> & pcm) {
+    // Chunks [first, first + pcm.size()) to their inputs, in order, on the calling thread:
+    // each to on_chunk now, and kept for its input's audio, which is joined once at the end
+    // (appended chunk by chunk, a long input's audio was copied again at each growth).
+    std::vector<std::vector<std::vector<float>>> parts(inputs.size());
+    auto                                         deliver = [&](size_t first, std::vector<std::vector<float>> & pcm) {
         for (size_t k = 0; k < pcm.size(); ++k) {
             if (params.on_chunk) {
                 params.on_chunk((int) (first + k), pcm[k].data(), pcm[k].size(), params.on_chunk_user_data);
@@ -359,34 +339,63 @@ void synthesize_inputs(vs_context * ctx, const std::vector<const char *> & input
             if (first + k == 0) {
                 ctx->timings.first_audio_ms = vs::ms_since(t0);
             }
-            auto & out = audio[owner[first + k]]->samples;
-            out.insert(out.end(), pcm[k].begin(), pcm[k].end());
             ctx->timings.n_samples += (int64_t) pcm[k].size();
             ctx->timings.n_chunks++;
+            parts[owner[first + k]].push_back(std::move(pcm[k]));
         }
     };
     const size_t batch = (size_t) std::max(1, params.batch);
     for (size_t i = 0; i < chunks.size(); i += batch) {
         ctx->check_abort();
-        const size_t                                 n     = std::min(batch, chunks.size() - i);
-        const std::vector<size_t>                    start = split_runs(chunks, i, n, ctx->workers.size() + 1);
+        const size_t        n = std::min(batch, chunks.size() - i);
+        std::vector<size_t> ids(n);  // each chunk's phoneme ids: its work
+        for (size_t k = 0; k < n; ++k) {
+            ids[k] = chunks[i + k].size();
+        }
+        std::vector<size_t> start = vs::split_runs(ids, ctx->workers.size() + 1);
+        for (size_t & b : start) {
+            b += i;
+        }
         const size_t                                 n_run = start.size() - 1;
         std::vector<std::vector<std::vector<float>>> pcm(n_run);
+        std::vector<double>                          busy_ms(n_run);
         ctx->run_workers(n_run, [&](size_t r, vs_context & c) {
+            const auto                        tr = std::chrono::steady_clock::now();
             std::vector<std::vector<int32_t>> run(chunks.begin() + start[r], chunks.begin() + start[r + 1]);
             if (r == 0) {
-                pcm[0] = c.voice->synthesize_batch(c, run, params, (int) start[0]);
+                pcm[0]     = c.voice->synthesize_batch(c, run, params, (int) start[0]);
+                busy_ms[0] = vs::ms_since(tr);
                 deliver(start[0], pcm[0]);  // while the other workers go on
                 return;
             }
             c.clear_results();
             active_guard worker_guard{ &c };
-            c.active = &params;
-            pcm[r]   = c.voice->synthesize_batch(c, run, params, (int) start[r]);
+            c.active   = &params;
+            pcm[r]     = c.voice->synthesize_batch(c, run, params, (int) start[r]);
+            busy_ms[r] = vs::ms_since(tr);
         });
+        for (size_t r = 0; r < n_run; ++r) {
+            ctx->timings.worker_ms[r] += busy_ms[r];
+        }
         for (size_t r = 1; r < n_run; ++r) {
             ctx->absorb(*ctx->workers[r - 1], r + 1 == n_run);
             deliver(start[r], pcm[r]);
+        }
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) {
+        auto & out = audio[i]->samples;
+        if (parts[i].size() == 1) {
+            out = std::move(parts[i][0]);
+            continue;
+        }
+        size_t n = 0;
+        for (const auto & part : parts[i]) {
+            n += part.size();
+        }
+        out.reserve(n);
+        for (auto & part : parts[i]) {
+            out.insert(out.end(), part.begin(), part.end());
+            std::vector<float>().swap(part);
         }
     }
     ctx->timings.total_ms = vs::ms_since(t0);

@@ -406,6 +406,53 @@ bool vs_context::aborted() const {
     return (halt && halt->load()) || (active && active->abort && active->abort(active->abort_user_data));
 }
 
+namespace vs {
+
+std::vector<size_t> split_runs(const std::vector<size_t> & work, size_t n_workers) {
+    const size_t n = work.size(), n_runs = std::min(n, std::max<size_t>(n_workers, 1));
+    // Runs of at most `most` each, closed early only where each run left needs one of the
+    // chunks left.
+    auto divide = [&](size_t most) {
+        std::vector<size_t> start = { 0 };
+        size_t              run   = 0;
+        for (size_t k = 0; k < n; ++k) {
+            const size_t left_runs = n_runs - start.size();
+            if (k > start.back() && left_runs > 0 && (run + work[k] > most || n - k == left_runs)) {
+                start.push_back(k);
+                run = 0;
+            }
+            run += work[k];
+        }
+        start.push_back(n);
+        return start;
+    };
+    auto fits = [&](size_t most) {  // whether n_runs runs of at most `most` each hold every chunk
+        size_t runs = 1, run = 0;
+        for (size_t w : work) {
+            if (w > most) {
+                return false;
+            }
+            if (run + w > most) {
+                ++runs;
+                run = 0;
+            }
+            run += w;
+        }
+        return runs <= n_runs;
+    };
+    size_t lo = 0, hi = 0;  // the least largest run is in (lo, hi]
+    for (size_t w : work) {
+        hi += w;
+    }
+    while (hi - lo > 1) {
+        const size_t mid      = lo + (hi - lo) / 2;
+        (fits(mid) ? hi : lo) = mid;
+    }
+    return divide(hi);
+}
+
+}  // namespace vs
+
 void vs_context::run_workers(size_t n, const std::function<void(size_t, vs_context &)> & fn) {
     n            = std::min(n, workers.size() + 1);
     workers_halt = false;
