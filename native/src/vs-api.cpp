@@ -329,7 +329,7 @@ void synthesize_inputs(vs_context * ctx, const std::vector<const char *> & input
     }
     // Chunks [first, first + pcm.size()) to their inputs, in order, on the calling thread:
     // each to on_chunk now, and kept for its input's audio, which is joined once at the end
-    // (appended chunk by chunk, a long input's audio was copied again at each growth).
+    // (appended chunk by chunk, a long input's audio would be copied again at each growth).
     std::vector<std::vector<std::vector<float>>> parts(inputs.size());
     auto                                         deliver = [&](size_t first, std::vector<std::vector<float>> & pcm) {
         for (size_t k = 0; k < pcm.size(); ++k) {

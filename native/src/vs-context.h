@@ -314,7 +314,7 @@ std::vector<float> ge2e_embed(vs_context & ctx, const float * samples, size_t n_
 // Boundaries of up to n_workers runs of consecutive chunks, none empty, whose largest run
 // has the least work (work[k]: chunk k's) that any such division gives: start[r] to
 // start[r + 1] is run r. A batch's call waits for its slowest worker; closing each run once
-// it held its share left a sentence's worth more on some runs than on others.
+// it holds its share can leave a sentence's worth more on some runs than on others.
 std::vector<size_t> split_runs(const std::vector<size_t> & work, size_t n_workers);
 
 }  // namespace vs
