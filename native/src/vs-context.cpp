@@ -537,11 +537,12 @@ void vs_context::set_output(const std::string & name, std::vector<float> data, i
 }
 
 std::vector<std::string> vs::voice::prewarm_lengths() {
+    const std::string        phrase = "ðə kwˈɪk bɹˈaʊn fˈɑːks";
     std::vector<std::string> out;
     for (int n : { 13, 8, 5, 3, 2, 1 }) {
-        std::string ipa = "ðə kwˈɪk bɹˈaʊn fˈɑːks";
+        std::string ipa = phrase;
         for (int i = 1; i < n; ++i) {
-            ipa += ", ðə kwˈɪk bɹˈaʊn fˈɑːks";
+            ipa += ", " + phrase;
         }
         out.push_back(ipa + ".");
     }
@@ -557,18 +558,21 @@ void vs_context::prewarm() {
         // Where ggml captures kept graphs (tag_runs), a graph's second run is the one captured
         // and instantiated, milliseconds more than a replay: the prewarm runs its sentences
         // twice so that a first take of their shapes replays.
-        const int passes = keep_graphs && tag_runs ? 2 : 1;
-        active           = &p;
+        const int                         passes = keep_graphs && tag_runs ? 2 : 1;
+        std::vector<std::vector<int32_t>> ids;  // each sentence's first chunk
+        for (const std::string & ipa : sentences) {
+            int  skipped = 0;
+            auto chunks  = voice->ids_from_phonemes(ipa.c_str(), skipped);
+            if (chunks.empty()) {
+                throw vs::error(VS_ERR_FORMAT, "'" + model->path + "' has none of the phonemes its prewarm needs");
+            }
+            ids.push_back(std::move(chunks[0]));
+        }
+        active = &p;
         try {
             for (int pass = 0; pass < passes; ++pass) {
-                for (const std::string & ipa : sentences) {
-                    int  skipped = 0;
-                    auto chunks  = voice->ids_from_phonemes(ipa.c_str(), skipped);
-                    if (chunks.empty()) {
-                        throw vs::error(VS_ERR_FORMAT,
-                                        "'" + model->path + "' has none of the phonemes its prewarm needs");
-                    }
-                    voice->synthesize(*this, chunks[0], p, 0);
+                for (const auto & chunk : ids) {
+                    voice->synthesize(*this, chunk, p, 0);
                 }
             }
         } catch (...) {
