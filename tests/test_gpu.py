@@ -99,7 +99,11 @@ def test_gpu_batch_sounds_like_one_at_a_time(device, sentences):
         alone, together = [], []
         gpu.synthesize(phonemes=ipa, on_chunk=lambda i, audio: alone.append(audio))
         bert_alone = gpu.output("bert")  # the last sentence's
+        gpu.set_op_profiling(device.startswith("cuda"))
         gpu.synthesize(phonemes=ipa, batch=6, on_chunk=lambda i, audio: together.append(audio))
+        if device.startswith("cuda"):  # the generator's kernels take the six packed: one pass a stage
+            passes = {r["op"]: r["count"] for r in gpu.op_profile() if r["stage"] == "generator"}
+            assert passes.get("residual stacks (engine's CUDA kernels)", 0) <= 4  # 12 one at a time
         # Its BERT shared one graph with the other five (a block-diagonal attention mask);
         # matmuls of another size may round differently, attending across sentences would not be close.
         assert np.abs(gpu.output("bert") - bert_alone).max() <= 0.01 * np.abs(bert_alone).max()

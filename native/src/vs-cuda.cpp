@@ -34,7 +34,7 @@ int64_t snake_frames(int64_t T, int, const int *, int) {
     return T;
 }
 
-size_t snake_scratch_bytes(int64_t, int64_t, int, const int *, int) {
+size_t snake_scratch_bytes(int64_t, int64_t, int, const int *, int, int) {
     return 0;
 }
 
@@ -44,7 +44,7 @@ void * blas_create(int) {
 
 void blas_destroy(void *) {}
 
-void snake_stack(int, void *, float *, int64_t, int64_t, int, const snake_conv *, int, void *) {
+void snake_stack(int, void *, float *, int64_t, int64_t, int, const snake_conv *, int, void *, const snake_segments &) {
     throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
 }
 
@@ -61,6 +61,10 @@ bool leaky_conv_tanh_supported(int64_t, int) {
 }
 
 void leaky_conv_tanh(int, const float *, int64_t, int64_t, int, float, const float *, const float *, float *) {
+    throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
+}
+
+void upload(int, void *, const void *, size_t) {
     throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
 }
 

@@ -58,24 +58,38 @@ struct snake_conv {
     int           dilation = 1;
 };
 
+// A batch's sentences packed along time: n segments of x, segment s its frames
+// [range[2 s], range[2 s] + range[2 s + 1]), each followed by frames of no segment (gaps),
+// at least as many as the widest convolution pads. Each segment's AdaINs take their
+// statistics over its own frames and their affines from its own style (scale and shift
+// `style_stride` floats on from the previous segment's); Snake's output is zero in the gaps,
+// so that each segment's convolutions read the zeros they read alone. The gaps end up
+// holding what the convolutions spill there. The default: one segment, all of x.
+struct snake_segments {
+    int         n            = 1;
+    const int * range        = nullptr;  // (dev) [n][2]: first frame, frame count
+    const int * frame        = nullptr;  // (dev) [T]: each frame's segment, -1 in the gaps
+    int64_t     style_stride = 0;
+};
+
 // Whether snake_stack() takes C channels and kernel size K.
 bool snake_supported(int64_t C, int K);
 
 // Frames the activations given to snake_stack() must have room for (T and more: the
 // GEMMs write whole tap windows), and the device memory it needs as scratch.
 int64_t snake_frames(int64_t T, int K, const int * dilations, int n);
-size_t  snake_scratch_bytes(int64_t C, int64_t T, int K, const int * dilations, int n);
+size_t  snake_scratch_bytes(int64_t C, int64_t T, int K, const int * dilations, int n, int segments = 1);
 
 // cuBLAS for the calling context (made on first use; null until then), and its release.
 void * blas_create(int device);
 void   blas_destroy(void * blas);
 
 // n_pairs pairs of convolutions (convs[2 i], convs[2 i + 1]) over x (dev) [T, C], in place;
-// x has room for snake_frames() frames. Queued on the calling thread's stream: call
-// synchronize() before ggml reads the result. Throws vs::error(VS_ERR_COMPUTE) on a CUDA or
-// cuBLAS error.
+// x has room for snake_frames() frames; scratch has snake_scratch_bytes() for seg.n
+// segments. Queued on the calling thread's stream: call synchronize() before ggml reads the
+// result. Throws vs::error(VS_ERR_COMPUTE) on a CUDA or cuBLAS error.
 void snake_stack(int device, void * blas, float * x, int64_t C, int64_t T, int K, const snake_conv * convs, int n_pairs,
-                 void * scratch);
+                 void * scratch, const snake_segments & seg = {});
 
 // ---------------------------------------------------------------- LeakyReLU residual stacks
 //
@@ -103,6 +117,8 @@ void   leaky_stack(int device, void * blas, float * x, int64_t C, int64_t T, int
 bool leaky_conv_tanh_supported(int64_t C, int K);
 void leaky_conv_tanh(int device, const float * x, int64_t C, int64_t T, int K, float slope, const float * mask,
                      const float * w, float * out);
+// Host memory to the device, queued as snake_stack() (the host's copy may go at return).
+void upload(int device, void * dst, const void * host, size_t bytes);
 // Device memory to the host, after the calling thread's queued work (synchronous).
 void download(int device, void * host, const void * src, size_t bytes);
 

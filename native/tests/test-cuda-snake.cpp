@@ -3,9 +3,10 @@
 // sizes 3, 7 and 11, lengths shorter and longer than a kernel's reach, 32 and 128
 // channels, some of means far above their spreads; differences are measured against the
 // largest value the stack added. The host rounds Snake's output to F16 as the device does
-// before its GEMMs. Then the LeakyReLU stacks of Piper's decoder the same way
-// (check_leaky), and its output layer (check_post). Exits 77 (skipped) where there is no
-// CUDA device.
+// before its GEMMs. The same stacks over segments packed along time (check_segments), each
+// against the host's stack over it alone. Then the LeakyReLU stacks of Piper's decoder the
+// same way (check_leaky), and its output layer (check_post). Exits 77 (skipped) where there
+// is no CUDA device.
 #include <cuda_runtime.h>
 #include <ggml.h>
 
@@ -167,6 +168,144 @@ bool check(void * blas, int64_t C, int64_t T, int K) {
     return ok;
 }
 
+// The same stacks over sentences packed along time (vs::cuda::snake_segments): segments of
+// unlike lengths, each with its own AdaIN scales and shifts and an input of its own, with
+// gaps of exactly the widest padding between them. Each segment's frames must come out as
+// the host's stack over that segment alone.
+bool check_segments(void * blas, int64_t C, int K, const std::vector<int64_t> & lengths) {
+    std::mt19937                          rng((unsigned) (C * 7 + K * 3 + (int64_t) lengths.size()));
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const int                             dil[6] = { 1, 1, 3, 1, 5, 1 };
+    const int64_t                         gap = 5 * (K - 1) / 2, n_seg = (int64_t) lengths.size();
+    std::vector<int64_t>                  first;
+    int64_t                               T = 0;
+    for (int64_t len : lengths) {
+        first.push_back(T);
+        T += len + gap;
+    }
+    // Shared weights, alphas and biases; per segment and convolution a scale and a shift,
+    // [segment][convolution][scale C, shift C] on the device.
+    std::vector<std::vector<host_conv>> convs((size_t) n_seg, std::vector<host_conv>(6));
+    std::vector<float>                  styles;
+    std::vector<void *>                 device;
+    for (int i = 0; i < 6; ++i) {
+        host_conv & h = convs[0][(size_t) i];
+        h.dilation    = dil[i];
+        for (int64_t c = 0; c < C; ++c) {
+            h.alpha.push_back(0.5f + 0.5f * (u(rng) + 1.0f));
+            h.bias.push_back(0.1f * u(rng));
+        }
+        const float gain = 1.0f / std::sqrt((float) (K * C));
+        for (int64_t i2 = 0; i2 < C * K * C; ++i2) {
+            h.w16.push_back(ggml_fp32_to_fp16(gain * u(rng)));
+            h.w.push_back(ggml_fp16_to_fp32(h.w16.back()));
+        }
+    }
+    for (int64_t sg = 0; sg < n_seg; ++sg) {
+        for (int i = 0; i < 6; ++i) {
+            host_conv & h = convs[(size_t) sg][(size_t) i];
+            if (sg > 0) {
+                h = convs[0][(size_t) i];
+                h.scale.clear();
+                h.shift.clear();
+            }
+            for (int64_t c = 0; c < C; ++c) {
+                h.scale.push_back(1.0f + 0.5f * u(rng));
+                h.shift.push_back(0.5f * u(rng));
+            }
+            styles.insert(styles.end(), h.scale.begin(), h.scale.end());
+            styles.insert(styles.end(), h.shift.begin(), h.shift.end());
+        }
+    }
+    void *                            d_styles = upload(styles);
+    std::vector<vs::cuda::snake_conv> dconvs(6);
+    for (int i = 0; i < 6; ++i) {
+        const host_conv & h = convs[0][(size_t) i];
+        device.push_back(upload(h.alpha));
+        device.push_back(upload(h.bias));
+        device.push_back(upload(h.w16));
+        vs::cuda::snake_conv & d = dconvs[(size_t) i];
+        d.scale                  = static_cast<const float *>(d_styles) + 2 * C * i;
+        d.shift                  = d.scale + C;
+        d.alpha                  = static_cast<const float *>(device[device.size() - 3]);
+        d.bias                   = static_cast<const float *>(device[device.size() - 2]);
+        d.w                      = device.back();
+        d.dilation               = dil[i];
+    }
+    std::vector<int> seg_info;
+    for (int64_t sg = 0; sg < n_seg; ++sg) {
+        seg_info.push_back((int) first[(size_t) sg]);
+        seg_info.push_back((int) lengths[(size_t) sg]);
+    }
+    std::vector<int> frame_seg((size_t) T, -1);
+    for (int64_t sg = 0; sg < n_seg; ++sg) {
+        std::fill_n(frame_seg.begin() + first[(size_t) sg], lengths[(size_t) sg], (int) sg);
+    }
+    seg_info.insert(seg_info.end(), frame_seg.begin(), frame_seg.end());
+    void * d_seg = upload(seg_info);
+
+    // Each segment's input, its channels' means unlike the other segments'; the gaps hold
+    // values far from any segment's (what a packed stack leaves there).
+    std::vector<float>              x((size_t) (C * T), 1e4f);
+    std::vector<std::vector<float>> want((size_t) n_seg);
+    for (int64_t sg = 0; sg < n_seg; ++sg) {
+        const int64_t      len = lengths[(size_t) sg];
+        std::vector<float> xs((size_t) (C * len));
+        for (int64_t t = 0; t < len; ++t) {
+            for (int64_t c = 0; c < C; ++c) {
+                xs[(size_t) (t * C + c)] =
+                    (float) (sg * 3 - 2) + ((float) (c % 5) - 2.0f) + (1.0f + (float) sg) * u(rng);
+            }
+        }
+        std::copy(xs.begin(), xs.end(), x.begin() + first[(size_t) sg] * C);
+        std::vector<float> y((size_t) (C * len));
+        want[(size_t) sg] = xs;
+        for (int p = 0; p < 3; ++p) {
+            reference_step(want[(size_t) sg], y, false, C, len, K, convs[(size_t) sg][(size_t) (2 * p)]);
+            reference_step(y, want[(size_t) sg], true, C, len, K, convs[(size_t) sg][(size_t) (2 * p + 1)]);
+        }
+    }
+
+    const int64_t frames = vs::cuda::snake_frames(T, K, dil, 6);
+    void *        d_x = nullptr, *d_scratch = nullptr;
+    cudaMalloc(&d_x, sizeof(float) * (size_t) (C * frames));
+    cudaMalloc(&d_scratch, vs::cuda::snake_scratch_bytes(C, T, K, dil, 6, (int) n_seg));
+    cudaMemcpy(d_x, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice);
+    vs::cuda::snake_segments seg;
+    seg.n            = (int) n_seg;
+    seg.range        = static_cast<const int *>(d_seg);
+    seg.frame        = seg.range + 2 * n_seg;
+    seg.style_stride = 12 * C;
+    bool ok          = true;
+    try {
+        vs::cuda::snake_stack(0, blas, static_cast<float *>(d_x), C, T, K, dconvs.data(), 3, d_scratch, seg);
+        vs::cuda::synchronize(0);
+    } catch (const std::exception & e) {
+        std::printf("FAIL segments C=%lld K=%d: %s\n", (long long) C, K, e.what());
+        ok = false;
+    }
+    std::vector<float> got(x.size());
+    cudaMemcpy(got.data(), d_x, got.size() * sizeof(float), cudaMemcpyDeviceToHost);
+    for (void * p : device) {
+        cudaFree(p);
+    }
+    for (void * p : { d_x, d_scratch, d_styles, d_seg }) {
+        cudaFree(p);
+    }
+    double worst = 0.0, scale = 0.0;
+    for (int64_t sg = 0; sg < n_seg; ++sg) {
+        for (int64_t i = 0; i < C * lengths[(size_t) sg]; ++i) {
+            const double g = got[(size_t) (first[(size_t) sg] * C + i)], w = want[(size_t) sg][(size_t) i];
+            worst = std::isfinite(g) ? std::max(worst, std::fabs(g - w)) : INFINITY;
+            scale = std::max(scale, std::fabs(w - x[(size_t) (first[(size_t) sg] * C + i)]));
+        }
+    }
+    ok = ok && worst <= 2e-3 * scale;
+    std::printf("%s segments C=%lld K=%d (%lld of them): largest difference %.2e of %.2e added\n", ok ? "ok  " : "FAIL",
+                (long long) C, K, (long long) n_seg, worst, scale);
+    return ok;
+}
+
 // The LeakyReLU stacks (vs::cuda::leaky_stack, Piper's decoder): x += conv(LeakyReLU(x) *
 // mask) + bias for each convolution in turn, in double on the host, the LeakyReLU's output
 // rounded to F16 as on the device. Every frame is compared, the masked ones included (both
@@ -321,6 +460,8 @@ int main() {
         ok = check(blas, 32, 9, K) && ok;     // shorter than the widest reach (5 * 10 frames)
         ok = check(blas, 128, 613, K) && ok;  // no multiple of any window
         ok = check(blas, 32, 4099, K) && ok;  // more frames than a statistics row covers
+        ok = check_segments(blas, 32, K, { 613, 9, 4099, 40 }) && ok;
+        ok = check_segments(blas, 128, K, { 700 }) && ok;  // one segment, with its gap
     }
     for (int K : { 3, 5, 7 }) {  // Piper's kernel sizes
         ok = check_leaky(blas, 32, 9, K, false) && ok;

@@ -283,19 +283,23 @@ void check_blas(cublasStatus_t st, const char * what) {
 // One convolution's layout: per dilation phase, J windows of K frames (S input frames,
 // the last window's K - 1 following ones included); the GEMMs write d * K * J frames. J is
 // rounded as conv1d_phases' (phase_columns): cuBLAS's first call of a shape is slow, and so
-// the shapes are few and the prewarm's sentences have called them.
+// a sentence's shapes are few and the prewarm's sentences have called them. A packed batch
+// (`fine`) rounds J up to a sixteenth of its power of two instead: its frames are a sum of
+// sentences', its throughput what counts, and a power of two computes up to twice its
+// windows.
 struct conv_geom {
     int64_t J = 0, S = 0, pad = 0, T_in = 0, frames = 0;
 };
 
-conv_geom geom(int64_t T, int K, int d) {
+conv_geom geom(int64_t T, int K, int d, bool fine = false) {
     conv_geom     g;
-    const int64_t per_phase = (T + d - 1) / d;
-    g.J                     = phase_columns((per_phase + K - 1) / K);
-    g.S                     = g.J * K + K - 1;
-    g.pad                   = (int64_t) d * (K - 1) / 2;
-    g.T_in                  = d * g.S;
-    g.frames                = (int64_t) d * K * g.J;
+    const int64_t per_phase = (T + d - 1) / d, n = (per_phase + K - 1) / K, octave = phase_columns(n);
+    const int64_t step = fine && octave >= 64 ? octave / 16 : octave;
+    g.J                = (n + step - 1) / step * step;
+    g.S                = g.J * K + K - 1;
+    g.pad              = (int64_t) d * (K - 1) / 2;
+    g.T_in             = d * g.S;
+    g.frames           = (int64_t) d * K * g.J;
     return g;
 }
 
@@ -306,13 +310,18 @@ size_t aligned(size_t bytes) {
 // One pass for a channel's statistics: sums[g][c] and squares[g][c] are the sums over
 // frames g * ROWS + r (r < ROWS), then every STAT_GROUPS * ROWS frames on, of v and v^2 with
 // v = x[t][c] - x[0][c] (shifted by the channel's first value, so that v^2's sum does not
-// lose the variance to a large mean).
-__global__ void channel_sums(const float * __restrict__ x, int64_t T, int C, float * __restrict__ sums,
-                             float * __restrict__ squares) {
+// lose the variance to a large mean). Over segment blockIdx.z's frames (see snake_segments),
+// its partial sums STAT_GROUPS rows on from the previous segment's.
+__global__ void channel_sums(const float * __restrict__ x, int64_t T, int C, const int * __restrict__ range,
+                             float * __restrict__ sums, float * __restrict__ squares) {
     __shared__ float rows[2][SNAKE_ROWS][SNAKE_CH + 1];
-    const int        c = blockIdx.x * SNAKE_CH + threadIdx.x, grp = blockIdx.y;
-    const float      shift = x[c];
-    float            acc = 0.0f, acc2 = 0.0f;
+    const int        c = blockIdx.x * SNAKE_CH + threadIdx.x, grp = blockIdx.y, seg = blockIdx.z;
+    if (range) {
+        x += (int64_t) range[2 * seg] * C;
+        T = range[2 * seg + 1];
+    }
+    const float shift = x[c];
+    float       acc = 0.0f, acc2 = 0.0f;
     for (int64_t t = (int64_t) grp * SNAKE_ROWS + threadIdx.y; t < T; t += (int64_t) STAT_GROUPS * SNAKE_ROWS) {
         const float v = x[t * C + c] - shift;
         acc += v;
@@ -326,48 +335,63 @@ __global__ void channel_sums(const float * __restrict__ x, int64_t T, int C, flo
         for (int r = 0; r < SNAKE_ROWS; ++r) {
             s += rows[threadIdx.y][r][threadIdx.x];
         }
-        (threadIdx.y == 0 ? sums : squares)[(size_t) grp * C + c] = s;
+        (threadIdx.y == 0 ? sums : squares)[((size_t) seg * STAT_GROUPS + grp) * C + c] = s;
     }
 }
 
 // The AdaIN as y = a x + b per channel: coef [a_0..a_C-1, b_0..b_C-1], from channel_sums'
-// partial sums about x[0][c].
+// partial sums about x[0][c]; segment blockIdx.y's 2 C values on from the previous one's,
+// with its style's scale and shift `stride` floats on from the previous one's.
 __global__ void adain_coefs(const float * __restrict__ x, const float * __restrict__ sums,
-                            const float * __restrict__ squares, int64_t T, int C, const float * __restrict__ scale,
-                            const float * __restrict__ shift, float * __restrict__ coef) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+                            const float * __restrict__ squares, int64_t T, int C, const int * __restrict__ range,
+                            const float * __restrict__ scale, const float * __restrict__ shift, int64_t stride,
+                            float * __restrict__ coef) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x, seg = blockIdx.y;
     if (c >= C) {
         return;
     }
+    if (range) {
+        x += (int64_t) range[2 * seg] * C;
+        T = range[2 * seg + 1];
+    }
+    sums += (size_t) seg * STAT_GROUPS * C;
+    squares += (size_t) seg * STAT_GROUPS * C;
     float s = 0.0f, q = 0.0f;
     for (int i = 0; i < STAT_GROUPS; ++i) {
         s += sums[(size_t) i * C + c];
         q += squares[(size_t) i * C + c];
     }
     const float d = s / (float) T, var = fmaxf(q / (float) T - d * d, 0.0f), mean = x[c] + d;
-    const float a = scale[c] / sqrtf(var + 1e-5f);
-    coef[c]       = a;
-    coef[C + c]   = shift[c] - mean * a;
+    const float a                      = scale[seg * stride + c] / sqrtf(var + 1e-5f);
+    coef[(size_t) seg * 2 * C + c]     = a;
+    coef[(size_t) seg * 2 * C + C + c] = shift[seg * stride + c] - mean * a;
 }
 
 // Snake(AdaIN(x)) as F16 into the dilation's phases of the padded input (zeros around x):
 // padded frame p goes to phase p % d, position p / d. Where x has a frame, y's gets the
-// bias, added to what it holds with `accumulate` (the residual), else written.
-__global__ void snake_phases(const float * __restrict__ x, int64_t T, int C, const float * __restrict__ coef,
-                             const float * __restrict__ alpha, int64_t pad, int d, int64_t S, half * __restrict__ out,
-                             float * __restrict__ y, const float * __restrict__ bias, bool accumulate) {
-    const int     c = blockIdx.x * SNAKE_CH + threadIdx.x;
-    const float   a = coef[c], b = coef[C + c], al = alpha[c], inv = 1.0f / al, bc = bias[c];
+// bias, added to what it holds with `accumulate` (the residual), else written. With
+// segments (`frame` not null), each frame's AdaIN is its segment's and Snake's output is
+// zero in the gaps.
+__global__ void snake_phases(const float * __restrict__ x, int64_t T, int C, const int * __restrict__ frame,
+                             const float * __restrict__ coef, const float * __restrict__ alpha, int64_t pad, int d,
+                             int64_t S, half * __restrict__ out, float * __restrict__ y,
+                             const float * __restrict__ bias, bool accumulate) {
+    const int     c  = blockIdx.x * SNAKE_CH + threadIdx.x;
+    const float   al = alpha[c], inv = 1.0f / al, bc = bias[c];
     const int64_t T_in = (int64_t) d * S;
     for (int64_t p = (int64_t) blockIdx.y * SNAKE_ROWS + threadIdx.y; p < T_in; p += (int64_t) gridDim.y * SNAKE_ROWS) {
         const int64_t t = p - pad;
         float         v = 0.0f;
         if (t >= 0 && t < T) {
-            const float u  = a * x[t * C + c] + b;
-            const float sn = sinf(al * u);
-            v              = u + sn * sn * inv;
-            float & yv     = y[t * C + c];
-            yv             = (accumulate ? yv : 0.0f) + bc;
+            const int seg = frame ? frame[t] : 0;
+            if (seg >= 0) {
+                const float * k  = coef + (size_t) seg * 2 * C;
+                const float   u  = k[c] * x[t * C + c] + k[C + c];
+                const float   sn = sinf(al * u);
+                v                = u + sn * sn * inv;
+            }
+            float & yv = y[t * C + c];
+            yv         = (accumulate ? yv : 0.0f) + bc;
         }
         out[((p % d) * S + p / d) * C + c] = __float2half(v);
     }
@@ -392,15 +416,18 @@ void phase_gemms(cublasHandle_t h, const void * w, const half * ph, float * out,
 
 // One convolution of a pair: out (+)= conv(Snake(AdaIN(in))) + bias.
 void snake_conv_step(cudaStream_t s, cublasHandle_t h, const float * in, float * out, bool accumulate, int64_t C,
-                     int64_t T, int K, const snake_conv & cv, float * sums, float * squares, float * coef, half * ph) {
+                     int64_t T, int K, const snake_conv & cv, const snake_segments & seg, float * sums, float * squares,
+                     float * coef, half * ph) {
     const int       d = cv.dilation;
-    const conv_geom g = geom(T, K, d);
+    const conv_geom g = geom(T, K, d, seg.n > 1);
     const dim3      block(SNAKE_CH, SNAKE_ROWS);
-    channel_sums<<<dim3((unsigned) (C / SNAKE_CH), STAT_GROUPS), block, 0, s>>>(in, T, (int) C, sums, squares);
-    adain_coefs<<<(unsigned) ((C + 127) / 128), 128, 0, s>>>(in, sums, squares, T, (int) C, cv.scale, cv.shift, coef);
+    channel_sums<<<dim3((unsigned) (C / SNAKE_CH), STAT_GROUPS, (unsigned) seg.n), block, 0, s>>>(
+        in, T, (int) C, seg.range, sums, squares);
+    adain_coefs<<<dim3((unsigned) ((C + 127) / 128), (unsigned) seg.n), 128, 0, s>>>(
+        in, sums, squares, T, (int) C, seg.range, cv.scale, cv.shift, seg.style_stride, coef);
     const int64_t rows = std::min<int64_t>((g.T_in + SNAKE_ROWS - 1) / SNAKE_ROWS, MAX_GRID_Y);
     snake_phases<<<dim3((unsigned) (C / SNAKE_CH), (unsigned) rows), block, 0, s>>>(
-        in, T, (int) C, coef, cv.alpha, g.pad, d, g.S, ph, out, cv.bias, accumulate);
+        in, T, (int) C, seg.frame, coef, cv.alpha, g.pad, d, g.S, ph, out, cv.bias, accumulate);
     check(cudaGetLastError(), "Snake kernels launch");
     phase_gemms(h, cv.w, ph, out, C, K, d, g);
 }
@@ -562,12 +589,12 @@ int64_t snake_frames(int64_t T, int K, const int * dilations, int n) {
     return frames;
 }
 
-size_t snake_scratch_bytes(int64_t C, int64_t T, int K, const int * dilations, int n) {
+size_t snake_scratch_bytes(int64_t C, int64_t T, int K, const int * dilations, int n, int segments) {
     int64_t T_in = 0;
     for (int i = 0; i < n; ++i) {
         T_in = std::max(T_in, geom(T, K, dilations[i]).T_in);
     }
-    return 2 * aligned(sizeof(float) * STAT_GROUPS * C) + aligned(sizeof(float) * 2 * C) +
+    return 2 * aligned(sizeof(float) * STAT_GROUPS * C * segments) + aligned(sizeof(float) * 2 * C * segments) +
            aligned(sizeof(float) * (size_t) (C * snake_frames(T, K, dilations, n))) +
            aligned(sizeof(half) * (size_t) (C * T_in));
 }
@@ -587,8 +614,8 @@ void blas_destroy(void * blas) {
 }
 
 void snake_stack(int device, void * blas, float * x, int64_t C, int64_t T, int K, const snake_conv * convs, int n_pairs,
-                 void * scratch) {
-    GGML_ASSERT(snake_supported(C, K) && T > 0 && blas);
+                 void * scratch, const snake_segments & seg) {
+    GGML_ASSERT(snake_supported(C, K) && T > 0 && blas && seg.n >= 1 && (seg.n == 1 || (seg.range && seg.frame)));
     check(cudaSetDevice(device), "cudaSetDevice");
     std::vector<int> dil;
     for (int i = 0; i < 2 * n_pairs; ++i) {
@@ -600,16 +627,16 @@ void snake_stack(int device, void * blas, float * x, int64_t C, int64_t T, int K
         base += aligned(bytes);
         return p;
     };
-    float * sums    = reinterpret_cast<float *>(carve(sizeof(float) * STAT_GROUPS * C));
-    float * squares = reinterpret_cast<float *>(carve(sizeof(float) * STAT_GROUPS * C));
-    float * coef    = reinterpret_cast<float *>(carve(sizeof(float) * 2 * C));
+    float * sums    = reinterpret_cast<float *>(carve(sizeof(float) * STAT_GROUPS * C * seg.n));
+    float * squares = reinterpret_cast<float *>(carve(sizeof(float) * STAT_GROUPS * C * seg.n));
+    float * coef    = reinterpret_cast<float *>(carve(sizeof(float) * 2 * C * seg.n));
     float * y =
         reinterpret_cast<float *>(carve(sizeof(float) * (size_t) (C * snake_frames(T, K, dil.data(), 2 * n_pairs))));
     half * ph = reinterpret_cast<half *>(base);
     auto   h  = static_cast<cublasHandle_t>(blas);
     for (int i = 0; i < n_pairs; ++i) {
-        snake_conv_step(cudaStreamPerThread, h, x, y, false, C, T, K, convs[2 * i], sums, squares, coef, ph);
-        snake_conv_step(cudaStreamPerThread, h, y, x, true, C, T, K, convs[2 * i + 1], sums, squares, coef, ph);
+        snake_conv_step(cudaStreamPerThread, h, x, y, false, C, T, K, convs[2 * i], seg, sums, squares, coef, ph);
+        snake_conv_step(cudaStreamPerThread, h, y, x, true, C, T, K, convs[2 * i + 1], seg, sums, squares, coef, ph);
     }
 }
 
@@ -650,6 +677,11 @@ void leaky_conv_tanh(int device, const float * x, int64_t C, int64_t T, int K, f
     leaky_conv_tanh_kernel<<<(unsigned) ((T + POST_FRAMES - 1) / POST_FRAMES), POST_FRAMES, post_shared_bytes(C, K),
                              cudaStreamPerThread>>>(x, T, (int) C, K, slope, mask, w, out);
     check(cudaGetLastError(), "output kernel launch");
+}
+
+void upload(int device, void * dst, const void * host, size_t bytes) {
+    check(cudaSetDevice(device), "cudaSetDevice");
+    check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, cudaStreamPerThread), "upload");
 }
 
 void download(int device, void * host, const void * src, size_t bytes) {

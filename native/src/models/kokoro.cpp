@@ -45,6 +45,12 @@ constexpr int64_t MAX_PACKED_FRAMES   = 1 << 14;  // frames (40 a second) of sen
 constexpr int64_t PACKED_FRAME_BYTES = 16 << 10;
 constexpr int64_t PACK_GAP           = 2;    // frames after each: kernels of 3 pad by 1, at either rate
 constexpr int64_t SAMPLES_PER_F0     = 300;  // generator upsampling (10 * 6) times the iSTFT hop
+// Sentences in a pass of the generator's CUDA kernels: frames (40 a second) and count; the
+// device scratch such a pass holds, per frame (its last stage: 128 channels at 120 frames
+// a frame, in 5 buffers of F32 and the F16 convolution input), rounded up.
+constexpr int64_t GEN_PACKED_FRAMES    = 1024;
+constexpr size_t  GEN_PACKED_SENTENCES = 16;
+constexpr size_t  GEN_FRAME_BYTES      = 512 << 10;
 
 // Tensor names: the PyTorch module names without their wrappers (convert_kokoro.py).
 const std::string BERT  = "bert.";
@@ -225,8 +231,7 @@ class kokoro_voice final : public voice {
                                      const std::vector<float> & style, act & har) const;
     bool               fused_generator(vs_context & c) const;
     bool               fused_generator_applies(vs_context & c) const;
-    std::vector<float> run_generator_fused(vs_context & c, const act & x, const std::vector<float> & f0,
-                                           const std::vector<float> & style, act & har) const;
+    void               run_generator_fused(vs_context & c, const std::vector<kokoro_job *> & group) const;
     ggml_tensor *      gen_noise_conv(vs_context & c, ggml_context * g, ggml_tensor * har, size_t i) const;
     ggml_tensor *      gen_upsample(vs_context & c, ggml_context * g, ggml_tensor * x, size_t i) const;
     ggml_tensor * gen_output(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * gain, int64_t L) const;
@@ -481,8 +486,10 @@ style_table make_style_table(vs_context & c, const vs_model & m, const std::stri
 // them all: B segments of L frames, each a sentence's frames then zeros, at least as many as
 // the widest convolution pads. A convolution over the whole is then each sentence's own
 // wherever its input's gaps are zero, and AdaIN's statistics are taken per segment, over
-// its sentence's frames only (packed_adain). The decoder and the F0/N blocks run so; the
-// generator does not: at its rates the gaps' frames cost more than its launches.
+// its sentence's frames only (packed_adain). The decoder and the F0/N blocks run so. The
+// generator's graphs do not (at its rates the gaps' frames cost more than their launches);
+// on a CUDA device its residual stacks pack a batch in the engine's kernels
+// (run_generator_fused).
 struct packing {
     int64_t       B = 0, L = 0;
     ggml_tensor * mask    = nullptr;  // [L, B, 1]: 1 on a sentence's frames, 0 in its gap
@@ -1602,9 +1609,6 @@ void fill_istft_gain(const vs_model & model, ggml_tensor * gain) {
 
 std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, const std::vector<float> & f0,
                                                const std::vector<float> & style, act & har_out) const {
-    if (fused_generator(c)) {
-        return run_generator_fused(c, xin, f0, style, har_out);
-    }
     auto           gb   = c.new_graph(16384);
     ggml_context * g    = gb.ctx.get();
     ggml_tensor *  x_in = input_2d(g, xin.C, xin.T, "x");
@@ -1687,72 +1691,125 @@ bool kokoro_voice::fused_generator_applies(vs_context & c) const {
     return true;
 }
 
-// As run_generator, its residual stacks in the engine's CUDA kernels between three graphs:
-// the source, every stage's noise convolution and the first upsampling; each later
-// upsampling; the output. The graphs and the kernels hand activations over in the device
-// scratch, laid out once per sentence:
-//   styles   the style table's rows (the AdaINs' affines)
-//   xs[i]    stage i's noise branch, its residual stack run in place
+// As run_generator, for the jobs of `group` at once, their residual stacks in the engine's
+// CUDA kernels between three graphs: every sentence's source, noise convolutions and first
+// upsampling; each later upsampling; the outputs. Where the group has several sentences,
+// each stage's kernels take them packed along time (vs::cuda::snake_segments): sentence b's
+// frames, then a gap as wide as the stage's widest convolution pads; the graphs read and
+// write each sentence's frames alone. The graphs and the kernels hand activations over in
+// the device scratch, laid out once per group:
+//   styles   each sentence's style table rows (the AdaINs' affines), `rows` floats apart
+//   xs[i]    stage i's noise branches, their residual stack run in place
 //   x, r, s  a stage's input (x_up + xs), a stack's copy, and the stacks' mean
+//   segs[i]  stage i's segments: first frame and count each, then each frame's segment
 //   work     snake_stack's own
-std::vector<float> kokoro_voice::run_generator_fused(vs_context & c, const act & xin, const std::vector<float> & f0,
-                                                     const std::vector<float> & style, act & har_out) const {
+void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_job *> & group) const {
     const int           dev      = c.cuda_device;
-    const size_t        n_stages = hp_.gen_rates.size();
-    const style_table & tab      = *style_table_for(c, GEN);
-    const int           dil[6]   = { hp_.res_dilations[0], 1, hp_.res_dilations[1], 1, hp_.res_dilations[2], 1 };
+    const size_t        n_stages = hp_.gen_rates.size(), B = group.size();
+    const style_table & tab    = *style_table_for(c, GEN);
+    const int           dil[6] = { hp_.res_dilations[0], 1, hp_.res_dilations[1], 1, hp_.res_dilations[2], 1 };
 
     // Graph 0, built first: its shapes size the scratch.
-    auto           gb0  = c.new_graph(4096);
-    ggml_context * g0   = gb0.ctx.get();
-    ggml_tensor *  x_in = input_2d(g0, xin.C, xin.T, "x");
-    gen_source     src(c, g0, (int64_t) f0.size());
-    cond           k = make_cond(g0, 1);
+    auto                       gb0 = c.new_graph(4096 * B);
+    ggml_context *             g0  = gb0.ctx.get();
+    std::vector<ggml_tensor *> x_in, up0;
+    std::vector<gen_source>    src;
+    src.reserve(B);
+    std::vector<std::vector<ggml_tensor *>> xs(B);
+    cond                                    k = make_cond(g0, 1, (int64_t) B);
     use_style_table(c, g0, k, GEN);
-    std::vector<ggml_tensor *> xs;
-    for (size_t i = 0; i < n_stages; ++i) {
-        xs.push_back(gen_noise_conv(c, g0, src.har, i));
+    for (size_t b = 0; b < B; ++b) {
+        x_in.push_back(input_2d(g0, group[b]->dec.C, group[b]->dec.T, "x"));
+        src.emplace_back(c, g0, (int64_t) group[b]->f0.size());
+        for (size_t i = 0; i < n_stages; ++i) {
+            xs[b].push_back(gen_noise_conv(c, g0, src[b].har, i));
+        }
+        up0.push_back(gen_upsample(c, g0, x_in[b], 0));
     }
-    ggml_tensor * up0 = gen_upsample(c, g0, x_in, 0);
 
-    // The scratch: stage i has C_i channels and T_i frames; its buffers have room for the
-    // frames every kernel size's GEMMs write.
+    // Each stage's packing: sentence b's first frame at[i][b], its frame count T[i][b]; the
+    // kernels' frames total[i].
+    std::vector<int64_t>              Cs, total;
+    std::vector<std::vector<int64_t>> at(n_stages), T(n_stages);
+    for (size_t i = 0; i < n_stages; ++i) {
+        const int widest = std::max(noise_kernel(i), *std::max_element(hp_.res_kernels.begin(), hp_.res_kernels.end()));
+        const int64_t gap    = (int64_t) *std::max_element(dil, dil + 6) * (widest - 1) / 2;
+        int64_t       frames = 0;
+        for (size_t b = 0; b < B; ++b) {
+            at[i].push_back(frames);
+            T[i].push_back(xs[b][i]->ne[1]);
+            frames += T[i][b] + (B > 1 ? gap : 0);
+        }
+        Cs.push_back(xs[0][i]->ne[0]);
+        total.push_back(frames);
+    }
+
+    // The scratch: stage i has C_i channels and total_i frames; its buffers have room for
+    // the frames every kernel size's GEMMs write.
     vs::scratch_layout  scratch;
     const int64_t       rows      = k.styles->ne[0];
-    const size_t        styles_at = scratch.reserve(sizeof(float) * (size_t) rows);
-    std::vector<size_t> xs_at;
+    const size_t        styles_at = scratch.reserve(sizeof(float) * (size_t) (rows * (int64_t) B));
+    std::vector<size_t> xs_at, segs_at;
     size_t              stage_bytes = 0, work_bytes = 0;
     for (size_t i = 0; i < n_stages; ++i) {
-        const int64_t C = xs[i]->ne[0], T = xs[i]->ne[1];
-        int64_t       frames = vs::cuda::snake_frames(T, noise_kernel(i), dil, 6);
-        work_bytes           = std::max(work_bytes, vs::cuda::snake_scratch_bytes(C, T, noise_kernel(i), dil, 6));
+        const int64_t C = Cs[i], F = total[i];
+        int64_t       frames = vs::cuda::snake_frames(F, noise_kernel(i), dil, 6);
+        work_bytes = std::max(work_bytes, vs::cuda::snake_scratch_bytes(C, F, noise_kernel(i), dil, 6, (int) B));
         for (int K : hp_.res_kernels) {
-            frames     = std::max(frames, vs::cuda::snake_frames(T, K, dil, 6));
-            work_bytes = std::max(work_bytes, vs::cuda::snake_scratch_bytes(C, T, K, dil, 6));
+            frames     = std::max(frames, vs::cuda::snake_frames(F, K, dil, 6));
+            work_bytes = std::max(work_bytes, vs::cuda::snake_scratch_bytes(C, F, K, dil, 6, (int) B));
         }
         xs_at.push_back(scratch.reserve(sizeof(float) * (size_t) (C * frames)));
+        segs_at.push_back(B > 1 ? scratch.reserve(sizeof(int) * (size_t) (2 * (int64_t) B + F)) : 0);
         stage_bytes = std::max(stage_bytes, sizeof(float) * (size_t) (C * frames));
     }
     const size_t x_at = scratch.reserve(stage_bytes), r_at = scratch.reserve(stage_bytes),
                  s_at    = scratch.reserve(stage_bytes);
     const size_t work_at = scratch.reserve(work_bytes);
     auto * const base    = static_cast<uint8_t *>(c.device_scratch(scratch.bytes));
-    auto         ptr     = [&](size_t at) { return reinterpret_cast<float *>(base + at); };
+    auto         ptr     = [&](size_t off) { return reinterpret_cast<float *>(base + off); };
+    // Sentence b's frames of a stage's buffer at `off`, as a tensor of graph g.
+    auto frames_of = [&](ggml_context * g, size_t off, size_t i, size_t b) {
+        return c.scratch_tensor(g, off + sizeof(float) * (size_t) (at[i][b] * Cs[i]), Cs[i], T[i][b]);
+    };
 
     // Graph 0's results go to the scratch.
-    ggml_build_forward_expand(gb0.gf, src.har);
-    ggml_build_forward_expand(gb0.gf, ggml_cpy(g0, k.styles, c.scratch_tensor(g0, styles_at, rows, 1)));
-    for (size_t i = 0; i < n_stages; ++i) {
-        ggml_build_forward_expand(gb0.gf,
-                                  ggml_cpy(g0, xs[i], c.scratch_tensor(g0, xs_at[i], xs[i]->ne[0], xs[i]->ne[1])));
+    ggml_build_forward_expand(gb0.gf, ggml_cpy(g0, k.styles, c.scratch_tensor(g0, styles_at, rows, (int64_t) B)));
+    for (size_t b = 0; b < B; ++b) {
+        ggml_build_forward_expand(gb0.gf, src[b].har);
+        for (size_t i = 0; i < n_stages; ++i) {
+            ggml_build_forward_expand(gb0.gf, ggml_cpy(g0, xs[b][i], frames_of(g0, xs_at[i], i, b)));
+        }
+        GGML_ASSERT(up0[b]->ne[0] == Cs[0] && up0[b]->ne[1] == T[0][b]);
+        ggml_build_forward_expand(gb0.gf, ggml_cpy(g0, up0[b], frames_of(g0, x_at, 0, b)));
     }
-    ggml_build_forward_expand(gb0.gf, ggml_cpy(g0, up0, c.scratch_tensor(g0, x_at, up0->ne[0], up0->ne[1])));
     c.alloc(VS_STAGE_GENERATOR, gb0.gf);
-    set_input(x_in, xin.v.data());
-    src.fill(model_, f0, (float) hp_.sample_rate);
-    fill_cond(k, style.data());
+    std::vector<float> styles;
+    for (size_t b = 0; b < B; ++b) {
+        const kokoro_job & j = *group[b];
+        set_input(x_in[b], j.dec.v.data());
+        src[b].fill(model_, j.f0, (float) hp_.sample_rate);
+        styles.insert(styles.end(), j.style.begin(), j.style.begin() + STYLE_DIM);  // the acoustic half
+    }
+    fill_cond(k, styles.data());
     c.compute(gb0.gf);
-    har_out = read_act(src.har);
+    for (size_t b = 0; b < B; ++b) {
+        group[b]->har = read_act(src[b].har);
+    }
+
+    // Each stage's segments, for the kernels.
+    std::vector<vs::cuda::snake_segments> segs(n_stages);
+    for (size_t i = 0; B > 1 && i < n_stages; ++i) {
+        std::vector<int> v(2 * B + (size_t) total[i], -1);
+        for (size_t b = 0; b < B; ++b) {
+            v[2 * b]     = (int) at[i][b];
+            v[2 * b + 1] = (int) T[i][b];
+            std::fill_n(v.begin() + (std::ptrdiff_t) (2 * B + (size_t) at[i][b]), T[i][b], (int) b);
+        }
+        vs::cuda::upload(dev, base + segs_at[i], v.data(), sizeof(int) * v.size());
+        const int * d = reinterpret_cast<const int *>(base + segs_at[i]);
+        segs[i]       = { (int) B, d, d + 2 * B, rows };
+    }
 
     // A residual block's six convolutions with their AdaINs' affines from the table.
     auto convs = [&](const std::string & pre, int64_t C) {
@@ -1762,9 +1819,9 @@ std::vector<float> kokoro_voice::run_generator_fused(vs_context & c, const act &
                 const std::string      sfx  = std::to_string(h + 1) + "." + std::to_string(n);
                 const std::string      conv = pre + "convs" + sfx;
                 vs::cuda::snake_conv & v    = cv[(size_t) (2 * n + h)];
-                const int64_t          at   = tab.offset.at(pre + "adain" + sfx + ".fc");
-                v.scale                     = ptr(styles_at) + at;
-                v.shift                     = ptr(styles_at) + at + C;
+                const int64_t          off  = tab.offset.at(pre + "adain" + sfx + ".fc");
+                v.scale                     = ptr(styles_at) + off;
+                v.shift                     = ptr(styles_at) + off + C;
                 v.alpha                     = static_cast<const float *>(c.w(pre + "alpha" + sfx)->data);
                 v.w                         = c.w(conv + ".weight")->data;
                 v.bias                      = static_cast<const float *>(c.w(conv + ".bias")->data);
@@ -1773,57 +1830,63 @@ std::vector<float> kokoro_voice::run_generator_fused(vs_context & c, const act &
         }
         return cv;
     };
-    auto stack = [&](float * x, const std::string & pre, int64_t C, int64_t T, int K) {
-        const auto cv = convs(pre, C);
-        vs::cuda::snake_stack(dev, c.blas(), x, C, T, K, cv.data(), 3, ptr(work_at));
+    auto stack = [&](float * x, const std::string & pre, size_t i, int K) {
+        const auto cv = convs(pre, Cs[i]);
+        vs::cuda::snake_stack(dev, c.blas(), x, Cs[i], total[i], K, cv.data(), 3, ptr(work_at), segs[i]);
     };
 
-    ggml_tensor * audio = nullptr;
     for (size_t i = 0;; ++i) {
-        const int64_t C = xs[i]->ne[0], T = xs[i]->ne[1], n = C * T;
+        const int64_t n  = Cs[i] * total[i];
         const auto    t0 = std::chrono::steady_clock::now();
         // x = upsampled + noise branch; then the mean of the residual stacks over x: the
         // first in s, the middle ones in r, the last in x itself.
-        stack(ptr(xs_at[i]), GEN + "noise_res." + std::to_string(i) + ".", C, T, noise_kernel(i));
+        stack(ptr(xs_at[i]), GEN + "noise_res." + std::to_string(i) + ".", i, noise_kernel(i));
         vs::cuda::add(dev, ptr(x_at), ptr(x_at), ptr(xs_at[i]), n);
         const size_t n_res  = hp_.res_kernels.size();
-        float *      result = ptr(x_at);
+        size_t       result = x_at;
         for (size_t j = 0; j < n_res; ++j) {
-            const bool last = j + 1 == n_res;
-            float *    buf  = last ? ptr(x_at) : j == 0 ? ptr(s_at) : ptr(r_at);
-            if (buf != ptr(x_at)) {
-                vs::cuda::copy(dev, buf, ptr(x_at), sizeof(float) * (size_t) n);
+            const bool   last = j + 1 == n_res;
+            const size_t buf  = last ? x_at : j == 0 ? s_at : r_at;
+            if (buf != x_at) {
+                vs::cuda::copy(dev, ptr(buf), ptr(x_at), sizeof(float) * (size_t) n);
             }
-            stack(buf, res_prefix(i, j), C, T, hp_.res_kernels[j]);
+            stack(ptr(buf), res_prefix(i, j), i, hp_.res_kernels[j]);
             if (j > 0) {
-                vs::cuda::accumulate(dev, ptr(s_at), buf, n, last ? 1.0f / (float) n_res : 1.0f);
-                result = ptr(s_at);
+                vs::cuda::accumulate(dev, ptr(s_at), ptr(buf), n, last ? 1.0f / (float) n_res : 1.0f);
+                result = s_at;
             }
         }
         vs::cuda::synchronize(dev);
         c.profile_op("residual stacks (engine's CUDA kernels)", vs::ms_since(t0));
         c.check_abort();
 
-        // The next graph reads the stage's result where the kernels left it.
-        auto           gb   = c.new_graph(4096);
-        ggml_context * g    = gb.ctx.get();
-        ggml_tensor *  x    = c.scratch_tensor(g, (size_t) (reinterpret_cast<uint8_t *>(result) - base), C, T);
-        ggml_tensor *  gain = nullptr;
-        if (i + 1 < n_stages) {
-            ggml_tensor * up = gen_upsample(c, g, x, i + 1);
-            ggml_build_forward_expand(gb.gf, ggml_cpy(g, up, c.scratch_tensor(g, x_at, up->ne[0], up->ne[1])));
-        } else {
-            gain  = istft_gain_input(g);
-            audio = gen_output(c, g, x, gain, src.L);
-            ggml_build_forward_expand(gb.gf, audio);
+        // The next graph reads each sentence's result where the kernels left it.
+        auto                       gb   = c.new_graph(1024 * B);
+        ggml_context *             g    = gb.ctx.get();
+        ggml_tensor *              gain = nullptr;
+        std::vector<ggml_tensor *> audio;
+        for (size_t b = 0; b < B; ++b) {
+            ggml_tensor * x = frames_of(g, result, i, b);
+            if (i + 1 < n_stages) {
+                ggml_tensor * up = gen_upsample(c, g, x, i + 1);
+                GGML_ASSERT(up->ne[0] == Cs[i + 1] && up->ne[1] == T[i + 1][b]);
+                ggml_build_forward_expand(gb.gf, ggml_cpy(g, up, frames_of(g, x_at, i + 1, b)));
+            } else {
+                gain = gain ? gain : istft_gain_input(g);
+                audio.push_back(gen_output(c, g, x, gain, src[b].L));
+                ggml_build_forward_expand(gb.gf, audio.back());
+            }
         }
         c.alloc(VS_STAGE_GENERATOR, gb.gf);
         if (gain) {
             fill_istft_gain(model_, gain);
         }
         c.compute(gb.gf);
-        if (audio) {
-            return read_act(audio).v;
+        if (!audio.empty()) {
+            for (size_t b = 0; b < B; ++b) {
+                group[b]->audio = read_act(audio[b]).v;
+            }
+            return;
         }
     }
 }
@@ -1879,8 +1942,28 @@ std::vector<std::vector<float>> kokoro_voice::synthesize_batch(vs_context &     
         }
     });
     stage(VS_STAGE_GENERATOR, [&] {
-        for (auto & j : jobs) {
-            j.audio = run_generator(c, j.dec, j.f0, j.style, j.har);
+        if (!fused_generator(c)) {
+            for (auto & j : jobs) {
+                j.audio = run_generator(c, j.dec, j.f0, j.style, j.har);
+            }
+            return;
+        }
+        // Consecutive sentences in a pass of the kernels, up to GEN_PACKED_FRAMES frames (a
+        // longer sentence alone) and GEN_PACKED_SENTENCES sentences.
+        const int64_t cap =
+            std::min<int64_t>(GEN_PACKED_FRAMES, (int64_t) (c.limits.max_tensor_bytes / GEN_FRAME_BYTES));
+        for (size_t first = 0; first < jobs.size();) {
+            std::vector<kokoro_job *> group  = { &jobs[first] };
+            int64_t                   frames = (int64_t) jobs[first].frame_to_token.size();
+            for (size_t b = first + 1; b < jobs.size() && group.size() < GEN_PACKED_SENTENCES; ++b) {
+                frames += (int64_t) jobs[b].frame_to_token.size();
+                if (frames > cap) {
+                    break;
+                }
+                group.push_back(&jobs[b]);
+            }
+            run_generator_fused(c, group);
+            first += group.size();
         }
     });
 
