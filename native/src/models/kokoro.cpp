@@ -1179,22 +1179,34 @@ void kokoro_voice::run_bert_group(vs_context & c, std::vector<kokoro_job> & jobs
 
 // The recurrences of every job go through the same graphs; the rest is per job.
 void kokoro_voice::run_duration(vs_context & c, std::vector<kokoro_job> & jobs, float speed) const {
-    // AdaLayerNorm (module `norm`), then the style appended.
-    auto styled = [&](const act & in, const std::string & norm, const float * s_pros) {
-        auto           gb = c.new_graph();
-        ggml_context * g  = gb.ctx.get();
-        ggml_tensor *  x  = input_2d(g, in.C, in.T, "x");
-        const cond     k  = make_cond(g, in.T);
-        ggml_tensor *  scale, *shift;
-        style_affine(c, g, k.s, norm, in.C, scale, shift);
-        ggml_tensor * y = with_style(g, ggml_add(g, ggml_mul(g, ggml_norm(g, x, 1e-5f), scale), shift), k);
-        ggml_set_output(y);
-        ggml_build_forward_expand(gb.gf, y);
+    // Each job's graph of the steps between recurrences in one graph of them all (one
+    // allocation, one compute; their nodes are few, each graph's round trip is not).
+    auto graph = [&]() { return c.new_graph(64 * jobs.size() + 256); };
+    // AdaLayerNorm (module `norm`) of each job's hs[b], then its style appended -> jobs[b].d.
+    auto styled = [&](const std::vector<act> & hs, const std::string & norm) {
+        auto                       gb = graph();
+        ggml_context *             g  = gb.ctx.get();
+        std::vector<ggml_tensor *> xs, ys;
+        std::vector<cond>          ks;
+        for (const act & in : hs) {
+            xs.push_back(input_2d(g, in.C, in.T, "x"));
+            ks.push_back(make_cond(g, in.T));
+            ggml_tensor *scale, *shift;
+            style_affine(c, g, ks.back().s, norm, in.C, scale, shift);
+            ys.push_back(
+                with_style(g, ggml_add(g, ggml_mul(g, ggml_norm(g, xs.back(), 1e-5f), scale), shift), ks.back()));
+            ggml_set_output(ys.back());
+            ggml_build_forward_expand(gb.gf, ys.back());
+        }
         c.alloc(VS_STAGE_DURATION, gb.gf);
-        set_input(x, in.v.data());
-        fill_cond(k, s_pros);
+        for (size_t b = 0; b < jobs.size(); ++b) {
+            set_input(xs[b], hs[b].v.data());
+            fill_cond(ks[b], jobs[b].style.data() + STYLE_DIM);
+        }
         c.compute(gb.gf);
-        return read_act(y);
+        for (size_t b = 0; b < jobs.size(); ++b) {
+            jobs[b].d = read_act(ys[b]);
+        }
     };
     auto inputs = [&]() {
         std::vector<const act *> xs;
@@ -1208,28 +1220,30 @@ void kokoro_voice::run_duration(vs_context & c, std::vector<kokoro_job> & jobs, 
     }
     for (int l = 0; l < 3; ++l) {
         const std::string base = PRED + "text_encoder.lstms.";
-        std::vector<act>  hs   = run_lstm(c, VS_STAGE_DURATION, base + std::to_string(2 * l), inputs());
-        for (size_t b = 0; b < jobs.size(); ++b) {
-            jobs[b].d = styled(hs[b], base + std::to_string(2 * l + 1) + ".fc", jobs[b].style.data() + STYLE_DIM);
+        styled(run_lstm(c, VS_STAGE_DURATION, base + std::to_string(2 * l), inputs()),
+               base + std::to_string(2 * l + 1) + ".fc");
+    }
+    const std::vector<act>     hs = run_lstm(c, VS_STAGE_DURATION, PRED + "lstm", inputs());
+    auto                       gb = graph();
+    ggml_context *             g  = gb.ctx.get();
+    std::vector<ggml_tensor *> xs, lgs, dus;
+    for (const act & h : hs) {
+        xs.push_back(input_2d(g, h.C, h.T, "x"));
+        lgs.push_back(linear(c, g, xs.back(), PRED + "duration_proj.linear_layer"));                // [50, T]
+        dus.push_back(ggml_scale(g, ggml_sum_rows(g, ggml_sigmoid(g, lgs.back())), 1.0f / speed));  // [1, T]
+        for (ggml_tensor * t : { lgs.back(), dus.back() }) {
+            ggml_set_output(t);
+            ggml_build_forward_expand(gb.gf, t);
         }
     }
-    std::vector<act> hs = run_lstm(c, VS_STAGE_DURATION, PRED + "lstm", inputs());
+    c.alloc(VS_STAGE_DURATION, gb.gf);
     for (size_t b = 0; b < jobs.size(); ++b) {
-        const act &    h  = hs[b];
-        auto           gb = c.new_graph();
-        ggml_context * g  = gb.ctx.get();
-        ggml_tensor *  x  = input_2d(g, h.C, h.T, "x");
-        ggml_tensor *  lg = linear(c, g, x, PRED + "duration_proj.linear_layer");                // [50, T]
-        ggml_tensor *  du = ggml_scale(g, ggml_sum_rows(g, ggml_sigmoid(g, lg)), 1.0f / speed);  // [1, T]
-        ggml_set_output(lg);
-        ggml_set_output(du);
-        ggml_build_forward_expand(gb.gf, lg);
-        ggml_build_forward_expand(gb.gf, du);
-        c.alloc(VS_STAGE_DURATION, gb.gf);
-        set_input(x, h.v.data());
-        c.compute(gb.gf);
-        jobs[b].logits = read_act(lg).v;
-        jobs[b].dur    = read_act(du).v;
+        set_input(xs[b], hs[b].v.data());
+    }
+    c.compute(gb.gf);
+    for (size_t b = 0; b < jobs.size(); ++b) {
+        jobs[b].logits = read_act(lgs[b]).v;
+        jobs[b].dur    = read_act(dus[b]).v;
     }
 }
 
@@ -1317,15 +1331,14 @@ void kokoro_voice::run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) c
 }
 
 void kokoro_voice::run_text_encoder(vs_context & c, std::vector<kokoro_job> & jobs) const {
-    std::vector<act> convs;
+    // Each job's convolutions, all in one graph (see run_duration).
+    auto                       gb = c.new_graph(64 * jobs.size() + 256);
+    ggml_context *             g  = gb.ctx.get();
+    std::vector<ggml_tensor *> ids, outs;
     for (const auto & job : jobs) {
-        const std::vector<int32_t> & tokens = job.tokens;
-        const int64_t                T      = (int64_t) tokens.size();
-        auto                         gb     = c.new_graph();
-        ggml_context *               g      = gb.ctx.get();
-        ggml_tensor *                ids    = ggml_new_tensor_1d(g, GGML_TYPE_I32, T);
-        ggml_set_input(ids);
-        ggml_tensor * x = ggml_get_rows(g, c.w(TEXT + "embedding.weight"), ids);  // [512, T]
+        ids.push_back(ggml_new_tensor_1d(g, GGML_TYPE_I32, (int64_t) job.tokens.size()));
+        ggml_set_input(ids.back());
+        ggml_tensor * x = ggml_get_rows(g, c.w(TEXT + "embedding.weight"), ids.back());  // [512, T]
         for (int i = 0; i < 3; ++i) {
             const std::string l = TEXT + "cnn." + std::to_string(i) + ".";
             ggml_tensor *     w = c.w(l + "0.weight");
@@ -1335,9 +1348,15 @@ void kokoro_voice::run_text_encoder(vs_context & c, std::vector<kokoro_job> & jo
         }
         ggml_set_output(x);
         ggml_build_forward_expand(gb.gf, x);
-        c.alloc(VS_STAGE_TEXT_ENCODER, gb.gf);
-        set_input(ids, tokens.data());
-        c.compute(gb.gf);
+        outs.push_back(x);
+    }
+    c.alloc(VS_STAGE_TEXT_ENCODER, gb.gf);
+    for (size_t b = 0; b < jobs.size(); ++b) {
+        set_input(ids[b], jobs[b].tokens.data());
+    }
+    c.compute(gb.gf);
+    std::vector<act> convs;
+    for (ggml_tensor * x : outs) {
         convs.push_back(read_act(x));
     }
     std::vector<const act *> xs;
