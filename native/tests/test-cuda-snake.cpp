@@ -24,6 +24,16 @@ struct host_conv {
     std::vector<float>       scale, shift, alpha, w, bias;  // w [OC][K][IC], values F16 holds
     std::vector<ggml_fp16_t> w16;
     int                      dilation = 1;
+
+    // C -> C weights of kernel size K, uniform within 1 / sqrt(K C), as F16 and their floats.
+    void random_weights(int64_t C, int K, std::mt19937 & rng) {
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        const float                           gain = 1.0f / std::sqrt((float) (K * C));
+        for (int64_t i = 0; i < C * K * C; ++i) {
+            w16.push_back(ggml_fp32_to_fp16(gain * u(rng)));
+            w.push_back(ggml_fp16_to_fp32(w16.back()));
+        }
+    }
 };
 
 // out(t * C + oc, value) for every output of cv's convolution (bias included) over s [T, C]
@@ -100,11 +110,7 @@ bool check(void * blas, int64_t C, int64_t T, int K) {
             h.alpha.push_back(0.5f + 0.5f * (u(rng) + 1.0f));
             h.bias.push_back(0.1f * u(rng));
         }
-        const float gain = 1.0f / std::sqrt((float) (K * C));
-        for (int64_t i2 = 0; i2 < C * K * C; ++i2) {
-            h.w16.push_back(ggml_fp32_to_fp16(gain * u(rng)));
-            h.w.push_back(ggml_fp16_to_fp32(h.w16.back()));
-        }
+        h.random_weights(C, K, rng);
         for (const auto * v : { &h.scale, &h.shift, &h.alpha, &h.bias }) {
             device.push_back(upload(*v));
         }
@@ -195,11 +201,7 @@ bool check_segments(void * blas, int64_t C, int K, const std::vector<int64_t> & 
             h.alpha.push_back(0.5f + 0.5f * (u(rng) + 1.0f));
             h.bias.push_back(0.1f * u(rng));
         }
-        const float gain = 1.0f / std::sqrt((float) (K * C));
-        for (int64_t i2 = 0; i2 < C * K * C; ++i2) {
-            h.w16.push_back(ggml_fp32_to_fp16(gain * u(rng)));
-            h.w.push_back(ggml_fp16_to_fp32(h.w16.back()));
-        }
+        h.random_weights(C, K, rng);
     }
     for (int64_t sg = 0; sg < n_seg; ++sg) {
         for (int i = 0; i < 6; ++i) {
@@ -318,16 +320,12 @@ bool check_leaky(void * blas, int64_t C, int64_t T, int K, bool with_mask) {
     std::vector<void *>                   device;
     std::vector<vs::cuda::leaky_conv>     dconvs(3);
     for (int i = 0; i < 3; ++i) {
-        host_conv & h    = convs[(size_t) i];
-        h.dilation       = dil[i];
-        const float gain = 1.0f / std::sqrt((float) (K * C));
+        host_conv & h = convs[(size_t) i];
+        h.dilation    = dil[i];
         for (int64_t c = 0; c < C; ++c) {
             h.bias.push_back(0.1f * u(rng));
         }
-        for (int64_t i2 = 0; i2 < C * K * C; ++i2) {
-            h.w16.push_back(ggml_fp32_to_fp16(gain * u(rng)));
-            h.w.push_back(ggml_fp16_to_fp32(h.w16.back()));
-        }
+        h.random_weights(C, K, rng);
         device.push_back(upload(h.bias));
         device.push_back(upload(h.w16));
         dconvs[(size_t) i] = { device.back(), static_cast<const float *>(device[device.size() - 2]), dil[i] };
