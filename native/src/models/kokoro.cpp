@@ -867,11 +867,13 @@ ggml_tensor * kokoro_voice::snake_res_block(vs_context & c, ggml_context * g, gg
 
 // (Bi)LSTMs over several sequences at once: x[b] [in, T_b] -> [dirs * H, T_b] (forward
 // channels first), as a recurrence of ggml ops, LSTM_CHUNK steps per graph (on CUDA, the
-// engine's kernel); the state moves between chunks on the host. Each sequence and direction is one column of the
-// batched step [H, dirs * B]: direction 0 reads its steps forward, direction 1 backward
-// from its own last step, and steps past a sequence's end read zeros and are dropped
-// (they come after its real ones in both directions), so each sequence gets exactly what
-// it would get alone while the steps of all of them share each step's kernels.
+// engine's kernel); the state moves between chunks on the host. Each sequence and direction
+// is one column of the batched step [H, dirs * B]: direction 0 reads its steps forward,
+// direction 1 backward from its own last step, and steps past a sequence's end read zeros
+// and are dropped (they come after its real ones in both directions), so each sequence gets
+// exactly what it would get alone while the steps of all of them share each step's kernels.
+// The input goes to the device once, every sequence's frames back to back; each step's
+// projections are gathered from the frames' (no copy of a frame per direction or padding).
 std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::string & prefix,
                                         const std::vector<const act *> & xs) const {
     ggml_tensor *    w_ih_h = model_.tensor(prefix + ".weight_ih");
@@ -889,7 +891,16 @@ std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::st
         ys[b].T = xs[b]->T;
         ys[b].v.assign((size_t) (D * H * xs[b]->T), 0.0f);
     }
-    const int64_t      cols = D * B;  // (direction, sequence) columns, direction fastest
+    const int64_t cols = D * B;  // (direction, sequence) columns, direction fastest
+    // Every sequence's frames one after another, then a column of zeros: N + 1 columns.
+    std::vector<int64_t> first;
+    std::vector<float>   frames;
+    for (const act * x : xs) {
+        first.push_back((int64_t) frames.size() / in);
+        frames.insert(frames.end(), x->v.begin(), x->v.end());
+    }
+    const int64_t N = (int64_t) frames.size() / in;
+    frames.resize(frames.size() + (size_t) in, 0.0f);
     std::vector<float> h((size_t) (H * cols), 0.0f), cs((size_t) (H * cols), 0.0f);
     // On a CUDA device the recurrence is one kernel of the engine's own per chunk (the
     // graph computes only the input projections); elsewhere ggml ops, step by step.
@@ -903,24 +914,21 @@ std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::st
         auto           gb = c.new_graph(fused ? 64 : 32 * (size_t) n + 64);
         ggml_context * g  = gb.ctx.get();
 
-        ggml_tensor * xt = ggml_new_tensor_4d(g, GGML_TYPE_F32, in, n, D, B);
-        ggml_set_input(xt);
-        ggml_tensor *w_ih = c.w(prefix + ".weight_ih"), *bias = c.w(prefix + ".bias");
-        // Input projections of every step of the chunk at once: [4H, n, D, B]. Where the
-        // device's matmul takes no fourth axis (see device_limits), a matmul a sequence.
-        const bool    by_seq = B > 1 && !c.limits.matmul_4d;
-        ggml_tensor * proj   = nullptr;
-        if (by_seq) {
-            std::vector<ggml_tensor *> parts;
-            for (int64_t b = 0; b < B; ++b) {
-                ggml_tensor * xb = ggml_view_3d(g, xt, in, n, D, xt->nb[1], xt->nb[2], b * xt->nb[3]);
-                parts.push_back(ggml_reshape_4d(g, ggml_mul_mat(g, w_ih, xb), H4, n, D, 1));
-            }
-            proj = concat_all(g, std::move(parts), 3);
-        } else {
-            proj = ggml_mul_mat(g, w_ih, xt);
+        // Input projections of every sequence's frames at once, each direction's [4H, N + 1]
+        // (x's last column zeros), side by side; the chunk's steps gathered from them in the
+        // batched step's layout [4H, n, D, B] (steps past a sequence's end: the zeros').
+        ggml_tensor * xt = input_2d(g, in, N + 1, "x");
+        ggml_tensor * at = ggml_new_tensor_1d(g, GGML_TYPE_I32, n * cols);
+        ggml_set_input(at);
+        ggml_tensor *              w_ih = c.w(prefix + ".weight_ih"), *bias = c.w(prefix + ".bias");
+        const bool                 by_seq = B > 1 && !c.limits.matmul_4d;  // for the recurrence below
+        std::vector<ggml_tensor *> dirs;
+        for (int64_t d = 0; d < D; ++d) {
+            ggml_tensor * w = ggml_view_2d(g, w_ih, in, H4, w_ih->nb[1], d * w_ih->nb[2]);
+            dirs.push_back(
+                ggml_add(g, ggml_mul_mat(g, w, xt), ggml_view_1d(g, bias, H4, d * H4 * ggml_element_size(bias))));
         }
-        ggml_tensor * gx = ggml_add(g, proj, ggml_reshape_3d(g, bias, H4, 1, D));
+        ggml_tensor * gx = ggml_reshape_4d(g, ggml_get_rows(g, concat_all(g, std::move(dirs), 1), at), H4, n, D, B);
         ggml_tensor * h0 = nullptr, *c0 = nullptr, *out = nullptr, *hs = nullptr, *cc = nullptr;
         if (fused) {
             ggml_set_output(gx);
@@ -962,17 +970,18 @@ std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::st
         }
         c.alloc(stage, gb.gf);
 
-        std::vector<float> xin((size_t) (in * n * cols), 0.0f);
+        set_input(xt, frames.data());
+        std::vector<int32_t> cols_of_steps((size_t) (n * cols));  // each step's column of the projections
         for (int64_t b = 0; b < B; ++b) {
-            const act & x = *xs[b];
             for (int64_t d = 0; d < D; ++d) {
-                for (int64_t j = 0; j < n && t0 + j < x.T; ++j) {
-                    const int64_t t = d == 0 ? t0 + j : x.T - 1 - (t0 + j);
-                    std::copy_n(x.v.data() + t * in, in, xin.data() + ((b * D + d) * n + j) * in);
+                for (int64_t j = 0; j < n; ++j) {
+                    const int64_t t = d == 0 ? t0 + j : xs[b]->T - 1 - (t0 + j);
+                    cols_of_steps[(size_t) ((b * D + d) * n + j)] =
+                        (int32_t) (d * (N + 1) + (t >= 0 && t < xs[b]->T ? first[(size_t) b] + t : N));
                 }
             }
         }
-        set_input(xt, xin.data());
+        set_input(at, cols_of_steps.data());
         std::vector<float> o((size_t) (H * cols * n));
         if (fused) {
             c.compute(gb.gf);
