@@ -30,7 +30,7 @@ bool snake_supported(int64_t, int) {
     return false;
 }
 
-int64_t snake_frames(int64_t T, int, const int *, int) {
+int64_t snake_frames(int64_t T, int, const int *, int, int) {
     return T;
 }
 

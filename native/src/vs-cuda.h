@@ -76,8 +76,9 @@ struct snake_segments {
 bool snake_supported(int64_t C, int K);
 
 // Frames the activations given to snake_stack() must have room for (T and more: the
-// GEMMs write whole tap windows), and the device memory it needs as scratch.
-int64_t snake_frames(int64_t T, int K, const int * dilations, int n);
+// GEMMs write whole tap windows), and the device memory it needs as scratch, for that many
+// segments (a packed batch rounds its windows more finely than one sentence).
+int64_t snake_frames(int64_t T, int K, const int * dilations, int n, int segments = 1);
 size_t  snake_scratch_bytes(int64_t C, int64_t T, int K, const int * dilations, int n, int segments = 1);
 
 // cuBLAS for the calling context (made on first use; null until then), and its release.

@@ -268,7 +268,7 @@ bool check_segments(void * blas, int64_t C, int K, const std::vector<int64_t> & 
         }
     }
 
-    const int64_t frames = vs::cuda::snake_frames(T, K, dil, 6);
+    const int64_t frames = vs::cuda::snake_frames(T, K, dil, 6, (int) n_seg);
     void *        d_x = nullptr, *d_scratch = nullptr;
     cudaMalloc(&d_x, sizeof(float) * (size_t) (C * frames));
     cudaMalloc(&d_scratch, vs::cuda::snake_scratch_bytes(C, T, K, dil, 6, (int) n_seg));

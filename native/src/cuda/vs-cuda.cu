@@ -581,10 +581,10 @@ bool snake_supported(int64_t C, int K) {
     return C > 0 && C % SNAKE_CH == 0 && K > 1 && K % 2 == 1;
 }
 
-int64_t snake_frames(int64_t T, int K, const int * dilations, int n) {
+int64_t snake_frames(int64_t T, int K, const int * dilations, int n, int segments) {
     int64_t frames = T;
     for (int i = 0; i < n; ++i) {
-        frames = std::max(frames, geom(T, K, dilations[i]).frames);
+        frames = std::max(frames, geom(T, K, dilations[i], segments > 1).frames);
     }
     return frames;
 }
@@ -592,10 +592,10 @@ int64_t snake_frames(int64_t T, int K, const int * dilations, int n) {
 size_t snake_scratch_bytes(int64_t C, int64_t T, int K, const int * dilations, int n, int segments) {
     int64_t T_in = 0;
     for (int i = 0; i < n; ++i) {
-        T_in = std::max(T_in, geom(T, K, dilations[i]).T_in);
+        T_in = std::max(T_in, geom(T, K, dilations[i], segments > 1).T_in);
     }
     return 2 * aligned(sizeof(float) * STAT_GROUPS * C * segments) + aligned(sizeof(float) * 2 * C * segments) +
-           aligned(sizeof(float) * (size_t) (C * snake_frames(T, K, dilations, n))) +
+           aligned(sizeof(float) * (size_t) (C * snake_frames(T, K, dilations, n, segments))) +
            aligned(sizeof(half) * (size_t) (C * T_in));
 }
 
@@ -630,8 +630,8 @@ void snake_stack(int device, void * blas, float * x, int64_t C, int64_t T, int K
     float * sums    = reinterpret_cast<float *>(carve(sizeof(float) * STAT_GROUPS * C * seg.n));
     float * squares = reinterpret_cast<float *>(carve(sizeof(float) * STAT_GROUPS * C * seg.n));
     float * coef    = reinterpret_cast<float *>(carve(sizeof(float) * 2 * C * seg.n));
-    float * y =
-        reinterpret_cast<float *>(carve(sizeof(float) * (size_t) (C * snake_frames(T, K, dil.data(), 2 * n_pairs))));
+    float * y       = reinterpret_cast<float *>(
+        carve(sizeof(float) * (size_t) (C * snake_frames(T, K, dil.data(), 2 * n_pairs, seg.n))));
     half * ph = reinterpret_cast<half *>(base);
     auto   h  = static_cast<cublasHandle_t>(blas);
     for (int i = 0; i < n_pairs; ++i) {

@@ -1781,10 +1781,10 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
     size_t              stage_bytes = 0, work_bytes = 0;
     for (size_t i = 0; i < n_stages; ++i) {
         const int64_t C = Cs[i], F = total[i];
-        int64_t       frames = vs::cuda::snake_frames(F, noise_kernel(i), dil, 6);
+        int64_t       frames = vs::cuda::snake_frames(F, noise_kernel(i), dil, 6, (int) B);
         work_bytes = std::max(work_bytes, vs::cuda::snake_scratch_bytes(C, F, noise_kernel(i), dil, 6, (int) B));
         for (int K : hp_.res_kernels) {
-            frames     = std::max(frames, vs::cuda::snake_frames(F, K, dil, 6));
+            frames     = std::max(frames, vs::cuda::snake_frames(F, K, dil, 6, (int) B));
             work_bytes = std::max(work_bytes, vs::cuda::snake_scratch_bytes(C, F, K, dil, 6, (int) B));
         }
         xs_at.push_back(scratch.reserve(sizeof(float) * (size_t) (C * frames)));
@@ -1821,9 +1821,7 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
     }
     fill_cond(k, styles.data());
     c.compute(gb0.gf);
-    for (size_t b = 0; b < B; ++b) {
-        group[b]->har = read_act(src[b].har);
-    }
+    group.back()->har = read_act(src.back().har);  // the named intermediate is a batch's last sentence's
 
     // Each stage's segments, for the kernels.
     std::vector<vs::cuda::snake_segments> segs(n_stages);
