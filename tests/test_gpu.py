@@ -219,7 +219,7 @@ def test_a_first_take_of_the_prewarms_shapes_replays_what_it_captured(device, vo
 
 
 @pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
-def test_kokoro_kept_bert_graphs_on_a_gpu_give_the_takes_of_graphs_built_for_them(device, monkeypatch):
+def test_kokoro_kept_graphs_on_a_gpu_give_the_takes_of_graphs_built_for_them(device, monkeypatch):
     from test_kept_graphs import assert_kokoro_kept_like_fresh, kokoro_calls
 
     from app.core import models
@@ -227,7 +227,9 @@ def test_kokoro_kept_bert_graphs_on_a_gpu_give_the_takes_of_graphs_built_for_the
     if not models.kokoro_installed():
         pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
     kept, fresh = kokoro_calls(monkeypatch, device, "1"), kokoro_calls(monkeypatch, device, "0")
-    assert_kokoro_kept_like_fresh(kept, fresh, on_gpu=True)
+    # The CPU's 8 a call and the six LSTMs' input projections (their recurrences in the
+    # engine's kernel).
+    assert_kokoro_kept_like_fresh(kept, fresh, per_call=14, on_gpu=True)
 
 
 @pytest.mark.parametrize("device", GPUS)

@@ -397,8 +397,8 @@ void vs_context::lstm(const ggml_tensor * gx, const ggml_tensor * w_hh, int64_t 
                         std::string(ggml_get_name(w_hh)) + ": input projections were not computed on " + device);
     }
     const auto t0 = std::chrono::steady_clock::now();
-    vs::cuda::lstm(cuda_device, static_cast<const float *>(gx->data), w_hh->data, w_hh->type, H, n, cols, D, h, c, out,
-                   device_scratch(vs::cuda::lstm_scratch_bytes(H, n, cols)));
+    vs::cuda::lstm(cuda_device, static_cast<const float *>(gx->data), w_hh->data, w_hh->type, H, n, gx->ne[1], cols, D,
+                   h, c, out, device_scratch(vs::cuda::lstm_scratch_bytes(H, n, cols)));
     profile_op("LSTM (engine's CUDA kernel)", vs::ms_since(t0));
 }
 

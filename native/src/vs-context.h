@@ -182,10 +182,11 @@ struct vs_context {
     // runs only set its inputs (VOICESTUDIO_KEEP_GRAPHS=0 keeps none, =1 keeps them on any
     // device; not by default on Vulkan, where a test's take once moved further from a fresh
     // graph's than F16 rounding explains). Together they hold at most kept_limit bytes
-    // (VOICESTUDIO_KEPT_GRAPHS_MIB, 256 by default), the least recently used going first;
-    // one graph over a quarter of that runs in memory of its own and is not kept.
+    // (VOICESTUDIO_KEPT_GRAPHS_MIB, 1024 by default: Kokoro's prewarm alone keeps about 180
+    // MiB, measured on the CPU with the device's graphs), the least recently used going
+    // first; one graph over a quarter of that runs in memory of its own and is not kept.
     bool                                                    keep_graphs = false;
-    size_t                                                  kept_limit  = size_t(256) << 20;
+    size_t                                                  kept_limit  = size_t(1024) << 20;
     std::map<std::string, std::unique_ptr<vs::stage_graph>> kept;
     size_t                                                  kept_bytes = 0;
     uint64_t                                                graph_uses = 0;
@@ -236,8 +237,8 @@ struct vs_context {
     // Whether lstm() runs the recurrence over `w_hh` (on this device) in the engine's kernel.
     bool fused_lstm(const ggml_tensor * w_hh, int64_t H) const;
     // n steps of LSTMs over `cols` columns in the engine's kernel (vs::cuda::lstm), from the
-    // input projections `gx` [4H, n, cols] a graph computed on this device; h, c and out on
-    // the host as there.
+    // input projections `gx` [4H, n' >= n, cols] a graph computed on this device (each
+    // column's first n steps run); h, c and out on the host as there.
     void lstm(const ggml_tensor * gx, const ggml_tensor * w_hh, int64_t H, int64_t n, int64_t cols, int64_t D,
               float * h, float * c, float * out);
 

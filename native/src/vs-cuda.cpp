@@ -21,8 +21,8 @@ size_t lstm_scratch_bytes(int64_t, int64_t, int64_t) {
     return 0;
 }
 
-void lstm(int, const float *, const void *, ggml_type, int64_t, int64_t, int64_t, int64_t, float *, float *, float *,
-          void *) {
+void lstm(int, const float *, const void *, ggml_type, int64_t, int64_t, int64_t, int64_t, int64_t, float *, float *,
+          float *, void *) {
     throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
 }
 

@@ -28,14 +28,15 @@ size_t lstm_scratch_bytes(int64_t H, int64_t n, int64_t cols);
 
 // n steps of LSTMs over `cols` independent columns; column j uses direction j % D of the
 // weights. Pointers marked (dev) are device memory of CUDA device `device`:
-//   gx    (dev) [4H, n, cols] F32: the steps' input projections plus bias, in step order
+//   gx    (dev) [4H, stride, cols] F32: the steps' input projections plus bias, in step order
+//         (a column's first n of its stride >= n steps)
 //   w_hh  (dev) [H, 4H, D] F16 or F32: recurrent weights, gate rows i, f, g, o
 //   h, c  (host) [H, cols]: the state before the first step, replaced by the one after the last
 //   out   (host) [H, cols, n]: every step's hidden state
 //   scratch (dev) lstm_scratch_bytes()
 // Synchronous; throws vs::error(VS_ERR_COMPUTE) when CUDA reports an error.
-void lstm(int device, const float * gx, const void * w_hh, ggml_type type, int64_t H, int64_t n, int64_t cols,
-          int64_t D, float * h, float * c, float * out, void * scratch);
+void lstm(int device, const float * gx, const void * w_hh, ggml_type type, int64_t H, int64_t n, int64_t stride,
+          int64_t cols, int64_t D, float * h, float * c, float * out, void * scratch);
 
 // ---------------------------------------------------------------- Snake residual stacks
 //

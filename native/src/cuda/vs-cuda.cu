@@ -121,7 +121,7 @@ __device__ __forceinline__ void gate_rows(const W * __restrict__ w, const float 
 // weights (at most a few MB) stay in L2 across steps; c stays in a register.
 template <typename W>
 __global__ void __launch_bounds__(LSTM_THREADS)
-    lstm_kernel(const float * __restrict__ gx, const W * __restrict__ w_hh, int H, int n, int cols, int D,
+    lstm_kernel(const float * __restrict__ gx, const W * __restrict__ w_hh, int H, int n, int stride, int cols, int D,
                 float * __restrict__ h_state, float * __restrict__ c_state, float * __restrict__ out) {
     extern __shared__ float smem[];
     float *                 sh = smem;      // h [H]
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(LSTM_THREADS)
 
     const int     col = blockIdx.x, tid = threadIdx.x, H4 = 4 * H;
     const W *     w = w_hh + (size_t) (col % D) * H4 * H;
-    const float * g = gx + (size_t) col * n * H4;
+    const float * g = gx + (size_t) col * stride * H4;
 
     for (int k = tid; k < H; k += blockDim.x) {
         sh[k] = h_state[(size_t) col * H + k];
@@ -164,8 +164,8 @@ __global__ void __launch_bounds__(LSTM_THREADS)
 // block's next copy of h (distributed shared memory); one cluster barrier a step.
 template <typename W>
 __global__ void __launch_bounds__(CLUSTER_THREADS)
-    lstm_cluster_kernel(const float * __restrict__ gx, const W * __restrict__ w_hh, int H, int n, int cols, int D,
-                        float * __restrict__ h_state, float * __restrict__ c_state, float * __restrict__ out) {
+    lstm_cluster_kernel(const float * __restrict__ gx, const W * __restrict__ w_hh, int H, int n, int stride, int cols,
+                        int D, float * __restrict__ h_state, float * __restrict__ c_state, float * __restrict__ out) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg              = cooperative_groups;
     constexpr int     V       = vec16<W>::N;
@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(CLUSTER_THREADS)
     }
     const int     unit = rank * U + tid;
     float         c    = tid < U ? c_state[(size_t) col * H + unit] : 0.0f;
-    const float * g    = gx + (size_t) col * n * H4;
+    const float * g    = gx + (size_t) col * stride * H4;
     cluster.sync();  // every block's shared memory is there and loaded
 
     for (int j = 0; j < n; ++j) {
@@ -245,7 +245,7 @@ bool cluster_supported(int device, ggml_type type, int64_t H) {
 
 template <typename W>
 void launch_cluster(cudaStream_t s, const float * gx, const void * w_hh, ggml_type type, int64_t H, int64_t n,
-                    int64_t cols, int64_t D, float * h, float * c, float * out) {
+                    int64_t stride, int64_t cols, int64_t D, float * h, float * c, float * out) {
     const size_t shared = cluster_shared_bytes(type, H);
     check(cudaFuncSetAttribute(lstm_cluster_kernel<W>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) shared),
           "LSTM kernel shared memory");
@@ -262,7 +262,7 @@ void launch_cluster(cudaStream_t s, const float * gx, const void * w_hh, ggml_ty
     cfg.attrs             = &attr;
     cfg.numAttrs          = 1;
     check(cudaLaunchKernelEx(&cfg, lstm_cluster_kernel<W>, gx, static_cast<const W *>(w_hh), (int) H, (int) n,
-                             (int) cols, (int) D, h, c, out),
+                             (int) stride, (int) cols, (int) D, h, c, out),
           "LSTM kernel launch");
 }
 
@@ -545,9 +545,9 @@ size_t lstm_scratch_bytes(int64_t H, int64_t n, int64_t cols) {
     return sizeof(float) * (size_t) (H * cols * (2 + n));
 }
 
-void lstm(int device, const float * gx, const void * w_hh, ggml_type type, int64_t H, int64_t n, int64_t cols,
-          int64_t D, float * h, float * c, float * out, void * scratch) {
-    GGML_ASSERT(lstm_supported(type, H) && cols > 0 && n > 0);
+void lstm(int device, const float * gx, const void * w_hh, ggml_type type, int64_t H, int64_t n, int64_t stride,
+          int64_t cols, int64_t D, float * h, float * c, float * out, void * scratch) {
+    GGML_ASSERT(lstm_supported(type, H) && cols > 0 && n > 0 && stride >= n);
     check(cudaSetDevice(device), "cudaSetDevice");
     cudaStream_t s       = cudaStreamPerThread;
     float *      h_dev   = static_cast<float *>(scratch);
@@ -559,16 +559,18 @@ void lstm(int device, const float * gx, const void * w_hh, ggml_type type, int64
     check(cudaMemcpyAsync(c_dev, c, state, cudaMemcpyHostToDevice, s), "state upload");
     if (cluster_supported(device, type, H)) {
         if (type == GGML_TYPE_F16) {
-            launch_cluster<half>(s, gx, w_hh, type, H, n, cols, D, h_dev, c_dev, out_dev);
+            launch_cluster<half>(s, gx, w_hh, type, H, n, stride, cols, D, h_dev, c_dev, out_dev);
         } else {
-            launch_cluster<float>(s, gx, w_hh, type, H, n, cols, D, h_dev, c_dev, out_dev);
+            launch_cluster<float>(s, gx, w_hh, type, H, n, stride, cols, D, h_dev, c_dev, out_dev);
         }
     } else if (type == GGML_TYPE_F16) {
-        lstm_kernel<half><<<(unsigned) cols, LSTM_THREADS, shared, s>>>(
-            gx, static_cast<const half *>(w_hh), (int) H, (int) n, (int) cols, (int) D, h_dev, c_dev, out_dev);
+        lstm_kernel<half><<<(unsigned) cols, LSTM_THREADS, shared, s>>>(gx, static_cast<const half *>(w_hh), (int) H,
+                                                                        (int) n, (int) stride, (int) cols, (int) D,
+                                                                        h_dev, c_dev, out_dev);
     } else {
-        lstm_kernel<float><<<(unsigned) cols, LSTM_THREADS, shared, s>>>(
-            gx, static_cast<const float *>(w_hh), (int) H, (int) n, (int) cols, (int) D, h_dev, c_dev, out_dev);
+        lstm_kernel<float><<<(unsigned) cols, LSTM_THREADS, shared, s>>>(gx, static_cast<const float *>(w_hh), (int) H,
+                                                                         (int) n, (int) stride, (int) cols, (int) D,
+                                                                         h_dev, c_dev, out_dev);
     }
     check(cudaGetLastError(), "LSTM kernel launch");
     check(cudaMemcpyAsync(out, out_dev, state * n, cudaMemcpyDeviceToHost, s), "LSTM output download");

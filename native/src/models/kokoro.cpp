@@ -43,8 +43,11 @@ constexpr int64_t MAX_PACKED_FRAMES   = 1 << 14;  // frames (40 a second) of sen
 // Bytes per packed frame of the largest packed tensor: the decoder's upsampling block's
 // im2col matrix (1090 channels, 3 taps, 2 frames after the upsampling, F16) is 13 KB.
 constexpr int64_t PACKED_FRAME_BYTES = 16 << 10;
-constexpr int64_t PACK_GAP           = 2;    // frames after each: kernels of 3 pad by 1, at either rate
-constexpr int64_t SAMPLES_PER_F0     = 300;  // generator upsampling (10 * 6) times the iSTFT hop
+constexpr int64_t PACK_GAP           = 2;  // frames after each: kernels of 3 pad by 1, at either rate
+// The most frames of an F0/N or decoder graph kept between calls (vs_context::stage_graph):
+// about 25 and 42 KB of graph memory a frame; a larger one runs on the scheduler's memory.
+constexpr int64_t KEPT_MAX_FRAMES = 2048;
+constexpr int64_t SAMPLES_PER_F0  = 300;  // generator upsampling (10 * 6) times the iSTFT hop
 // Sentences in a pass of the generator's CUDA kernels: frames (40 a second) and count; the
 // device scratch such a pass holds, per frame (its last stage: 128 channels at 120 frames
 // a frame, in 5 buffers of F32 and the F16 convolution input), rounded up.
@@ -226,7 +229,8 @@ class kokoro_voice final : public voice {
     void run_duration(vs_context & c, std::vector<kokoro_job> & jobs, float speed) const;
     void run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) const;  // F0 and N
     void run_text_encoder(vs_context & c, std::vector<kokoro_job> & jobs) const;
-    void run_decoder(vs_context & c, const std::vector<kokoro_job *> & group) const;  // one graph, packed off the CPU
+    // One graph; packed (packs) off the CPU in a batch or where graphs are kept by their shapes.
+    void               run_decoder(vs_context & c, const std::vector<kokoro_job *> & group, bool packs) const;
     std::vector<float> run_generator(vs_context & c, const act & x, const std::vector<float> & f0,
                                      const std::vector<float> & style, act & har) const;
     bool               fused_generator(vs_context & c) const;
@@ -535,15 +539,17 @@ packing make_packing(ggml_context * g, int64_t B, int64_t L, ggml_tensor * style
     return p;
 }
 
-// Its mask and lengths, for sentences of rate * lens[b] frames (after the graph's allocation).
-void fill_packing(const packing & p, const std::vector<int64_t> & lens, int64_t rate = 1) {
-    std::vector<float> mask((size_t) (p.B * p.L), 0.0f), inv((size_t) p.B);
-    for (int64_t b = 0; b < p.B; ++b) {
-        std::fill_n(mask.begin() + b * p.L, rate * lens[(size_t) b], 1.0f);
+// A packing's mask [L, B] and lengths [B] (after the graph's allocation), for sentences of
+// rate * lens[b] frames in segments of L.
+void fill_packing(ggml_tensor * mask_t, ggml_tensor * inv_len_t, int64_t B, int64_t L,
+                  const std::vector<int64_t> & lens, int64_t rate = 1) {
+    std::vector<float> mask((size_t) (B * L), 0.0f), inv((size_t) B);
+    for (int64_t b = 0; b < B; ++b) {
+        std::fill_n(mask.begin() + b * L, rate * lens[(size_t) b], 1.0f);
         inv[(size_t) b] = 1.0f / (float) (rate * lens[(size_t) b]);
     }
-    set_input(p.mask, mask.data());
-    set_input(p.inv_len, inv.data());
+    set_input(mask_t, mask.data());
+    set_input(inv_len_t, inv.data());
 }
 
 // The jobs, of frames[b] frames, in graphs [first, last): packed, as many consecutive jobs
@@ -565,6 +571,14 @@ std::vector<std::pair<size_t, size_t>> pack_groups(const std::vector<int64_t> & 
         first = last;
     }
     return out;
+}
+
+// The segment length of jobs of lens[b] frames in a graph: the longest, in a packing with
+// its gap after it (more than one job); rounded up to shape_bucket's lengths where graphs
+// are kept by their shapes and the frames added are a packing's gap.
+int64_t packed_length(const vs_context & c, const std::vector<int64_t> & lens, bool packed) {
+    const int64_t L = *std::max_element(lens.begin(), lens.end()) + (lens.size() > 1 ? PACK_GAP : 0);
+    return packed && c.rounds_shapes() ? shape_bucket(L) : L;
 }
 
 // Host activations x_b [C, T_b] as one packed [C, B * L] (zeros in the gaps).
@@ -629,12 +643,17 @@ cond make_cond(ggml_context * g, int64_t max_frames, int64_t B = 1) {
     return k;
 }
 
-void fill_cond(const cond & k, const float * style) {
-    set_input(k.s, style);  // B style halves one after another
-    if (k.ones->buffer) {   // a graph whose AdaINs are all adain_tc reads no ones
-        std::vector<float> ones((size_t) ggml_nelements(k.ones), 1.0f);
-        set_input(k.ones, ones.data());
+// A cond's inputs: its style column(s) s and its row of ones.
+void fill_cond(ggml_tensor * s, ggml_tensor * ones, const float * style) {
+    set_input(s, style);  // B style halves one after another
+    if (ones->buffer) {   // a graph whose AdaINs are all adain_tc reads no ones
+        std::vector<float> v((size_t) ggml_nelements(ones), 1.0f);
+        set_input(ones, v.data());
     }
+}
+
+void fill_cond(const cond & k, const float * style) {
+    fill_cond(k.s, k.ones, style);
 }
 
 // AdaIN (instance norm over time per channel, then the style's affine) as one per-channel
@@ -892,15 +911,14 @@ std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::st
         ys[b].v.assign((size_t) (D * H * xs[b]->T), 0.0f);
     }
     const int64_t cols = D * B;  // (direction, sequence) columns, direction fastest
-    // Every sequence's frames one after another, then a column of zeros: N + 1 columns.
+    // Every sequence's frames one after another, then columns of zeros: Np >= N + 1 columns.
     std::vector<int64_t> first;
     std::vector<float>   frames;
     for (const act * x : xs) {
         first.push_back((int64_t) frames.size() / in);
         frames.insert(frames.end(), x->v.begin(), x->v.end());
     }
-    const int64_t N = (int64_t) frames.size() / in;
-    frames.resize(frames.size() + (size_t) in, 0.0f);
+    const int64_t      N = (int64_t) frames.size() / in;
     std::vector<float> h((size_t) (H * cols), 0.0f), cs((size_t) (H * cols), 0.0f);
     // On a CUDA device the recurrence is one kernel of the engine's own per chunk (the
     // graph computes only the input projections); elsewhere ggml ops, step by step.
@@ -908,91 +926,103 @@ std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::st
     const bool    fused = c.fused_lstm(w_hh, H);
     const int64_t chunk = fused ? LSTM_CHUNK_FUSED : LSTM_CHUNK;
 
+    // On CUDA, where graphs are kept by their shapes, the frames and steps of a chunk's graph
+    // are rounded up (shape_bucket); the steps added gather the zeros and are not run.
+    const bool    rounds = fused && c.rounds_shapes();
+    const int64_t Np     = rounds ? shape_bucket(N + 1) : N + 1;
+    frames.resize((size_t) (Np * in), 0.0f);
+
     for (int64_t t0 = 0; t0 < T; t0 += chunk) {
         c.check_abort();
-        const int64_t  n  = std::min<int64_t>(chunk, T - t0);
-        auto           gb = c.new_graph(fused ? 64 : 32 * (size_t) n + 64);
-        ggml_context * g  = gb.ctx.get();
-
-        // Input projections of every sequence's frames at once, each direction's [4H, N + 1]
-        // (x's last column zeros), side by side; the chunk's steps gathered from them in the
-        // batched step's layout [4H, n, D, B] (steps past a sequence's end: the zeros').
-        ggml_tensor * xt = input_2d(g, in, N + 1, "x");
-        ggml_tensor * at = ggml_new_tensor_1d(g, GGML_TYPE_I32, n * cols);
-        ggml_set_input(at);
-        ggml_tensor *              w_ih = c.w(prefix + ".weight_ih"), *bias = c.w(prefix + ".bias");
-        const bool                 by_seq = B > 1 && !c.limits.matmul_4d;  // for the recurrence below
-        std::vector<ggml_tensor *> dirs;
-        for (int64_t d = 0; d < D; ++d) {
-            ggml_tensor * w = ggml_view_2d(g, w_ih, in, H4, w_ih->nb[1], d * w_ih->nb[2]);
-            dirs.push_back(
-                ggml_add(g, ggml_mul_mat(g, w, xt), ggml_view_1d(g, bias, H4, d * H4 * ggml_element_size(bias))));
-        }
-        ggml_tensor * gx = ggml_reshape_4d(g, ggml_get_rows(g, concat_all(g, std::move(dirs), 1), at), H4, n, D, B);
-        ggml_tensor * h0 = nullptr, *c0 = nullptr, *out = nullptr, *hs = nullptr, *cc = nullptr;
-        if (fused) {
-            ggml_set_output(gx);
-            ggml_build_forward_expand(gb.gf, gx);
-        } else {
-            h0 = ggml_new_tensor_2d(g, GGML_TYPE_F32, H, cols);
-            c0 = ggml_new_tensor_2d(g, GGML_TYPE_F32, H, cols);
-            ggml_set_input(h0);
-            ggml_set_input(c0);
-            std::vector<ggml_tensor *> steps;
-            hs = h0;
-            cc = c0;
-            for (int64_t j = 0; j < n; ++j) {
-                ggml_tensor * gj  = ggml_view_4d(g, gx, H4, 1, D, B, gx->nb[1], gx->nb[2], gx->nb[3], j * gx->nb[1]);
-                ggml_tensor * rec = nullptr;
-                if (by_seq) {  // the sequences as one matrix's columns: [H, B, D] -> [4H, B, D]
-                    ggml_tensor * hb = ggml_permute(g, ggml_reshape_3d(g, hs, H, D, B), 0, 2, 1, 3);
-                    rec              = ggml_permute(g, ggml_mul_mat(g, w_hh, hb), 0, 2, 1, 3);  // [4H, D, B] view
-                    rec              = ggml_reshape_4d(g, ggml_cont(g, rec), H4, 1, D, B);
-                } else {
-                    rec = ggml_mul_mat(g, w_hh, ggml_reshape_4d(g, hs, H, 1, D, B));  // [4H, 1, D, B]
+        const int64_t     n  = std::min<int64_t>(chunk, T - t0);
+        const int64_t     np = rounds ? std::min<int64_t>(shape_bucket(n), chunk) : n;
+        const std::string key =
+            fused ? "lstm " + prefix + " " + std::to_string(Np) + " " + std::to_string(np) + "x" + std::to_string(B)
+                  : std::string();
+        vs::stage_graph & sg = c.stage_graph(
+            stage, key,
+            [&](ggml_context * g, ggml_cgraph * gf) {
+                // Input projections of every sequence's frames at once, each direction's [4H, Np]
+                // (x's column N and after zeros), side by side; the chunk's steps gathered from
+                // them in the batched step's layout [4H, np, D, B] (steps past a sequence's end:
+                // the zeros').
+                ggml_tensor * xt = input_2d(g, in, Np, "x");
+                ggml_tensor * at = ggml_new_tensor_1d(g, GGML_TYPE_I32, np * cols);
+                ggml_set_input(at);
+                ggml_tensor *              w_ih = c.w(prefix + ".weight_ih"), *bias = c.w(prefix + ".bias");
+                const bool                 by_seq = B > 1 && !c.limits.matmul_4d;  // for the recurrence below
+                std::vector<ggml_tensor *> dirs;
+                for (int64_t d = 0; d < D; ++d) {
+                    ggml_tensor * w = ggml_view_2d(g, w_ih, in, H4, w_ih->nb[1], d * w_ih->nb[2]);
+                    dirs.push_back(ggml_add(g, ggml_mul_mat(g, w, xt),
+                                            ggml_view_1d(g, bias, H4, d * H4 * ggml_element_size(bias))));
                 }
-                ggml_tensor * z = ggml_reshape_2d(g, ggml_add(g, rec, gj), H4, cols);
-                // Gates i, f, g, o: sigmoid and tanh of all four rows (two kernels, no copies).
-                ggml_tensor * sg   = ggml_sigmoid(g, z);
-                ggml_tensor * th   = ggml_tanh(g, z);
-                auto          gate = [&](ggml_tensor * t, int k) {
-                    return ggml_view_2d(g, t, H, cols, t->nb[1], k * H * sizeof(float));
-                };
-                cc = ggml_add(g, ggml_mul(g, gate(sg, 1), cc), ggml_mul(g, gate(sg, 0), gate(th, 2)));
-                hs = ggml_mul(g, gate(sg, 3), ggml_tanh(g, cc));
-                steps.push_back(ggml_reshape_3d(g, hs, H, cols, 1));
-            }
-            out = concat_all(g, std::move(steps), 2);  // the steps' hidden states, [H, cols, n]
-            for (ggml_tensor * t : { out, hs, cc }) {
-                ggml_set_output(t);
-                ggml_build_forward_expand(gb.gf, t);
-            }
-        }
-        c.alloc(stage, gb.gf);
+                ggml_tensor * gx =
+                    ggml_reshape_4d(g, ggml_get_rows(g, concat_all(g, std::move(dirs), 1), at), H4, np, D, B);
+                if (fused) {
+                    ggml_set_output(gx);
+                    ggml_build_forward_expand(gf, gx);
+                    return std::vector<ggml_tensor *>{ xt, at, gx };
+                }
+                ggml_tensor * h0 = ggml_new_tensor_2d(g, GGML_TYPE_F32, H, cols);
+                ggml_tensor * c0 = ggml_new_tensor_2d(g, GGML_TYPE_F32, H, cols);
+                ggml_set_input(h0);
+                ggml_set_input(c0);
+                std::vector<ggml_tensor *> steps;
+                ggml_tensor *              hs = h0, *cc = c0;
+                for (int64_t j = 0; j < n; ++j) {
+                    ggml_tensor * gj = ggml_view_4d(g, gx, H4, 1, D, B, gx->nb[1], gx->nb[2], gx->nb[3], j * gx->nb[1]);
+                    ggml_tensor * rec = nullptr;
+                    if (by_seq) {  // the sequences as one matrix's columns: [H, B, D] -> [4H, B, D]
+                        ggml_tensor * hb = ggml_permute(g, ggml_reshape_3d(g, hs, H, D, B), 0, 2, 1, 3);
+                        rec              = ggml_permute(g, ggml_mul_mat(g, w_hh, hb), 0, 2, 1, 3);  // [4H, D, B] view
+                        rec              = ggml_reshape_4d(g, ggml_cont(g, rec), H4, 1, D, B);
+                    } else {
+                        rec = ggml_mul_mat(g, w_hh, ggml_reshape_4d(g, hs, H, 1, D, B));  // [4H, 1, D, B]
+                    }
+                    ggml_tensor * z = ggml_reshape_2d(g, ggml_add(g, rec, gj), H4, cols);
+                    // Gates i, f, g, o: sigmoid and tanh of all four rows (two kernels, no copies).
+                    ggml_tensor * sg   = ggml_sigmoid(g, z);
+                    ggml_tensor * th   = ggml_tanh(g, z);
+                    auto          gate = [&](ggml_tensor * t, int k) {
+                        return ggml_view_2d(g, t, H, cols, t->nb[1], k * H * sizeof(float));
+                    };
+                    cc = ggml_add(g, ggml_mul(g, gate(sg, 1), cc), ggml_mul(g, gate(sg, 0), gate(th, 2)));
+                    hs = ggml_mul(g, gate(sg, 3), ggml_tanh(g, cc));
+                    steps.push_back(ggml_reshape_3d(g, hs, H, cols, 1));
+                }
+                ggml_tensor * out = concat_all(g, std::move(steps), 2);  // the steps' hidden states, [H, cols, n]
+                for (ggml_tensor * t : { out, hs, cc }) {
+                    ggml_set_output(t);
+                    ggml_build_forward_expand(gf, t);
+                }
+                return std::vector<ggml_tensor *>{ xt, at, gx, h0, c0, out, hs, cc };
+            },
+            fused ? 64 : 32 * (size_t) n + 64);
 
-        set_input(xt, frames.data());
-        std::vector<int32_t> cols_of_steps((size_t) (n * cols));  // each step's column of the projections
+        set_input(sg.t[0], frames.data());
+        std::vector<int32_t> cols_of_steps((size_t) (np * cols), (int32_t) N);  // each step's column
         for (int64_t b = 0; b < B; ++b) {
             for (int64_t d = 0; d < D; ++d) {
                 for (int64_t j = 0; j < n; ++j) {
                     const int64_t t = d == 0 ? t0 + j : xs[b]->T - 1 - (t0 + j);
-                    cols_of_steps[(size_t) ((b * D + d) * n + j)] =
-                        (int32_t) (d * (N + 1) + (t >= 0 && t < xs[b]->T ? first[(size_t) b] + t : N));
+                    cols_of_steps[(size_t) ((b * D + d) * np + j)] =
+                        (int32_t) (d * Np + (t >= 0 && t < xs[b]->T ? first[(size_t) b] + t : N));
                 }
             }
         }
-        set_input(at, cols_of_steps.data());
+        set_input(sg.t[1], cols_of_steps.data());
         std::vector<float> o((size_t) (H * cols * n));
         if (fused) {
-            c.compute(gb.gf);
-            c.lstm(gx, w_hh, H, n, cols, D, h.data(), cs.data(), o.data());
+            c.compute(sg);
+            c.lstm(sg.t[2], w_hh, H, n, cols, D, h.data(), cs.data(), o.data());
         } else {
-            set_input(h0, h.data());
-            set_input(c0, cs.data());
-            c.compute(gb.gf);
-            ggml_backend_tensor_get(out, o.data(), 0, ggml_nbytes(out));
-            ggml_backend_tensor_get(hs, h.data(), 0, ggml_nbytes(hs));
-            ggml_backend_tensor_get(cc, cs.data(), 0, ggml_nbytes(cc));
+            set_input(sg.t[3], h.data());
+            set_input(sg.t[4], cs.data());
+            c.compute(sg);
+            ggml_backend_tensor_get(sg.t[5], o.data(), 0, ggml_nbytes(sg.t[5]));
+            ggml_backend_tensor_get(sg.t[6], h.data(), 0, ggml_nbytes(sg.t[6]));
+            ggml_backend_tensor_get(sg.t[7], cs.data(), 0, ggml_nbytes(sg.t[7]));
         }
         for (int64_t b = 0; b < B; ++b) {
             act & y = ys[b];
@@ -1189,32 +1219,61 @@ void kokoro_voice::run_bert_group(vs_context & c, std::vector<kokoro_job> & jobs
 // The recurrences of every job go through the same graphs; the rest is per job.
 void kokoro_voice::run_duration(vs_context & c, std::vector<kokoro_job> & jobs, float speed) const {
     // Each job's graph of the steps between recurrences in one graph of them all (one
-    // allocation, one compute; their nodes are few, each graph's round trip is not).
-    auto graph = [&]() { return c.new_graph(64 * jobs.size() + 256); };
+    // allocation, one compute; their nodes are few, each graph's round trip is not). Their
+    // ops are frame by frame: where graphs are kept by their shapes, each job's tokens are
+    // rounded up (shape_bucket) and the frames added, zeros in, are dropped.
+    std::vector<int64_t> Ts;  // each job's frames in the graphs
+    std::string          shapes;
+    for (const auto & j : jobs) {
+        const int64_t T = (int64_t) j.tokens.size();
+        Ts.push_back(c.rounds_shapes() ? shape_bucket(T) : T);
+        shapes += " " + std::to_string(Ts.back());
+    }
+    const size_t max_nodes = 64 * jobs.size() + 256;
+    // Each job's x [C, T] as its graph input [C, Ts[b]]; its first T frames of an output.
+    auto set_padded = [&](ggml_tensor * t, const act & x, size_t b) {
+        if (x.T == Ts[b]) {
+            set_input(t, x.v.data());
+            return;
+        }
+        std::vector<float> v((size_t) (x.C * Ts[b]), 0.0f);
+        std::copy(x.v.begin(), x.v.end(), v.begin());
+        set_input(t, v.data());
+    };
+    auto read_frames = [&](ggml_tensor * t, int64_t T) {
+        act a = read_act(t);
+        a.T   = T;
+        a.v.resize((size_t) (a.C * T));
+        return a;
+    };
     // AdaLayerNorm (module `norm`) of each job's hs[b], then its style appended -> jobs[b].d.
     auto styled = [&](const std::vector<act> & hs, const std::string & norm) {
-        auto                       gb = graph();
-        ggml_context *             g  = gb.ctx.get();
-        std::vector<ggml_tensor *> xs, ys;
-        std::vector<cond>          ks;
-        for (const act & in : hs) {
-            xs.push_back(input_2d(g, in.C, in.T, "x"));
-            ks.push_back(make_cond(g, in.T));
-            ggml_tensor *scale, *shift;
-            style_affine(c, g, ks.back().s, norm, in.C, scale, shift);
-            ys.push_back(
-                with_style(g, ggml_add(g, ggml_mul(g, ggml_norm(g, xs.back(), 1e-5f), scale), shift), ks.back()));
-            ggml_set_output(ys.back());
-            ggml_build_forward_expand(gb.gf, ys.back());
-        }
-        c.alloc(VS_STAGE_DURATION, gb.gf);
+        const int64_t     C   = hs[0].C;
+        const std::string key = "duration " + norm + shapes;
+        vs::stage_graph & sg  = c.stage_graph(
+            VS_STAGE_DURATION, key,
+            [&](ggml_context * g, ggml_cgraph * gf) {
+                std::vector<ggml_tensor *> t;
+                for (size_t b = 0; b < jobs.size(); ++b) {
+                    ggml_tensor * x = input_2d(g, C, Ts[b], "x");
+                    cond          k = make_cond(g, Ts[b]);
+                    ggml_tensor * scale, *shift;
+                    style_affine(c, g, k.s, norm, C, scale, shift);
+                    ggml_tensor * y = with_style(g, ggml_add(g, ggml_mul(g, ggml_norm(g, x, 1e-5f), scale), shift), k);
+                    ggml_set_output(y);
+                    ggml_build_forward_expand(gf, y);
+                    t.insert(t.end(), { x, k.s, k.ones, y });
+                }
+                return t;
+            },
+            max_nodes);
         for (size_t b = 0; b < jobs.size(); ++b) {
-            set_input(xs[b], hs[b].v.data());
-            fill_cond(ks[b], jobs[b].style.data() + STYLE_DIM);
+            set_padded(sg.t[4 * b], hs[b], b);
+            fill_cond(sg.t[4 * b + 1], sg.t[4 * b + 2], jobs[b].style.data() + STYLE_DIM);
         }
-        c.compute(gb.gf);
+        c.compute(sg);
         for (size_t b = 0; b < jobs.size(); ++b) {
-            jobs[b].d = read_act(ys[b]);
+            jobs[b].d = read_frames(sg.t[4 * b + 3], hs[b].T);
         }
     };
     auto inputs = [&]() {
@@ -1232,27 +1291,31 @@ void kokoro_voice::run_duration(vs_context & c, std::vector<kokoro_job> & jobs, 
         styled(run_lstm(c, VS_STAGE_DURATION, base + std::to_string(2 * l), inputs()),
                base + std::to_string(2 * l + 1) + ".fc");
     }
-    const std::vector<act>     hs = run_lstm(c, VS_STAGE_DURATION, PRED + "lstm", inputs());
-    auto                       gb = graph();
-    ggml_context *             g  = gb.ctx.get();
-    std::vector<ggml_tensor *> xs, lgs, dus;
-    for (const act & h : hs) {
-        xs.push_back(input_2d(g, h.C, h.T, "x"));
-        lgs.push_back(linear(c, g, xs.back(), PRED + "duration_proj.linear_layer"));                // [50, T]
-        dus.push_back(ggml_scale(g, ggml_sum_rows(g, ggml_sigmoid(g, lgs.back())), 1.0f / speed));  // [1, T]
-        for (ggml_tensor * t : { lgs.back(), dus.back() }) {
-            ggml_set_output(t);
-            ggml_build_forward_expand(gb.gf, t);
-        }
-    }
-    c.alloc(VS_STAGE_DURATION, gb.gf);
+    const std::vector<act> hs = run_lstm(c, VS_STAGE_DURATION, PRED + "lstm", inputs());
+    vs::stage_graph &      sg = c.stage_graph(
+        VS_STAGE_DURATION, "duration projection" + shapes + " " + std::to_string(speed),
+        [&](ggml_context * g, ggml_cgraph * gf) {
+            std::vector<ggml_tensor *> t;
+            for (size_t b = 0; b < jobs.size(); ++b) {
+                ggml_tensor * x  = input_2d(g, hs[b].C, Ts[b], "x");
+                ggml_tensor * lg = linear(c, g, x, PRED + "duration_proj.linear_layer");                // [50, T]
+                ggml_tensor * du = ggml_scale(g, ggml_sum_rows(g, ggml_sigmoid(g, lg)), 1.0f / speed);  // [1, T]
+                for (ggml_tensor * y : { lg, du }) {
+                    ggml_set_output(y);
+                    ggml_build_forward_expand(gf, y);
+                }
+                t.insert(t.end(), { x, lg, du });
+            }
+            return t;
+        },
+        max_nodes);
     for (size_t b = 0; b < jobs.size(); ++b) {
-        set_input(xs[b], hs[b].v.data());
+        set_padded(sg.t[3 * b], hs[b], b);
     }
-    c.compute(gb.gf);
+    c.compute(sg);
     for (size_t b = 0; b < jobs.size(); ++b) {
-        jobs[b].logits = read_act(lgs[b]).v;
-        jobs[b].dur    = read_act(dus[b]).v;
+        jobs[b].logits = read_frames(sg.t[3 * b + 1], hs[b].T).v;
+        jobs[b].dur    = read_frames(sg.t[3 * b + 2], hs[b].T).v;
     }
 }
 
@@ -1274,64 +1337,65 @@ void kokoro_voice::run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) c
     }
     std::vector<act> shared = run_lstm(c, VS_STAGE_PROSODY, PRED + "shared", xs);
 
-    // F0 and N: one graph a job, or off the CPU the jobs packed.
+    // F0 and N: one graph a job, or off the CPU the jobs packed. Where graphs are kept by
+    // their shapes, a job alone is packed too (one segment, its frames rounded up to
+    // shape_bucket's lengths: the added ones are a gap).
     std::vector<int64_t> frames;
     for (const act & x : shared) {
         frames.push_back(x.T);
     }
-    const bool packs = jobs.size() > 1 && style_table_for(c, PRED);
+    const bool packs = (jobs.size() > 1 || c.rounds_shapes()) && style_table_for(c, PRED);
     for (auto [first, last] : pack_groups(frames, packs, PACK_GAP, c.limits.max_tensor_bytes)) {
         const int64_t            B = (int64_t) (last - first);
-        int64_t                  L = 0;
+        const int64_t            C = shared[first].C;
         std::vector<int64_t>     lens;
         std::vector<const act *> in;
         for (int64_t b = 0; b < B; ++b) {
-            const act & x = shared[first + (size_t) b];
-            lens.push_back(x.T);
-            in.push_back(&x);
-            L = std::max(L, x.T);
+            in.push_back(&shared[first + (size_t) b]);
+            lens.push_back(in.back()->T);
         }
-        L                 = B > 1 ? L + PACK_GAP : L;
-        auto           gb = c.new_graph();
-        ggml_context * g  = gb.ctx.get();
-        ggml_tensor *  xi = input_2d(g, in[0]->C, B * L, "x");
-        cond           k  = make_cond(g, 2 * B * L, B);
-        use_style_table(c, g, k, PRED);
-        packing pk, pk2;
-        if (B > 1) {
-            pack_cond(g, k, B, L, pk, pk2);
-        }
-        cond k_up = k;  // after block 1's upsampling
-        k_up.pack = k.pack2;
-        ggml_tensor * outs[2];
-        const char *  branch[2] = { "F0", "N" };
-        for (int r = 0; r < 2; ++r) {
-            ggml_tensor * y = xi;
-            for (int i = 0; i < 3; ++i) {
-                y = adain_res_block(c, g, y, i < 2 ? k : k_up, PRED + branch[r] + "." + std::to_string(i) + ".",
-                                    i == 1);
+        const int64_t      L   = packed_length(c, lens, packs);
+        const std::string  key = B * L > KEPT_MAX_FRAMES ? std::string()
+                                                         : "prosody " + std::to_string(B) + "x" + std::to_string(L) +
+                                                              (packs ? " packed" : "");
+        vs::stage_graph &  sg  = c.stage_graph(VS_STAGE_PROSODY, key, [&](ggml_context * g, ggml_cgraph * gf) {
+            ggml_tensor * xi = input_2d(g, C, B * L, "x");
+            cond          k  = make_cond(g, 2 * B * L, B);
+            use_style_table(c, g, k, PRED);
+            packing pk, pk2;
+            if (packs) {
+                pack_cond(g, k, B, L, pk, pk2);
             }
-            y = conv1d(g, y, c.w(PRED + branch[r] + "_proj.weight"), c.w(PRED + branch[r] + "_proj.bias"), 1, 0);
-            ggml_set_output(y);
-            ggml_build_forward_expand(gb.gf, y);
-            outs[r] = y;
-        }
-        c.alloc(VS_STAGE_PROSODY, gb.gf);
+            cond k_up                            = k;  // after block 1's upsampling
+            k_up.pack                            = k.pack2;
+            std::vector<ggml_tensor *> t         = { xi, k.s, k.ones, pk.mask, pk.inv_len, pk2.mask, pk2.inv_len };
+            const char *               branch[2] = { "F0", "N" };
+            for (int r = 0; r < 2; ++r) {
+                ggml_tensor * y = xi;
+                for (int i = 0; i < 3; ++i) {
+                    y = adain_res_block(c, g, y, i < 2 ? k : k_up, PRED + branch[r] + "." + std::to_string(i) + ".",
+                                          i == 1);
+                }
+                y = conv1d(g, y, c.w(PRED + branch[r] + "_proj.weight"), c.w(PRED + branch[r] + "_proj.bias"), 1, 0);
+                ggml_set_output(y);
+                ggml_build_forward_expand(gf, y);
+                t.push_back(y);
+            }
+            return t;
+        });
         std::vector<float> styles;
         for (int64_t b = 0; b < B; ++b) {
             const float * s = jobs[first + (size_t) b].style.data() + STYLE_DIM;
             styles.insert(styles.end(), s, s + STYLE_DIM);
         }
-        fill_cond(k, styles.data());
-        if (B > 1) {
-            set_input(xi, pack_host(in, L).data());
-            fill_packing(pk, lens);
-            fill_packing(pk2, lens, 2);
-        } else {
-            set_input(xi, in[0]->v.data());
+        fill_cond(sg.t[1], sg.t[2], styles.data());
+        if (packs) {
+            fill_packing(sg.t[3], sg.t[4], B, L, lens);
+            fill_packing(sg.t[5], sg.t[6], B, 2 * L, lens, 2);
         }
-        c.compute(gb.gf);
-        const act f0 = read_act(outs[0]), n = read_act(outs[1]);
+        set_input(sg.t[0], packs ? pack_host(in, L).data() : in[0]->v.data());
+        c.compute(sg);
+        const act f0 = read_act(sg.t[7]), n = read_act(sg.t[8]);
         for (int64_t b = 0; b < B; ++b) {
             jobs[first + (size_t) b].f0 = unpack_host(f0, 2 * L, b, 2 * lens[(size_t) b]).v;
             jobs[first + (size_t) b].n  = unpack_host(n, 2 * L, b, 2 * lens[(size_t) b]).v;
@@ -1340,33 +1404,58 @@ void kokoro_voice::run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) c
 }
 
 void kokoro_voice::run_text_encoder(vs_context & c, std::vector<kokoro_job> & jobs) const {
-    // Each job's convolutions, all in one graph (see run_duration).
-    auto                       gb = c.new_graph(64 * jobs.size() + 256);
-    ggml_context *             g  = gb.ctx.get();
-    std::vector<ggml_tensor *> ids, outs;
-    for (const auto & job : jobs) {
-        ids.push_back(ggml_new_tensor_1d(g, GGML_TYPE_I32, (int64_t) job.tokens.size()));
-        ggml_set_input(ids.back());
-        ggml_tensor * x = ggml_get_rows(g, c.w(TEXT + "embedding.weight"), ids.back());  // [512, T]
-        for (int i = 0; i < 3; ++i) {
-            const std::string l = TEXT + "cnn." + std::to_string(i) + ".";
-            ggml_tensor *     w = c.w(l + "0.weight");
-            x                   = conv1d(g, x, w, c.w(l + "0.bias"), 1, (int) (w->ne[1] - 1) / 2);
-            x                   = layer_norm(g, x, c.w(l + "1.gamma"), c.w(l + "1.beta"), 1e-5f);
-            x                   = ggml_leaky_relu(g, x, 0.2f, false);
-        }
-        ggml_set_output(x);
-        ggml_build_forward_expand(gb.gf, x);
-        outs.push_back(x);
+    // Each job's convolutions, all in one graph (see run_duration). Where graphs are kept by
+    // their shapes, each job's tokens rounded up: the frames added are zeroed after every
+    // layer (a mask), so the convolutions read the zeros they read alone.
+    std::vector<int64_t> Ts;
+    std::string          key = "text_encoder";
+    for (const auto & j : jobs) {
+        const int64_t T = (int64_t) j.tokens.size();
+        Ts.push_back(c.rounds_shapes() ? shape_bucket(T) : T);
+        key += " " + std::to_string(Ts.back());
     }
-    c.alloc(VS_STAGE_TEXT_ENCODER, gb.gf);
-    for (size_t b = 0; b < jobs.size(); ++b) {
-        set_input(ids[b], jobs[b].tokens.data());
-    }
-    c.compute(gb.gf);
+    vs::stage_graph & sg = c.stage_graph(
+        VS_STAGE_TEXT_ENCODER, key,
+        [&](ggml_context * g, ggml_cgraph * gf) {
+            std::vector<ggml_tensor *> t;
+            for (size_t b = 0; b < jobs.size(); ++b) {
+                ggml_tensor * ids = ggml_new_tensor_1d(g, GGML_TYPE_I32, Ts[b]);
+                ggml_set_input(ids);
+                ggml_tensor * mask   = c.rounds_shapes() ? input_2d(g, 1, Ts[b], "mask") : nullptr;
+                auto          masked = [&](ggml_tensor * x) { return mask ? ggml_mul(g, x, mask) : x; };
+                ggml_tensor * x      = masked(ggml_get_rows(g, c.w(TEXT + "embedding.weight"), ids));  // [512, T]
+                for (int i = 0; i < 3; ++i) {
+                    const std::string l = TEXT + "cnn." + std::to_string(i) + ".";
+                    ggml_tensor *     w = c.w(l + "0.weight");
+                    x                   = conv1d(g, x, w, c.w(l + "0.bias"), 1, (int) (w->ne[1] - 1) / 2);
+                    x                   = layer_norm(g, x, c.w(l + "1.gamma"), c.w(l + "1.beta"), 1e-5f);
+                    x                   = masked(ggml_leaky_relu(g, x, 0.2f, false));
+                }
+                ggml_set_output(x);
+                ggml_build_forward_expand(gf, x);
+                t.insert(t.end(), { ids, mask, x });
+            }
+            return t;
+        },
+        64 * jobs.size() + 256);
     std::vector<act> convs;
-    for (ggml_tensor * x : outs) {
-        convs.push_back(read_act(x));
+    for (size_t b = 0; b < jobs.size(); ++b) {
+        const int64_t        T = (int64_t) jobs[b].tokens.size();
+        std::vector<int32_t> ids(jobs[b].tokens);
+        ids.resize((size_t) Ts[b], 0);
+        set_input(sg.t[3 * b], ids.data());
+        if (sg.t[3 * b + 1]) {
+            std::vector<float> mask((size_t) Ts[b], 0.0f);
+            std::fill_n(mask.begin(), T, 1.0f);
+            set_input(sg.t[3 * b + 1], mask.data());
+        }
+    }
+    c.compute(sg);
+    for (size_t b = 0; b < jobs.size(); ++b) {
+        act x = read_act(sg.t[3 * b + 2]);
+        x.T   = (int64_t) jobs[b].tokens.size();
+        x.v.resize((size_t) (x.C * x.T));
+        convs.push_back(std::move(x));
     }
     std::vector<const act *> xs;
     for (const auto & x : convs) {
@@ -1378,48 +1467,51 @@ void kokoro_voice::run_text_encoder(vs_context & c, std::vector<kokoro_job> & jo
     }
 }
 
-void kokoro_voice::run_decoder(vs_context & c, const std::vector<kokoro_job *> & group) const {
-    // Packed (more than one job): the tokens' rows of every job in one table whose last row
-    // is zeros, for the gaps' frames to read.
+void kokoro_voice::run_decoder(vs_context & c, const std::vector<kokoro_job *> & group, bool packs) const {
+    // Packed (more than one job, or one where graphs are kept by their shapes): the tokens'
+    // rows of every job in one table whose row `rows` is zeros, for the gaps' frames to read.
     const int64_t        B = (int64_t) group.size();
     std::vector<int64_t> lens;
-    int64_t              L = 0, rows = 0;
+    int64_t              rows = 0;
     for (const kokoro_job * j : group) {
         lens.push_back((int64_t) j->frame_to_token.size());
-        L = std::max(L, lens.back());
         rows += j->t_en.T;
     }
-    L                 = B > 1 ? L + PACK_GAP : L;
-    const int64_t  C  = group[0]->t_en.C;
-    auto           gb = c.new_graph();
-    ggml_context * g  = gb.ctx.get();
-    ggml_tensor *  te = input_2d(g, C, rows + 1, "t_en");
-    ggml_tensor *  fr = ggml_new_tensor_1d(g, GGML_TYPE_I32, B * L);
-    ggml_tensor *  fi = input_2d(g, 1, 2 * B * L, "f0");
-    ggml_tensor *  ni = input_2d(g, 1, 2 * B * L, "n");
-    cond           k  = make_cond(g, 2 * B * L, B);
-    use_style_table(c, g, k, DEC);
-    ggml_set_input(fr);
-    packing pk, pk2;
-    if (B > 1) {
-        pack_cond(g, k, B, L, pk, pk2);
-    }
+    const int64_t     L   = packed_length(c, lens, packs);
+    const int64_t     R   = packs && c.rounds_shapes() ? shape_bucket(rows + 1) : rows + 1;  // the table's rows
+    const int64_t     C   = group[0]->t_en.C;
+    const std::string key = B * L > KEPT_MAX_FRAMES ? std::string()
+                                                    : "decoder " + std::to_string(B) + "x" + std::to_string(L) + " " +
+                                                          std::to_string(R) + (packs ? " packed" : "");
+    vs::stage_graph & sg  = c.stage_graph(VS_STAGE_DECODER, key, [&](ggml_context * g, ggml_cgraph * gf) {
+        ggml_tensor * te = input_2d(g, C, R, "t_en");
+        ggml_tensor * fr = ggml_new_tensor_1d(g, GGML_TYPE_I32, B * L);
+        ggml_tensor * fi = input_2d(g, 1, 2 * B * L, "f0");
+        ggml_tensor * ni = input_2d(g, 1, 2 * B * L, "n");
+        cond          k  = make_cond(g, 2 * B * L, B);
+        use_style_table(c, g, k, DEC);
+        ggml_set_input(fr);
+        packing pk, pk2;
+        if (packs) {
+            pack_cond(g, k, B, L, pk, pk2);
+        }
 
-    ggml_tensor * asr = ggml_get_rows(g, te, fr);  // [512, B * L]: each token's frames
-    ggml_tensor * f0d = conv1d_strided(g, fi, c.w(DEC + "F0_conv.weight"), c.w(DEC + "F0_conv.bias"), 2, 1);
-    ggml_tensor * nd  = conv1d_strided(g, ni, c.w(DEC + "N_conv.weight"), c.w(DEC + "N_conv.bias"), 2, 1);
-    ggml_tensor * x   = ggml_concat(g, ggml_concat(g, asr, f0d, 0), nd, 0);  // [514, B * L]
-    x                 = adain_res_block(c, g, x, k, DEC + "encode.", false);
-    ggml_tensor * res = conv1d(g, asr, c.w(DEC + "asr_res.0.weight"), c.w(DEC + "asr_res.0.bias"), 1, 0);  // [64, ..]
-    for (int i = 0; i < 4; ++i) {
-        x = ggml_concat(g, ggml_concat(g, ggml_concat(g, x, res, 0), f0d, 0), nd, 0);  // [1090, B * L]
-        x = adain_res_block(c, g, x, k, DEC + "decode." + std::to_string(i) + ".", i == 3);
-    }
-    ggml_set_output(x);
-    ggml_build_forward_expand(gb.gf, x);
-    c.alloc(VS_STAGE_DECODER, gb.gf);
+        ggml_tensor * asr = ggml_get_rows(g, te, fr);  // [512, B * L]: each token's frames
+        ggml_tensor * f0d = conv1d_strided(g, fi, c.w(DEC + "F0_conv.weight"), c.w(DEC + "F0_conv.bias"), 2, 1);
+        ggml_tensor * nd  = conv1d_strided(g, ni, c.w(DEC + "N_conv.weight"), c.w(DEC + "N_conv.bias"), 2, 1);
+        ggml_tensor * x   = ggml_concat(g, ggml_concat(g, asr, f0d, 0), nd, 0);  // [514, B * L]
+        x                 = adain_res_block(c, g, x, k, DEC + "encode.", false);
+        ggml_tensor * res = conv1d(g, asr, c.w(DEC + "asr_res.0.weight"), c.w(DEC + "asr_res.0.bias"), 1, 0);
+        for (int i = 0; i < 4; ++i) {
+            x = ggml_concat(g, ggml_concat(g, ggml_concat(g, x, res, 0), f0d, 0), nd, 0);  // [1090, B * L]
+            x = adain_res_block(c, g, x, k, DEC + "decode." + std::to_string(i) + ".", i == 3);
+        }
+        ggml_set_output(x);
+        ggml_build_forward_expand(gf, x);
+        return std::vector<ggml_tensor *>{ te, fr, fi, ni, k.s, k.ones, pk.mask, pk.inv_len, pk2.mask, pk2.inv_len, x };
+    });
 
-    std::vector<float>   tv((size_t) (C * (rows + 1)), 0.0f), f0v((size_t) (2 * B * L), 0.0f), nv(f0v.size(), 0.0f);
+    std::vector<float>   tv((size_t) (C * R), 0.0f), f0v((size_t) (2 * B * L), 0.0f), nv(f0v.size(), 0.0f);
     std::vector<int32_t> frv((size_t) (B * L), (int32_t) rows);
     std::vector<float>   styles;
     int64_t              row = 0;
@@ -1434,17 +1526,17 @@ void kokoro_voice::run_decoder(vs_context & c, const std::vector<kokoro_job *> &
         styles.insert(styles.end(), j.style.begin(), j.style.begin() + STYLE_DIM);
         row += j.t_en.T;
     }
-    set_input(te, tv.data());
-    set_input(fr, frv.data());
-    set_input(fi, f0v.data());
-    set_input(ni, nv.data());
-    fill_cond(k, styles.data());
-    if (B > 1) {
-        fill_packing(pk, lens);
-        fill_packing(pk2, lens, 2);
+    set_input(sg.t[0], tv.data());
+    set_input(sg.t[1], frv.data());
+    set_input(sg.t[2], f0v.data());
+    set_input(sg.t[3], nv.data());
+    fill_cond(sg.t[4], sg.t[5], styles.data());
+    if (packs) {
+        fill_packing(sg.t[6], sg.t[7], B, L, lens);
+        fill_packing(sg.t[8], sg.t[9], B, 2 * L, lens, 2);
     }
-    c.compute(gb.gf);
-    const act out = read_act(x);
+    c.compute(sg);
+    const act out = read_act(sg.t[10]);
     for (int64_t b = 0; b < B; ++b) {
         group[(size_t) b]->dec = unpack_host(out, 2 * L, b, 2 * lens[(size_t) b]);
     }
@@ -1958,13 +2050,13 @@ std::vector<std::vector<float>> kokoro_voice::synthesize_batch(vs_context &     
         for (const auto & j : jobs) {
             frames.push_back((int64_t) j.frame_to_token.size());
         }
-        const bool packs = jobs.size() > 1 && style_table_for(c, DEC);
+        const bool packs = (jobs.size() > 1 || c.rounds_shapes()) && style_table_for(c, DEC);
         for (auto [first, last] : pack_groups(frames, packs, PACK_GAP, c.limits.max_tensor_bytes)) {
             std::vector<kokoro_job *> group;
             for (size_t b = first; b < last; ++b) {
                 group.push_back(&jobs[b]);
             }
-            run_decoder(c, group);
+            run_decoder(c, group, packs);
         }
     });
     stage(VS_STAGE_GENERATOR, [&] {
