@@ -111,14 +111,21 @@ KOKORO_TEXTS = ["Hello there.", "The quick brown fox jumps over the lazy dog.", 
 KOKORO_CALLS = [(KOKORO_TEXTS, 1), (KOKORO_TEXTS[::-1], 1), (KOKORO_TEXTS, 3), (KOKORO_TEXTS, 3)]
 
 
+STAGE_OUTPUTS = ("text_encoder", "duration_logits", "F0", "N", "decoder")
+
+
 def kokoro_calls(monkeypatch, device: str, keep: str):
-    """Each call's takes, timings, last sentence's BERT output and sample rate."""
+    """Each call's takes, timings, last sentence's BERT output, sample rate and last
+    sentence's other stage outputs (by name)."""
     monkeypatch.setenv("VOICESTUDIO_KEEP_GRAPHS", keep)
     out = []
     with Engine.open("kokoro:jf_alpha", device=device, threads=2) as engine:
         for texts, batch in KOKORO_CALLS:
             takes = engine.synthesize_many(texts, seed=3, batch=batch)
-            out.append(([t.audio for t in takes], takes[0].timings, engine.output("bert"), takes[0].sample_rate))
+            stages = {name: engine.output(name) for name in STAGE_OUTPUTS}
+            out.append(
+                ([t.audio for t in takes], takes[0].timings, engine.output("bert"), takes[0].sample_rate, stages)
+            )
     return out
 
 
@@ -136,8 +143,18 @@ def assert_kokoro_kept_like_fresh(kept, fresh, per_call: int, on_gpu: bool = Fal
     # Each sentence's graphs again, in another order; the batch's again.
     assert reused[1] == 3 * per_call and reused[3] == per_call
     same_length = n = 0
-    for (audio, _, bert, sample_rate), (ref, _, ref_bert, _) in zip(kept, fresh, strict=True):
+    for (audio, _, bert, sample_rate, stages), (ref, _, ref_bert, _, ref_stages) in zip(kept, fresh, strict=True):
         assert np.max(np.abs(bert - ref_bert)) <= (1e-2 if on_gpu else 1e-3) * np.max(np.abs(ref_bert))
+        if not on_gpu:
+            # The stages' outputs too: frames added to a graph change none of a sentence's
+            # (the text encoder's convolutions read zeros there; a sentence alone packed as
+            # one segment sums its statistics in another order).
+            for name, tol in (("text_encoder", 1e-5), ("duration_logits", 1e-4), ("F0", 1e-4), ("N", 1e-4)):
+                got, want = stages[name], ref_stages[name]
+                assert got.shape == want.shape and np.max(np.abs(got - want)) <= tol * np.max(np.abs(want)), name
+            assert np.max(np.abs(stages["decoder"] - ref_stages["decoder"])) <= 2e-3 * np.max(
+                np.abs(ref_stages["decoder"])
+            )
         for a, r in zip(audio, ref, strict=True):
             assert np.isfinite(a).all() and abs(len(a) - len(r)) <= (2 * 600 if on_gpu else 0)
             if len(a) == len(r):

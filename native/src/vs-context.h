@@ -182,9 +182,9 @@ struct vs_context {
     // runs only set its inputs (VOICESTUDIO_KEEP_GRAPHS=0 keeps none, =1 keeps them on any
     // device; not by default on Vulkan, where a test's take once moved further from a fresh
     // graph's than F16 rounding explains). Together they hold at most kept_limit bytes
-    // (VOICESTUDIO_KEPT_GRAPHS_MIB, 1024 by default: Kokoro's prewarm alone keeps about 180
-    // MiB, measured on the CPU with the device's graphs), the least recently used going
-    // first; one graph over a quarter of that runs in memory of its own and is not kept.
+    // (VOICESTUDIO_KEPT_GRAPHS_MIB, 1024 by default: Kokoro keeps a graph a stage and length,
+    // its decoder's up to 2048 frames), the least recently used going first; one graph over
+    // a quarter of that runs in memory of its own and is not kept.
     bool                                                    keep_graphs = false;
     size_t                                                  kept_limit  = size_t(1024) << 20;
     std::map<std::string, std::unique_ptr<vs::stage_graph>> kept;
