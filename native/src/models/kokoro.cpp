@@ -128,6 +128,14 @@ act read_act(ggml_tensor * t) {
     return a;
 }
 
+// The first T frames of an output [C, T' >= T] (a graph's rounded-up shapes).
+act read_frames(ggml_tensor * t, int64_t T) {
+    act a = read_act(t);
+    a.T   = T;
+    a.v.resize((size_t) (a.C * T));
+    return a;
+}
+
 void set_input(ggml_tensor * t, const void * data) {
     ggml_backend_tensor_set(t, data, 0, ggml_nbytes(t));
 }
@@ -140,6 +148,19 @@ struct kokoro_job {
     std::vector<float>   logits, dur, f0, n, audio;
     std::vector<int32_t> frame_to_token;
 };
+
+// Each job's tokens as frames of a graph: rounded up to shape_bucket's lengths where graphs
+// are kept by their shapes (the frames added are zeros in, dropped out), each appended to
+// the graph's key.
+std::vector<int64_t> token_frames(const vs_context & c, const std::vector<kokoro_job> & jobs, std::string & key) {
+    std::vector<int64_t> Ts;
+    for (const auto & j : jobs) {
+        const int64_t T = (int64_t) j.tokens.size();
+        Ts.push_back(c.rounds_shapes() ? shape_bucket(T) : T);
+        key += " " + std::to_string(Ts.back());
+    }
+    return Ts;
+}
 
 // Off the CPU, the style affines of every AdaIN of a graph as one matmul: the fc layers
 // under a prefix concatenated ([128, sum of 2C]) with 1 added to each gamma half's bias.
@@ -208,6 +229,11 @@ class kokoro_voice final : public voice {
     // The style table of the AdaINs under `prefix`, made on first use; null on the CPU or where
     // their layers cannot share one.
     const style_table * style_table_for(vs_context & c, const std::string & prefix) const;
+    // Whether n_jobs jobs' AdaIN graphs under `prefix` run packed: off the CPU in a batch, or
+    // for a job alone where graphs are kept by their shapes (its frames rounded up as a gap).
+    bool runs_packed(vs_context & c, size_t n_jobs, const std::string & prefix) const {
+        return (n_jobs > 1 || c.rounds_shapes()) && style_table_for(c, prefix);
+    }
 
     std::vector<std::string> sentences(vs_context & ctx, const std::string & text) const;
     std::vector<int32_t>     to_ids(const std::string & ipa, int & skipped) const;
@@ -1222,15 +1248,10 @@ void kokoro_voice::run_duration(vs_context & c, std::vector<kokoro_job> & jobs, 
     // allocation, one compute; their nodes are few, each graph's round trip is not). Their
     // ops are frame by frame: where graphs are kept by their shapes, each job's tokens are
     // rounded up (shape_bucket) and the frames added, zeros in, are dropped.
-    std::vector<int64_t> Ts;  // each job's frames in the graphs
-    std::string          shapes;
-    for (const auto & j : jobs) {
-        const int64_t T = (int64_t) j.tokens.size();
-        Ts.push_back(c.rounds_shapes() ? shape_bucket(T) : T);
-        shapes += " " + std::to_string(Ts.back());
-    }
-    const size_t max_nodes = 64 * jobs.size() + 256;
-    // Each job's x [C, T] as its graph input [C, Ts[b]]; its first T frames of an output.
+    std::string                shapes;
+    const std::vector<int64_t> Ts        = token_frames(c, jobs, shapes);  // each job's frames in the graphs
+    const size_t               max_nodes = 64 * jobs.size() + 256;
+    // Each job's x [C, T] as its graph input [C, Ts[b]], zeros after its frames.
     auto set_padded = [&](ggml_tensor * t, const act & x, size_t b) {
         if (x.T == Ts[b]) {
             set_input(t, x.v.data());
@@ -1239,12 +1260,6 @@ void kokoro_voice::run_duration(vs_context & c, std::vector<kokoro_job> & jobs, 
         std::vector<float> v((size_t) (x.C * Ts[b]), 0.0f);
         std::copy(x.v.begin(), x.v.end(), v.begin());
         set_input(t, v.data());
-    };
-    auto read_frames = [&](ggml_tensor * t, int64_t T) {
-        act a = read_act(t);
-        a.T   = T;
-        a.v.resize((size_t) (a.C * T));
-        return a;
     };
     // AdaLayerNorm (module `norm`) of each job's hs[b], then its style appended -> jobs[b].d.
     auto styled = [&](const std::vector<act> & hs, const std::string & norm) {
@@ -1344,7 +1359,7 @@ void kokoro_voice::run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) c
     for (const act & x : shared) {
         frames.push_back(x.T);
     }
-    const bool packs = (jobs.size() > 1 || c.rounds_shapes()) && style_table_for(c, PRED);
+    const bool packs = runs_packed(c, jobs.size(), PRED);
     for (auto [first, last] : pack_groups(frames, packs, PACK_GAP, c.limits.max_tensor_bytes)) {
         const int64_t            B = (int64_t) (last - first);
         const int64_t            C = shared[first].C;
@@ -1407,14 +1422,9 @@ void kokoro_voice::run_text_encoder(vs_context & c, std::vector<kokoro_job> & jo
     // Each job's convolutions, all in one graph (see run_duration). Where graphs are kept by
     // their shapes, each job's tokens rounded up: the frames added are zeroed after every
     // layer (a mask), so the convolutions read the zeros they read alone.
-    std::vector<int64_t> Ts;
-    std::string          key = "text_encoder";
-    for (const auto & j : jobs) {
-        const int64_t T = (int64_t) j.tokens.size();
-        Ts.push_back(c.rounds_shapes() ? shape_bucket(T) : T);
-        key += " " + std::to_string(Ts.back());
-    }
-    vs::stage_graph & sg = c.stage_graph(
+    std::string                key = "text_encoder";
+    const std::vector<int64_t> Ts  = token_frames(c, jobs, key);
+    vs::stage_graph &          sg  = c.stage_graph(
         VS_STAGE_TEXT_ENCODER, key,
         [&](ggml_context * g, ggml_cgraph * gf) {
             std::vector<ggml_tensor *> t;
@@ -1423,7 +1433,7 @@ void kokoro_voice::run_text_encoder(vs_context & c, std::vector<kokoro_job> & jo
                 ggml_set_input(ids);
                 ggml_tensor * mask   = c.rounds_shapes() ? input_2d(g, 1, Ts[b], "mask") : nullptr;
                 auto          masked = [&](ggml_tensor * x) { return mask ? ggml_mul(g, x, mask) : x; };
-                ggml_tensor * x      = masked(ggml_get_rows(g, c.w(TEXT + "embedding.weight"), ids));  // [512, T]
+                ggml_tensor * x = masked(ggml_get_rows(g, c.w(TEXT + "embedding.weight"), ids));  // [512, T]
                 for (int i = 0; i < 3; ++i) {
                     const std::string l = TEXT + "cnn." + std::to_string(i) + ".";
                     ggml_tensor *     w = c.w(l + "0.weight");
@@ -1452,10 +1462,7 @@ void kokoro_voice::run_text_encoder(vs_context & c, std::vector<kokoro_job> & jo
     }
     c.compute(sg);
     for (size_t b = 0; b < jobs.size(); ++b) {
-        act x = read_act(sg.t[3 * b + 2]);
-        x.T   = (int64_t) jobs[b].tokens.size();
-        x.v.resize((size_t) (x.C * x.T));
-        convs.push_back(std::move(x));
+        convs.push_back(read_frames(sg.t[3 * b + 2], (int64_t) jobs[b].tokens.size()));
     }
     std::vector<const act *> xs;
     for (const auto & x : convs) {
@@ -2050,7 +2057,7 @@ std::vector<std::vector<float>> kokoro_voice::synthesize_batch(vs_context &     
         for (const auto & j : jobs) {
             frames.push_back((int64_t) j.frame_to_token.size());
         }
-        const bool packs = (jobs.size() > 1 || c.rounds_shapes()) && style_table_for(c, DEC);
+        const bool packs = runs_packed(c, jobs.size(), DEC);
         for (auto [first, last] : pack_groups(frames, packs, PACK_GAP, c.limits.max_tensor_bytes)) {
             std::vector<kokoro_job *> group;
             for (size_t b = first; b < last; ++b) {
