@@ -35,7 +35,7 @@ def child(voice: str, device: str, batch: int) -> None:
     from app.core.engine import Engine
 
     cuda = ctypes.CDLL("libcuda.so.1")
-    lines = [s for s in (ROOT / "tests/data/sentences.txt").read_text().splitlines() if s.strip()]
+    lines = [s for s in (ROOT / "tests/data/sentences.txt").read_text(encoding="utf-8").splitlines() if s.strip()]
     with Engine.open(voice, device=device) as engine:
         ipa = "\n".join(p for line in lines for p in engine.phonemize(line))
         for _ in range(2):
@@ -97,8 +97,9 @@ def main() -> int:
     for title, key in (("parts", part), ("kernels", short)):
         ns, count = collections.defaultdict(float), collections.Counter()
         for name, t in times:
-            ns[key(name)] += t
-            count[key(name)] += 1
+            k = key(name)
+            ns[k] += t
+            count[k] += 1
         print(f"  {title}:")
         for name, t in sorted(ns.items(), key=lambda kv: -kv[1])[: args.top]:
             print(f"  {t / 1e6:8.2f} ms {100 * t / total:5.1f}% {count[name]:6d}  {name[:90]}")
