@@ -307,93 +307,110 @@ size_t aligned(size_t bytes) {
     return (bytes + 255) & ~(size_t) 255;
 }
 
-// One pass for a channel's statistics: sums[g][c] and squares[g][c] are the sums over
-// frames g * ROWS + r (r < ROWS), then every STAT_GROUPS * ROWS frames on, of v and v^2 with
-// v = x[t][c] - x[0][c] (shifted by the channel's first value, so that v^2's sum does not
-// lose the variance to a large mean). Over segment blockIdx.z's frames (see snake_segments),
-// its partial sums STAT_GROUPS rows on from the previous segment's.
-__global__ void channel_sums(const float * __restrict__ x, int64_t T, int C, const int * __restrict__ range,
-                             float * __restrict__ sums, float * __restrict__ squares) {
+// The AdaIN's device scratch: partial sums [segments][STAT_GROUPS][C] of v and v^2, the
+// coefficients [segments][2 C] and a counter [segments][C / SNAKE_CH] of each column's blocks
+// done (zero between launches).
+struct adain_scratch {
+    float *    sums    = nullptr;
+    float *    squares = nullptr;
+    float *    coef    = nullptr;
+    unsigned * done    = nullptr;
+};
+
+size_t adain_scratch_bytes(int64_t C, int segments) {
+    return 2 * aligned(sizeof(float) * STAT_GROUPS * C * segments) + aligned(sizeof(float) * 2 * C * segments) +
+           aligned(sizeof(unsigned) * (C / SNAKE_CH) * segments);
+}
+
+// A channel's statistics and the AdaIN as y = a x + b in one launch. Block (bx, g, seg) sums,
+// over frames g * ROWS + r (r < ROWS), then every STAT_GROUPS * ROWS frames on, v and v^2 with
+// v = x[t][c] - x[0][c] (shifted by the channel's first value, so that v^2's sum does not lose
+// the variance to a large mean), over segment seg's frames (see snake_segments). The last of a
+// column's STAT_GROUPS blocks to finish (counted in `done`, which it sets back to zero) adds
+// their partial sums in order and writes coef [a_0..a_C-1, b_0..b_C-1], segment seg's 2 C values
+// on from the previous one's, with its style's scale and shift `stride` floats on.
+__global__ void adain_stats(const float * __restrict__ x, int64_t T, int C, const int * __restrict__ range,
+                            float * __restrict__ sums, float * __restrict__ squares, unsigned * __restrict__ done,
+                            const float * __restrict__ scale, const float * __restrict__ shift, int64_t stride,
+                            float * __restrict__ coef) {
     __shared__ float rows[2][SNAKE_ROWS][SNAKE_CH + 1];
+    __shared__ bool  last;
     const int        c = blockIdx.x * SNAKE_CH + threadIdx.x, grp = blockIdx.y, seg = blockIdx.z;
     if (range) {
         x += (int64_t) range[2 * seg] * C;
         T = range[2 * seg + 1];
     }
-    const float shift = x[c];
+    const float first = x[c];
     float       acc = 0.0f, acc2 = 0.0f;
     for (int64_t t = (int64_t) grp * SNAKE_ROWS + threadIdx.y; t < T; t += (int64_t) STAT_GROUPS * SNAKE_ROWS) {
-        const float v = x[t * C + c] - shift;
+        const float v = x[t * C + c] - first;
         acc += v;
         acc2 += v * v;
     }
     rows[0][threadIdx.y][threadIdx.x] = acc;
     rows[1][threadIdx.y][threadIdx.x] = acc2;
     __syncthreads();
+    sums += (size_t) seg * STAT_GROUPS * C;
+    squares += (size_t) seg * STAT_GROUPS * C;
     if (threadIdx.y < 2) {
         float s = 0.0f;
         for (int r = 0; r < SNAKE_ROWS; ++r) {
             s += rows[threadIdx.y][r][threadIdx.x];
         }
-        (threadIdx.y == 0 ? sums : squares)[((size_t) seg * STAT_GROUPS + grp) * C + c] = s;
+        (threadIdx.y == 0 ? sums : squares)[(size_t) grp * C + c] = s;
+        __threadfence();
     }
-}
-
-// The AdaIN as y = a x + b per channel: coef [a_0..a_C-1, b_0..b_C-1], from channel_sums'
-// partial sums about x[0][c]; segment blockIdx.y's 2 C values on from the previous one's,
-// with its style's scale and shift `stride` floats on from the previous one's.
-__global__ void adain_coefs(const float * __restrict__ x, const float * __restrict__ sums,
-                            const float * __restrict__ squares, int64_t T, int C, const int * __restrict__ range,
-                            const float * __restrict__ scale, const float * __restrict__ shift, int64_t stride,
-                            float * __restrict__ coef) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x, seg = blockIdx.y;
-    if (c >= C) {
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0) {
+        unsigned * counter = done + (size_t) seg * gridDim.x + blockIdx.x;
+        last               = atomicAdd(counter, 1u) == STAT_GROUPS - 1;
+        if (last) {
+            *counter = 0;
+        }
+    }
+    __syncthreads();
+    if (!last || threadIdx.y != 0) {
         return;
     }
-    if (range) {
-        x += (int64_t) range[2 * seg] * C;
-        T = range[2 * seg + 1];
-    }
-    sums += (size_t) seg * STAT_GROUPS * C;
-    squares += (size_t) seg * STAT_GROUPS * C;
+    __threadfence();
     float s = 0.0f, q = 0.0f;
     for (int i = 0; i < STAT_GROUPS; ++i) {
-        s += sums[(size_t) i * C + c];
-        q += squares[(size_t) i * C + c];
+        s += __ldcg(sums + (size_t) i * C + c);
+        q += __ldcg(squares + (size_t) i * C + c);
     }
-    const float d = s / (float) T, var = fmaxf(q / (float) T - d * d, 0.0f), mean = x[c] + d;
-    const float a                      = scale[seg * stride + c] / sqrtf(var + 1e-5f);
+    const float d = s / (float) T, var = fmaxf(q / (float) T - d * d, 0.0f), mean = first + d;
+    const float a                      = scale[seg * stride + c] * rsqrtf(var + 1e-5f);
     coef[(size_t) seg * 2 * C + c]     = a;
     coef[(size_t) seg * 2 * C + C + c] = shift[seg * stride + c] - mean * a;
 }
 
 // Snake(AdaIN(x)) as F16 into the dilation's phases of the padded input (zeros around x):
-// padded frame p goes to phase p % d, position p / d. Where x has a frame, y's gets the
-// bias, added to what it holds with `accumulate` (the residual), else written. With
-// segments (`frame` not null), each frame's AdaIN is its segment's and Snake's output is
-// zero in the gaps.
+// padded frame p = q + d i goes to phase q (blockIdx.z), position i. Where x has a frame, y's
+// gets the bias, added to what it holds with `accumulate` (the residual), else written. With
+// segments (`frame` not null), each frame's AdaIN is its segment's and Snake's output is zero
+// in the gaps. The sine is the fast intrinsic: its error, which grows with the argument, stays
+// below F16's rounding of the output (test-cuda-snake checks against the host's sin).
 __global__ void snake_phases(const float * __restrict__ x, int64_t T, int C, const int * __restrict__ frame,
                              const float * __restrict__ coef, const float * __restrict__ alpha, int64_t pad, int d,
                              int64_t S, half * __restrict__ out, float * __restrict__ y,
                              const float * __restrict__ bias, bool accumulate) {
-    const int     c  = blockIdx.x * SNAKE_CH + threadIdx.x;
-    const float   al = alpha[c], inv = 1.0f / al, bc = bias[c];
-    const int64_t T_in = (int64_t) d * S;
-    for (int64_t p = (int64_t) blockIdx.y * SNAKE_ROWS + threadIdx.y; p < T_in; p += (int64_t) gridDim.y * SNAKE_ROWS) {
-        const int64_t t = p - pad;
+    const int   c = blockIdx.x * SNAKE_CH + threadIdx.x, q = blockIdx.z;
+    const float al = alpha[c], inv = 1.0f / al, bc = bias[c];
+    half *      o = out + (size_t) q * S * C + c;
+    for (int64_t i = (int64_t) blockIdx.y * SNAKE_ROWS + threadIdx.y; i < S; i += (int64_t) gridDim.y * SNAKE_ROWS) {
+        const int64_t t = q + d * i - pad;
         float         v = 0.0f;
         if (t >= 0 && t < T) {
             const int seg = frame ? frame[t] : 0;
             if (seg >= 0) {
-                const float * k  = coef + (size_t) seg * 2 * C;
-                const float   u  = k[c] * x[t * C + c] + k[C + c];
-                const float   sn = sinf(al * u);
-                v                = u + sn * sn * inv;
+                const float * k = coef + (size_t) seg * 2 * C;
+                const float   u = fmaf(k[c], x[t * C + c], k[C + c]), sn = __sinf(al * u);
+                v = fmaf(sn * sn, inv, u);
             }
             float & yv = y[t * C + c];
             yv         = (accumulate ? yv : 0.0f) + bc;
         }
-        out[((p % d) * S + p / d) * C + c] = __float2half(v);
+        o[i * C] = __float2half(v);
     }
 }
 
@@ -414,20 +431,24 @@ void phase_gemms(cublasHandle_t h, const void * w, const half * ph, float * out,
     }
 }
 
+// The grid of a phase kernel: a block a SNAKE_CH channels and SNAKE_ROWS positions at a time,
+// a grid layer (z) a dilation phase.
+dim3 phase_grid(int64_t C, const conv_geom & g, int d) {
+    return dim3((unsigned) (C / SNAKE_CH),
+                (unsigned) std::min<int64_t>((g.S + SNAKE_ROWS - 1) / SNAKE_ROWS, MAX_GRID_Y), (unsigned) d);
+}
+
 // One convolution of a pair: out (+)= conv(Snake(AdaIN(in))) + bias.
 void snake_conv_step(cudaStream_t s, cublasHandle_t h, const float * in, float * out, bool accumulate, int64_t C,
-                     int64_t T, int K, const snake_conv & cv, const snake_segments & seg, float * sums, float * squares,
-                     float * coef, half * ph) {
+                     int64_t T, int K, const snake_conv & cv, const snake_segments & seg, const adain_scratch & st,
+                     half * ph) {
     const int       d = cv.dilation;
     const conv_geom g = geom(T, K, d, seg.n > 1);
     const dim3      block(SNAKE_CH, SNAKE_ROWS);
-    channel_sums<<<dim3((unsigned) (C / SNAKE_CH), STAT_GROUPS, (unsigned) seg.n), block, 0, s>>>(
-        in, T, (int) C, seg.range, sums, squares);
-    adain_coefs<<<dim3((unsigned) ((C + 127) / 128), (unsigned) seg.n), 128, 0, s>>>(
-        in, sums, squares, T, (int) C, seg.range, cv.scale, cv.shift, seg.style_stride, coef);
-    const int64_t rows = std::min<int64_t>((g.T_in + SNAKE_ROWS - 1) / SNAKE_ROWS, MAX_GRID_Y);
-    snake_phases<<<dim3((unsigned) (C / SNAKE_CH), (unsigned) rows), block, 0, s>>>(
-        in, T, (int) C, seg.frame, coef, cv.alpha, g.pad, d, g.S, ph, out, cv.bias, accumulate);
+    adain_stats<<<dim3((unsigned) (C / SNAKE_CH), STAT_GROUPS, (unsigned) seg.n), block, 0, s>>>(
+        in, T, (int) C, seg.range, st.sums, st.squares, st.done, cv.scale, cv.shift, seg.style_stride, st.coef);
+    snake_phases<<<phase_grid(C, g, d), block, 0, s>>>(in, T, (int) C, seg.frame, st.coef, cv.alpha, g.pad, d, g.S, ph,
+                                                       out, cv.bias, accumulate);
     check(cudaGetLastError(), "Snake kernels launch");
     phase_gemms(h, cv.w, ph, out, C, K, d, g);
 }
@@ -437,18 +458,18 @@ void snake_conv_step(cudaStream_t s, cublasHandle_t h, const float * in, float *
 // read before it is written, by the same thread.
 __global__ void leaky_phases(float * x, int64_t T, int C, float slope, const float * __restrict__ mask, int64_t pad,
                              int d, int64_t S, half * __restrict__ out, const float * __restrict__ bias) {
-    const int     c    = blockIdx.x * SNAKE_CH + threadIdx.x;
-    const float   bc   = bias[c];
-    const int64_t T_in = (int64_t) d * S;
-    for (int64_t p = (int64_t) blockIdx.y * SNAKE_ROWS + threadIdx.y; p < T_in; p += (int64_t) gridDim.y * SNAKE_ROWS) {
-        const int64_t t = p - pad;
+    const int   c = blockIdx.x * SNAKE_CH + threadIdx.x, q = blockIdx.z;
+    const float bc = bias[c];
+    half *      o  = out + (size_t) q * S * C + c;
+    for (int64_t i = (int64_t) blockIdx.y * SNAKE_ROWS + threadIdx.y; i < S; i += (int64_t) gridDim.y * SNAKE_ROWS) {
+        const int64_t t = q + d * i - pad;
         float         v = 0.0f;
         if (t >= 0 && t < T) {
             const float u = x[t * C + c];
             v             = (u > 0.0f ? u : slope * u) * (mask ? mask[t] : 1.0f);
             x[t * C + c]  = u + bc;
         }
-        out[((p % d) * S + p / d) * C + c] = __float2half(v);
+        o[i * C] = __float2half(v);
     }
 }
 
@@ -596,7 +617,7 @@ size_t snake_scratch_bytes(int64_t C, int64_t T, int K, const int * dilations, i
     for (int i = 0; i < n; ++i) {
         T_in = std::max(T_in, geom(T, K, dilations[i], segments > 1).T_in);
     }
-    return 2 * aligned(sizeof(float) * STAT_GROUPS * C * segments) + aligned(sizeof(float) * 2 * C * segments) +
+    return adain_scratch_bytes(C, segments) +
            aligned(sizeof(float) * (size_t) (C * snake_frames(T, K, dilations, n, segments))) +
            aligned(sizeof(half) * (size_t) (C * T_in));
 }
@@ -629,16 +650,20 @@ void snake_stack(int device, void * blas, float * x, int64_t C, int64_t T, int K
         base += aligned(bytes);
         return p;
     };
-    float * sums    = reinterpret_cast<float *>(carve(sizeof(float) * STAT_GROUPS * C * seg.n));
-    float * squares = reinterpret_cast<float *>(carve(sizeof(float) * STAT_GROUPS * C * seg.n));
-    float * coef    = reinterpret_cast<float *>(carve(sizeof(float) * 2 * C * seg.n));
-    float * y       = reinterpret_cast<float *>(
+    adain_scratch st;
+    st.sums                 = reinterpret_cast<float *>(carve(sizeof(float) * STAT_GROUPS * C * seg.n));
+    st.squares              = reinterpret_cast<float *>(carve(sizeof(float) * STAT_GROUPS * C * seg.n));
+    st.coef                 = reinterpret_cast<float *>(carve(sizeof(float) * 2 * C * seg.n));
+    const size_t done_bytes = sizeof(unsigned) * (C / SNAKE_CH) * seg.n;
+    st.done                 = reinterpret_cast<unsigned *>(carve(done_bytes));
+    check(cudaMemsetAsync(st.done, 0, done_bytes, cudaStreamPerThread), "AdaIN counters");
+    float * y = reinterpret_cast<float *>(
         carve(sizeof(float) * (size_t) (C * snake_frames(T, K, dil.data(), 2 * n_pairs, seg.n))));
     half * ph = reinterpret_cast<half *>(base);
     auto   h  = static_cast<cublasHandle_t>(blas);
     for (int i = 0; i < n_pairs; ++i) {
-        snake_conv_step(cudaStreamPerThread, h, x, y, false, C, T, K, convs[2 * i], seg, sums, squares, coef, ph);
-        snake_conv_step(cudaStreamPerThread, h, y, x, true, C, T, K, convs[2 * i + 1], seg, sums, squares, coef, ph);
+        snake_conv_step(cudaStreamPerThread, h, x, y, false, C, T, K, convs[2 * i], seg, st, ph);
+        snake_conv_step(cudaStreamPerThread, h, y, x, true, C, T, K, convs[2 * i + 1], seg, st, ph);
     }
 }
 
@@ -658,11 +683,10 @@ void leaky_stack(int device, void * blas, float * x, int64_t C, int64_t T, int K
     half *     ph = static_cast<half *>(scratch);
     const dim3 block(SNAKE_CH, SNAKE_ROWS);
     for (int i = 0; i < n; ++i) {
-        const int       d    = convs[i].dilation;
-        const conv_geom g    = geom(T, K, d);
-        const int64_t   rows = std::min<int64_t>((g.T_in + SNAKE_ROWS - 1) / SNAKE_ROWS, MAX_GRID_Y);
-        leaky_phases<<<dim3((unsigned) (C / SNAKE_CH), (unsigned) rows), block, 0, cudaStreamPerThread>>>(
-            x, T, (int) C, slope, mask, g.pad, d, g.S, ph, convs[i].bias);
+        const int       d = convs[i].dilation;
+        const conv_geom g = geom(T, K, d);
+        leaky_phases<<<phase_grid(C, g, d), block, 0, cudaStreamPerThread>>>(x, T, (int) C, slope, mask, g.pad, d, g.S,
+                                                                             ph, convs[i].bias);
         check(cudaGetLastError(), "LeakyReLU kernel launch");
         phase_gemms(h, convs[i].w, ph, x, C, K, d, g);
     }
