@@ -63,6 +63,21 @@ ggml_tensor * phase_windows(ggml_context * ctx, ggml_tensor * x, int64_t K, int6
     return v;
 }
 
+// The convolution's GEMMs over phases [C, S, d] (F16, J windows of K frames a phase), to
+// [OC, T_out] in time order.
+ggml_tensor * phases_gemm(ggml_context * ctx, ggml_tensor * phases, int64_t J, int64_t T_out, ggml_tensor * w,
+                          ggml_tensor * b) {
+    const int64_t C = w->ne[0], K = w->ne[1], OC = w->ne[2], d = phases->ne[2];
+    // One matmul a window phase and dilation phase (K * d of them, one batched GEMM).
+    ggml_tensor * y = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w, K * C, OC), phase_windows(ctx, phases, K, J));
+    ggml_mul_mat_set_prec(y, GGML_PREC_F32);  // [OC, J, K, d], written as F32 by the GEMM itself
+    // Time order (t = q + d * (r + K * j)): the bias add (or a copy) writes it.
+    ggml_tensor * yt = ggml_permute(ctx, y, 0, 3, 2, 1);  // [OC, d, K, J] view
+    yt               = b ? ggml_add(ctx, yt, b) : ggml_cont(ctx, yt);
+    yt               = ggml_reshape_2d(ctx, yt, OC, d * K * J);
+    return d * K * J == T_out ? yt : ggml_view_2d(ctx, yt, OC, T_out, yt->nb[1], 0);
+}
+
 }  // namespace
 
 int64_t phase_columns(int64_t n) {
@@ -75,7 +90,7 @@ int64_t phase_columns(int64_t n) {
 
 ggml_tensor * conv1d_phases(ggml_context * ctx, ggml_tensor * xt, int64_t pad_before, int64_t T_out, ggml_tensor * w,
                             ggml_tensor * b, int dilation) {
-    const int64_t C = w->ne[0], K = w->ne[1], OC = w->ne[2], d = dilation;
+    const int64_t C = w->ne[0], K = w->ne[1], d = dilation;
     GGML_ASSERT(xt->type == GGML_TYPE_F32 && xt->ne[1] == C && K > 1);
     const int64_t per_phase = (T_out + d - 1) / d;  // outputs of each dilation phase
     const int64_t J         = phase_columns((per_phase + K - 1) / K);
@@ -93,14 +108,19 @@ ggml_tensor * conv1d_phases(ggml_context * ctx, ggml_tensor * xt, int64_t pad_be
         xv = ggml_reshape_2d(ctx, xv, S * d, C);
     }
     ggml_tensor * phases = ggml_reshape_3d(ctx, ggml_cont(ctx, ggml_transpose(ctx, xv)), C, S, d);
-    // One matmul a window phase and dilation phase (K * d of them, one batched GEMM).
-    ggml_tensor * y = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w, K * C, OC), phase_windows(ctx, phases, K, J));
-    ggml_mul_mat_set_prec(y, GGML_PREC_F32);  // [OC, J, K, d], written as F32 by the GEMM itself
-    // Time order (t = q + d * (r + K * j)): the bias add (or a copy) writes it.
-    ggml_tensor * yt = ggml_permute(ctx, y, 0, 3, 2, 1);  // [OC, d, K, J] view
-    yt               = b ? ggml_add(ctx, yt, b) : ggml_cont(ctx, yt);
-    yt               = ggml_reshape_2d(ctx, yt, OC, d * K * J);
-    return d * K * J == T_out ? yt : ggml_view_2d(ctx, yt, OC, T_out, yt->nb[1], 0);
+    return phases_gemm(ctx, phases, J, T_out, w, b);
+}
+
+ggml_tensor * conv1d_phases_ct(ggml_context * ctx, ggml_tensor * x, int64_t pad_before, int64_t T_out, ggml_tensor * w,
+                               ggml_tensor * b) {
+    const int64_t C = w->ne[0], K = w->ne[1];
+    GGML_ASSERT(x->type == GGML_TYPE_F32 && x->ne[0] == C && K > 1);
+    const int64_t J  = phase_columns((T_out + K - 1) / K);
+    const int64_t S  = J * K + K - 1;  // padded input frames
+    const int64_t T  = std::min(x->ne[1], S - pad_before);
+    ggml_tensor * xv = ggml_view_2d(ctx, x, C, T, x->nb[1], 0);
+    xv               = ggml_cast(ctx, pad_time(ctx, xv, pad_before, S - pad_before - T), GGML_TYPE_F16);  // [C, S]
+    return phases_gemm(ctx, ggml_reshape_3d(ctx, xv, C, S, 1), J, T_out, w, b);
 }
 
 // Padded as one long row: a GPU pad kernel may launch a block row per frame, and grids

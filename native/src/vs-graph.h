@@ -57,6 +57,11 @@ int64_t conv1d_frames_needed(int64_t T_out, int64_t K, int dilation);
 ggml_tensor * conv1d_phases(ggml_context * ctx, ggml_tensor * xt, int64_t pad_before, int64_t T_out, ggml_tensor * w,
                             ggml_tensor * b, int dilation);
 
+// The same, undilated, from x [IC, T] (channels along ne0, F32): the padded input made F16
+// is itself the one phase, so no transpose.
+ggml_tensor * conv1d_phases_ct(ggml_context * ctx, ggml_tensor * x, int64_t pad_before, int64_t T_out, ggml_tensor * w,
+                               ggml_tensor * b);
+
 // conv1d_phases' columns for n windows a phase: n rounded up to a power of two. The first
 // call of each GEMM shape is slow (about half a millisecond on an H100), and the windows
 // follow the sentence's length; rounded, a convolution sees a few shapes, which the prewarm's

@@ -91,23 +91,31 @@ ggml_tensor * f16_weights(ggml_context * ctx, std::vector<float> & w, int IC, in
 }
 
 // F16 weights take the folded (one mul_mat) path; F32 the per-tap one.
-// time_along_ne0: the input as [T, C] through conv1d_phases (as Kokoro's GPU graphs pass it).
+// As built for a GPU, F16 weights go through conv1d_phases: phases_ct from x [C, T]
+// (conv1d_phases_ct, undilated), time_along_ne0 from [T, C] (as Kokoro's GPU graphs pass it).
+enum class layout { plain, phases_ct, time_along_ne0 };
+
 void test_conv1d(int IC, int OC, int K, int T, int dilation, int pad, ggml_type wtype = GGML_TYPE_F32,
-                 bool time_along_ne0 = false) {
+                 layout how = layout::plain) {
     auto      x = random_vec(IC * T), w = random_vec(OC * IC * K), b = random_vec(OC);
     const int T_out = T + 2 * pad - dilation * (K - 1);
     auto      got   = run([&](ggml_context * ctx) {
         ggml_tensor * wt = wtype == GGML_TYPE_F16 ? f16_weights(ctx, w, IC, K, OC) : input(ctx, w, { IC, K, OC });
         ggml_tensor * xt = input(ctx, x, { IC, T });
-        if (time_along_ne0) {
+        if (how == layout::time_along_ne0) {
             return vs::conv1d_phases(ctx, ggml_cont(ctx, ggml_transpose(ctx, xt)), pad, T_out, wt,
                                             input(ctx, b, { OC }), dilation);
+        }
+        if (how == layout::phases_ct) {
+            return vs::conv1d_phases_ct(ctx, xt, pad, T_out, wt, input(ctx, b, { OC }));
         }
         return vs::conv1d(ctx, xt, wt, input(ctx, b, { OC }), dilation, pad);
     });
     char      name[64];
     snprintf(name, sizeof name, "conv1d %s k%d d%d p%d T%d%s", ggml_type_name(wtype), K, dilation, pad, T,
-             time_along_ne0 ? " [T, C]" : "");
+             how == layout::time_along_ne0 ? " [T, C]"
+             : how == layout::phases_ct    ? " phases"
+                                           : "");
     // F16 weights: the input is rounded to F16 as well.
     expect_close(name, got, reference_conv1d(x, w, b, IC, OC, K, T, T_out, dilation, -pad),
                  wtype == GGML_TYPE_F16 ? 2e-2 : 1e-4);
@@ -246,7 +254,8 @@ int main() {
     test_conv_transpose(6, 4, 4, 13);
     test_conv_transpose(6, 4, 4, 13, 3, 7);
     // As built for a GPU: F32 weights folded too, the im2col matrix materialized; and
-    // conv1d_phases from [T, C] (outputs a multiple of K * d or not, phases' columns rounded up).
+    // conv1d_phases from [T, C] and from [C, T] (outputs a multiple of K * d or not, phases'
+    // columns rounded up).
     printf("as built for a GPU:\n");
     vs::set_graph_device_is_cpu(false);
     test_conv1d(8, 6, 3, 17, 1, 1);
@@ -254,12 +263,15 @@ int main() {
     test_conv1d(16, 8, 3, 64, 3, 3, GGML_TYPE_F16);
     test_conv1d_window(16, 8, 3, 37, 1, 4);
     test_conv1d_window(16, 8, 5, 41, 3, 7);
-    test_conv1d(16, 8, 3, 64, 3, 3, GGML_TYPE_F16, true);
-    test_conv1d(8, 6, 3, 16, 1, 1, GGML_TYPE_F16, true);
-    test_conv1d(32, 16, 11, 200, 5, 25, GGML_TYPE_F16, true);
-    test_conv1d(12, 9, 7, 91, 1, 3, GGML_TYPE_F16, true);
-    test_conv1d(12, 9, 7, 90, 3, 9, GGML_TYPE_F16, true);
-    test_conv1d(6, 5, 3, 40, 1, 0, GGML_TYPE_F16, true);
+    test_conv1d(16, 8, 3, 64, 3, 3, GGML_TYPE_F16, layout::time_along_ne0);
+    test_conv1d(8, 6, 3, 16, 1, 1, GGML_TYPE_F16, layout::time_along_ne0);
+    test_conv1d(32, 16, 11, 200, 5, 25, GGML_TYPE_F16, layout::time_along_ne0);
+    test_conv1d(12, 9, 7, 91, 1, 3, GGML_TYPE_F16, layout::time_along_ne0);
+    test_conv1d(12, 9, 7, 90, 3, 9, GGML_TYPE_F16, layout::time_along_ne0);
+    test_conv1d(6, 5, 3, 40, 1, 0, GGML_TYPE_F16, layout::time_along_ne0);
+    test_conv1d(32, 22, 7, 301, 1, 3, GGML_TYPE_F16, layout::phases_ct);  // conv_post's taps and outputs
+    test_conv1d(12, 9, 7, 28, 1, 3, GGML_TYPE_F16, layout::phases_ct);    // outputs a multiple of K
+    test_conv1d(8, 6, 3, 17, 1, 0, GGML_TYPE_F16, layout::phases_ct);     // no padding
     vs::set_graph_device_is_cpu(true);
     // The probe that keeps conv1d_phases off devices whose matmul reads its windows wrong.
     ggml_backend_t cpu     = ggml_backend_cpu_init();

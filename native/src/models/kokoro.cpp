@@ -1692,9 +1692,12 @@ ggml_tensor * kokoro_voice::gen_output(vs_context & c, ggml_context * g, ggml_te
     const int64_t bins     = N_FFT / 2 + 1;
     const int64_t n_frames = L / HOP + 1;
     x                      = ggml_leaky_relu(g, x, 0.01f, false);
-    x = conv1d(g, x, c.w(GEN + "conv_post.weight"), c.w(GEN + "conv_post.bias"), 1, 3);  // [22, n_frames]
-    ggml_tensor * spec  = ggml_exp(g, channels(g, x, 0, bins));
-    ggml_tensor * phase = ggml_sin(g, channels(g, x, bins, bins));
+    ggml_tensor * w_post   = c.w(GEN + "conv_post.weight");
+    ggml_tensor * b_post   = c.w(GEN + "conv_post.bias");
+    x                      = phases_apply(w_post, 1) ? conv1d_phases_ct(g, x, 3, x->ne[1], w_post, b_post)
+                                                     : conv1d(g, x, w_post, b_post, 1, 3);  // [22, n_frames]
+    ggml_tensor * spec     = ggml_exp(g, channels(g, x, 0, bins));
+    ggml_tensor * phase    = ggml_sin(g, channels(g, x, bins, bins));
     ggml_tensor * cplx =
         ggml_concat(g, ggml_mul(g, spec, ggml_cos(g, phase)), ggml_mul(g, spec, ggml_sin(g, phase)), 0);
     // Inverse: each frame's N_FFT samples from the synthesis basis ([22, N_FFT]), overlap-added.
