@@ -47,8 +47,9 @@ void lstm(int device, const float * gx, const void * w_hh, ggml_type type, int64
 // padding, dilation d). Activations are [T, C] F32 with the channel fastest (ggml's [C, T]).
 // Snake's output goes to the GEMMs as F16 in the dilation's phases (frames q, q + d, ...
 // of the padded input one after another), so that each tap window is a plain strided
-// matrix and each of cuBLAS's batched GEMMs writes its outputs in time order, onto the
-// bias (or the residual plus the bias) that the Snake kernel put there.
+// matrix and each of cuBLAS's batched GEMMs writes its outputs in time order (onto the
+// residual for a pair's second convolution). The convolutions' biases are added once a stack
+// (see snake_stack in the .cu).
 
 struct snake_conv {
     const float * scale    = nullptr;  // (dev) [C]: the AdaIN's 1 + gamma

@@ -385,46 +385,50 @@ __global__ void adain_stats(const float * __restrict__ x, int64_t T, int C, cons
 }
 
 // Snake(AdaIN(x)) as F16 into the dilation's phases of the padded input (zeros around x):
-// padded frame p = q + d i goes to phase q (blockIdx.z), position i. Where x has a frame, y's
-// gets the bias, added to what it holds with `accumulate` (the residual), else written. With
-// segments (`frame` not null), each frame's AdaIN is its segment's and Snake's output is zero
-// in the gaps. The sine is the fast intrinsic: its error, which grows with the argument, stays
-// below F16's rounding of the output (test-cuda-snake checks against the host's sin).
+// padded frame p = q + d i goes to phase q (blockIdx.z), position i. With segments (`frame`
+// not null), each frame's AdaIN is its segment's and Snake's output is zero in the gaps. The
+// sine is the fast intrinsic: its error, which grows with the argument, stays below F16's
+// rounding of the output (test-cuda-snake checks against the host's sin).
 __global__ void snake_phases(const float * __restrict__ x, int64_t T, int C, const int * __restrict__ frame,
                              const float * __restrict__ coef, const float * __restrict__ alpha, int64_t pad, int d,
-                             int64_t S, half * __restrict__ out, float * __restrict__ y,
-                             const float * __restrict__ bias, bool accumulate) {
+                             int64_t S, half * __restrict__ out) {
     const int   c = blockIdx.x * SNAKE_CH + threadIdx.x, q = blockIdx.z;
-    const float al = alpha[c], inv = 1.0f / al, bc = bias[c];
+    const float al = alpha[c], inv = 1.0f / al;
     half *      o = out + (size_t) q * S * C + c;
     for (int64_t i = (int64_t) blockIdx.y * SNAKE_ROWS + threadIdx.y; i < S; i += (int64_t) gridDim.y * SNAKE_ROWS) {
-        const int64_t t = q + d * i - pad;
-        float         v = 0.0f;
-        if (t >= 0 && t < T) {
-            const int seg = frame ? frame[t] : 0;
-            if (seg >= 0) {
-                const float * k = coef + (size_t) seg * 2 * C;
-                const float   u = fmaf(k[c], x[t * C + c], k[C + c]), sn = __sinf(al * u);
-                v = fmaf(sn * sn, inv, u);
-            }
-            float & yv = y[t * C + c];
-            yv         = (accumulate ? yv : 0.0f) + bc;
+        const int64_t t   = q + d * i - pad;
+        const int     seg = t >= 0 && t < T ? (frame ? frame[t] : 0) : -1;
+        float         v   = 0.0f;
+        if (seg >= 0) {
+            const float * k = coef + (size_t) seg * 2 * C;
+            const float   u = fmaf(k[c], x[t * C + c], k[C + c]), sn = __sinf(al * u);
+            v = fmaf(sn * sn, inv, u);
         }
         o[i * C] = __float2half(v);
     }
 }
 
-// The convolution's GEMMs over the phases `ph`, accumulated onto `out` (which holds the bias,
-// or the residual plus the bias). Output frame t = q + d (r + K j) is window j of tap phase r
-// in dilation phase q: its input frames q + d (r + K j + k), k < K, are K C consecutive
-// values of phase q.
+// x[t][c] += b0[c] + b1[c] + b2[c] for t < T (null biases left out).
+__global__ void add_biases(float * __restrict__ x, int64_t T, int C, const float * __restrict__ b0,
+                           const float * __restrict__ b1, const float * __restrict__ b2) {
+    const int   c   = blockIdx.x * SNAKE_CH + threadIdx.x;
+    const float sum = (b0 ? b0[c] : 0.0f) + (b1 ? b1[c] : 0.0f) + (b2 ? b2[c] : 0.0f);
+    for (int64_t t = (int64_t) blockIdx.y * SNAKE_ROWS + threadIdx.y; t < T; t += (int64_t) gridDim.y * SNAKE_ROWS) {
+        x[t * C + c] += sum;
+    }
+}
+
+// The convolution's GEMMs over the phases `ph`, onto beta times `out` (0: written; 1: the
+// bias or the residual that it holds, accumulated). Output frame t = q + d (r + K j) is
+// window j of tap phase r in dilation phase q: its input frames q + d (r + K j + k), k < K,
+// are K C consecutive values of phase q.
 void phase_gemms(cublasHandle_t h, const void * w, const half * ph, float * out, int64_t C, int K, int d,
-                 const conv_geom & g) {
+                 const conv_geom & g, float beta) {
     const float one = 1.0f;
     const int   KC  = (int) (K * C);
     for (int q = 0; q < d; ++q) {
         check_blas(cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int) C, (int) g.J, KC, &one, w, CUDA_R_16F,
-                                              KC, 0, ph + (size_t) q * g.S * C, CUDA_R_16F, KC, (long long) C, &one,
+                                              KC, 0, ph + (size_t) q * g.S * C, CUDA_R_16F, KC, (long long) C, &beta,
                                               out + (size_t) q * C, CUDA_R_32F, d * KC, (long long) d * C, K,
                                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                    "convolution GEMM");
@@ -438,7 +442,8 @@ dim3 phase_grid(int64_t C, const conv_geom & g, int d) {
                 (unsigned) std::min<int64_t>((g.S + SNAKE_ROWS - 1) / SNAKE_ROWS, MAX_GRID_Y), (unsigned) d);
 }
 
-// One convolution of a pair: out (+)= conv(Snake(AdaIN(in))) + bias.
+// One convolution of a pair without its bias: out = conv(Snake(AdaIN(in))), or out += that
+// with `accumulate` (see snake_stack for the biases).
 void snake_conv_step(cudaStream_t s, cublasHandle_t h, const float * in, float * out, bool accumulate, int64_t C,
                      int64_t T, int K, const snake_conv & cv, const snake_segments & seg, const adain_scratch & st,
                      half * ph) {
@@ -447,10 +452,9 @@ void snake_conv_step(cudaStream_t s, cublasHandle_t h, const float * in, float *
     const dim3      block(SNAKE_CH, SNAKE_ROWS);
     adain_stats<<<dim3((unsigned) (C / SNAKE_CH), STAT_GROUPS, (unsigned) seg.n), block, 0, s>>>(
         in, T, (int) C, seg.range, st.sums, st.squares, st.done, cv.scale, cv.shift, seg.style_stride, st.coef);
-    snake_phases<<<phase_grid(C, g, d), block, 0, s>>>(in, T, (int) C, seg.frame, st.coef, cv.alpha, g.pad, d, g.S, ph,
-                                                       out, cv.bias, accumulate);
+    snake_phases<<<phase_grid(C, g, d), block, 0, s>>>(in, T, (int) C, seg.frame, st.coef, cv.alpha, g.pad, d, g.S, ph);
     check(cudaGetLastError(), "Snake kernels launch");
-    phase_gemms(h, cv.w, ph, out, C, K, d, g);
+    phase_gemms(h, cv.w, ph, out, C, K, d, g, accumulate ? 1.0f : 0.0f);
 }
 
 // LeakyReLU(x) times the frame's mask as F16 into the dilation's phases of the padded input
@@ -661,10 +665,20 @@ void snake_stack(int device, void * blas, float * x, int64_t C, int64_t T, int K
         carve(sizeof(float) * (size_t) (C * snake_frames(T, K, dil.data(), 2 * n_pairs, seg.n))));
     half * ph = reinterpret_cast<half *>(base);
     auto   h  = static_cast<cublasHandle_t>(blas);
+    // The biases are left out of the convolutions. A pair's first one only shifts each of y's
+    // channels by a constant, which the next AdaIN's mean takes out. The second ones shift the
+    // residual, which every later AdaIN's takes out too: they are added once, at the end.
     for (int i = 0; i < n_pairs; ++i) {
         snake_conv_step(cudaStreamPerThread, h, x, y, false, C, T, K, convs[2 * i], seg, st, ph);
         snake_conv_step(cudaStreamPerThread, h, y, x, true, C, T, K, convs[2 * i + 1], seg, st, ph);
     }
+    const dim3 grid((unsigned) (C / SNAKE_CH), (unsigned) std::min<int64_t>((T + SNAKE_ROWS - 1) / SNAKE_ROWS, 4096));
+    for (int i = 0; i < n_pairs; i += 3) {
+        add_biases<<<grid, dim3(SNAKE_CH, SNAKE_ROWS), 0, cudaStreamPerThread>>>(
+            x, T, (int) C, convs[2 * i + 1].bias, i + 1 < n_pairs ? convs[2 * i + 3].bias : nullptr,
+            i + 2 < n_pairs ? convs[2 * i + 5].bias : nullptr);
+    }
+    check(cudaGetLastError(), "bias kernel launch");
 }
 
 size_t leaky_scratch_bytes(int64_t C, int64_t T, int K, const int * dilations, int n) {
@@ -688,7 +702,7 @@ void leaky_stack(int device, void * blas, float * x, int64_t C, int64_t T, int K
         leaky_phases<<<phase_grid(C, g, d), block, 0, cudaStreamPerThread>>>(x, T, (int) C, slope, mask, g.pad, d, g.S,
                                                                              ph, convs[i].bias);
         check(cudaGetLastError(), "LeakyReLU kernel launch");
-        phase_gemms(h, convs[i].w, ph, x, C, K, d, g);
+        phase_gemms(h, convs[i].w, ph, x, C, K, d, g, 1.0f);
     }
 }
 
