@@ -311,15 +311,26 @@ size_t aligned(size_t bytes) {
 // coefficients [segments][2 C] and a counter [segments][C / SNAKE_CH] of each column's blocks
 // done (zero between launches).
 struct adain_scratch {
-    float *    sums    = nullptr;
-    float *    squares = nullptr;
-    float *    coef    = nullptr;
-    unsigned * done    = nullptr;
+    float *    sums       = nullptr;
+    float *    squares    = nullptr;
+    float *    coef       = nullptr;
+    unsigned * done       = nullptr;
+    size_t     done_bytes = 0;
 };
 
-size_t adain_scratch_bytes(int64_t C, int segments) {
-    return 2 * aligned(sizeof(float) * STAT_GROUPS * C * segments) + aligned(sizeof(float) * 2 * C * segments) +
-           aligned(sizeof(unsigned) * (C / SNAKE_CH) * segments);
+// Its bytes for C channels and `segments` segments; with `st`, its parts laid out from `base`.
+size_t adain_layout(int64_t C, int segments, uint8_t * base = nullptr, adain_scratch * st = nullptr) {
+    const size_t partial = aligned(sizeof(float) * STAT_GROUPS * C * segments);
+    const size_t coef    = aligned(sizeof(float) * 2 * C * segments);
+    const size_t done    = sizeof(unsigned) * (C / SNAKE_CH) * segments;
+    if (st) {
+        st->sums       = reinterpret_cast<float *>(base);
+        st->squares    = reinterpret_cast<float *>(base + partial);
+        st->coef       = reinterpret_cast<float *>(base + 2 * partial);
+        st->done       = reinterpret_cast<unsigned *>(base + 2 * partial + coef);
+        st->done_bytes = done;
+    }
+    return 2 * partial + coef + aligned(done);
 }
 
 // A channel's statistics and the AdaIN as y = a x + b in one launch. Block (bx, g, seg) sums,
@@ -621,7 +632,7 @@ size_t snake_scratch_bytes(int64_t C, int64_t T, int K, const int * dilations, i
     for (int i = 0; i < n; ++i) {
         T_in = std::max(T_in, geom(T, K, dilations[i], segments > 1).T_in);
     }
-    return adain_scratch_bytes(C, segments) +
+    return adain_layout(C, segments) +
            aligned(sizeof(float) * (size_t) (C * snake_frames(T, K, dilations, n, segments))) +
            aligned(sizeof(half) * (size_t) (C * T_in));
 }
@@ -655,12 +666,8 @@ void snake_stack(int device, void * blas, float * x, int64_t C, int64_t T, int K
         return p;
     };
     adain_scratch st;
-    st.sums                 = reinterpret_cast<float *>(carve(sizeof(float) * STAT_GROUPS * C * seg.n));
-    st.squares              = reinterpret_cast<float *>(carve(sizeof(float) * STAT_GROUPS * C * seg.n));
-    st.coef                 = reinterpret_cast<float *>(carve(sizeof(float) * 2 * C * seg.n));
-    const size_t done_bytes = sizeof(unsigned) * (C / SNAKE_CH) * seg.n;
-    st.done                 = reinterpret_cast<unsigned *>(carve(done_bytes));
-    check(cudaMemsetAsync(st.done, 0, done_bytes, cudaStreamPerThread), "AdaIN counters");
+    carve(adain_layout(C, seg.n, base, &st));
+    check(cudaMemsetAsync(st.done, 0, st.done_bytes, cudaStreamPerThread), "AdaIN counters");
     float * y = reinterpret_cast<float *>(
         carve(sizeof(float) * (size_t) (C * snake_frames(T, K, dil.data(), 2 * n_pairs, seg.n))));
     half * ph = reinterpret_cast<half *>(base);
