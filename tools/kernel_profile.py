@@ -4,12 +4,14 @@
 
 Opens the voice and makes two calls of the sentences of tests/data/sentences.txt (as
 phonemes, ``--batch`` sentences a graph), then a third between cuProfilerStart and
-cuProfilerStop. The tool runs itself under ``ncu --profile-from-start off --metrics
-gpu__time_duration.sum``, so every kernel of that third call is timed, one at a time and
-at the clocks ncu locks: their sum is the call's GPU work, not its wall time, and the
-shares are what to compare. Prints the sum, its parts (the engine's own CUDA kernels,
-GEMMs, the rest of ggml's kernels) and the costliest kernels. Needs ncu on PATH and a
-CUDA device.
+cuProfilerStop. At the end of each stage (the engine's ``on_stage``) the child launches an
+empty kernel named for the stage, loaded from PTX through the driver: a stage's kernels are
+those since the mark before its own. The tool runs itself under ``ncu --profile-from-start
+off --metrics gpu__time_duration.sum``, so every kernel of that third call is timed, one at
+a time and at the clocks ncu locks: their sum is the call's GPU work, not its wall time,
+and the shares are what to compare. Prints the sum, its parts (the engine's own CUDA
+kernels, GEMMs, the rest of ggml's kernels), the stages and the costliest kernels. Needs
+ncu on PATH and a CUDA device.
 """
 
 from __future__ import annotations
@@ -27,6 +29,40 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 GEMM = re.compile(r"nvjet|gemm|cutlass|xmma", re.IGNORECASE)
+MARK = "vs_stage_end_"  # the marks' names: this, then the stage's
+
+
+class StageMarks:
+    """An on_stage callback that launches an empty kernel ``MARK + stage`` in the device's
+    primary CUDA context (the engine's, through the runtime API), through the driver API."""
+
+    def __init__(self, ordinal: int) -> None:
+        import ctypes
+
+        self.ct = ctypes
+        self.cuda = ctypes.CDLL("libcuda.so.1")
+        self.context = ctypes.c_void_p()
+        check(self.cuda.cuInit(0), "cuInit")
+        check(self.cuda.cuDevicePrimaryCtxRetain(ctypes.byref(self.context), ordinal), "cuDevicePrimaryCtxRetain")
+        self.functions: dict[str, object] = {}
+
+    def __call__(self, stage: str, chunk: int, ms: float) -> None:
+        del chunk, ms
+        ct = self.ct
+        check(self.cuda.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+        if stage not in self.functions:  # its module, loaded in the engine's context
+            ptx = f".version 7.0\n.target sm_50\n.address_size 64\n.visible .entry {MARK}{stage}()\n{{\nret;\n}}\n"
+            module, fn = ct.c_void_p(), ct.c_void_p()
+            check(self.cuda.cuModuleLoadData(ct.byref(module), ct.c_char_p(ptx.encode())), "cuModuleLoadData")
+            check(self.cuda.cuModuleGetFunction(ct.byref(fn), module, (MARK + stage).encode()), "cuModuleGetFunction")
+            self.functions[stage] = fn
+        null = ct.c_void_p()
+        check(self.cuda.cuLaunchKernel(self.functions[stage], 1, 1, 1, 1, 1, 1, 0, null, null, null), "cuLaunchKernel")
+
+
+def check(status: int, what: str) -> None:
+    if status != 0:
+        raise RuntimeError(f"{what}: CUDA driver error {status}")
 
 
 def child(voice: str, device: str, batch: int) -> None:
@@ -38,10 +74,11 @@ def child(voice: str, device: str, batch: int) -> None:
     lines = [s for s in (ROOT / "tests/data/sentences.txt").read_text(encoding="utf-8").splitlines() if s.strip()]
     with Engine.open(voice, device=device) as engine:
         ipa = "\n".join(p for line in lines for p in engine.phonemize(line))
+        marks = StageMarks(int(device.removeprefix("cuda") or 0))
         for _ in range(2):
-            engine.synthesize(phonemes=ipa, batch=batch)
+            engine.synthesize(phonemes=ipa, batch=batch, on_stage=marks)
         cuda.cuProfilerStart()
-        engine.synthesize(phonemes=ipa, batch=batch)
+        engine.synthesize(phonemes=ipa, batch=batch, on_stage=marks)
         cuda.cuProfilerStop()
 
 
@@ -69,12 +106,24 @@ def part(name: str) -> str:
     return "GEMMs (cuBLAS)" if GEMM.search(name) else "ggml's other kernels"
 
 
+def report(title: str, rows: list[tuple[str, float]], total: float, top: int) -> None:
+    """Rows (key, ns) summed by key, the largest `top` printed with their share of `total`."""
+    ns, count = collections.defaultdict(float), collections.Counter()
+    for key, t in rows:
+        ns[key] += t
+        count[key] += 1
+    print(f"  {title}:")
+    for key, t in sorted(ns.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"  {t / 1e6:8.2f} ms {100 * t / total:5.1f}% {count[key]:6d}  {key[:90]}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("voice")
     parser.add_argument("device")
     parser.add_argument("--batch", type=int, default=13)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--stage-top", type=int, default=8, help="kernels shown for each stage")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # the profiled process
     args = parser.parse_args()
     if args.child:
@@ -92,17 +141,21 @@ def main() -> int:
         print(run.stdout[-2000:] + run.stderr[-2000:], file=sys.stderr)
         print(f"kernel_profile: ncu exited {run.returncode} with {len(times)} kernels timed", file=sys.stderr)
         return 1
-    total = sum(ns for _, ns in times)
+    marked, pending = [], []  # (stage, kernel, ns): a kernel's stage is the next mark's
+    for name, t in times:
+        if short(name).startswith(MARK):
+            marked += [(short(name).removeprefix(MARK), n, ns) for n, ns in pending]
+            pending = []
+        else:
+            pending.append((name, t))
+    times = marked + [("(after the last stage)", n, ns) for n, ns in pending]
+    total = sum(t for _, _, t in times)
     print(f"{args.voice} on {args.device}, batch {args.batch}: {total / 1e6:.2f} ms in {len(times)} kernels")
-    for title, key in (("parts", part), ("kernels", short)):
-        ns, count = collections.defaultdict(float), collections.Counter()
-        for name, t in times:
-            k = key(name)
-            ns[k] += t
-            count[k] += 1
-        print(f"  {title}:")
-        for name, t in sorted(ns.items(), key=lambda kv: -kv[1])[: args.top]:
-            print(f"  {t / 1e6:8.2f} ms {100 * t / total:5.1f}% {count[name]:6d}  {name[:90]}")
+    report("parts", [(part(name), t) for _, name, t in times], total, args.top)
+    report("stages", [(stage, t) for stage, _, t in times], total, args.top)
+    for stage in dict.fromkeys(stage for stage, _, _ in times):
+        report(f"{stage}'s kernels", [(short(name), t) for s, name, t in times if s == stage], total, args.stage_top)
+    report("kernels", [(short(name), t) for _, name, t in times], total, args.top)
     return 0
 
 
