@@ -33,8 +33,8 @@ MARK = "vs_stage_end_"  # the marks' names: this, then the stage's
 
 
 class StageMarks:
-    """An on_stage callback that launches an empty kernel ``MARK + stage`` in the device's
-    primary CUDA context (the engine's, through the runtime API), through the driver API."""
+    """An on_stage callback that launches an empty kernel ``MARK + stage`` through the driver
+    API, in the device's primary context (the one the engine's runtime API calls use)."""
 
     def __init__(self, ordinal: int) -> None:
         import ctypes
@@ -66,20 +66,17 @@ def check(status: int, what: str) -> None:
 
 
 def child(voice: str, device: str, batch: int) -> None:
-    import ctypes
-
     from app.core.engine import Engine
 
-    cuda = ctypes.CDLL("libcuda.so.1")
     lines = [s for s in (ROOT / "tests/data/sentences.txt").read_text(encoding="utf-8").splitlines() if s.strip()]
     with Engine.open(voice, device=device) as engine:
         ipa = "\n".join(p for line in lines for p in engine.phonemize(line))
         marks = StageMarks(int(device.removeprefix("cuda") or 0))
         for _ in range(2):
             engine.synthesize(phonemes=ipa, batch=batch, on_stage=marks)
-        cuda.cuProfilerStart()
+        marks.cuda.cuProfilerStart()
         engine.synthesize(phonemes=ipa, batch=batch, on_stage=marks)
-        cuda.cuProfilerStop()
+        marks.cuda.cuProfilerStop()
 
 
 def kernel_times(lines: list[str]) -> list[tuple[str, float]]:
