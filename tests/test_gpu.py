@@ -232,6 +232,36 @@ def test_kokoro_kept_graphs_on_a_gpu_give_the_takes_of_graphs_built_for_them(dev
     assert_kokoro_kept_like_fresh(kept, fresh, per_call=14, on_gpu=True)
 
 
+@pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
+def test_kokoro_graphs_dropped_for_room_and_built_again_give_the_same_takes(device, sentences, monkeypatch):
+    """With room for a few sentences' kept graphs, each sentence drops others' (captured by
+    ggml: each is run twice) and new ones are built in their metadata, at the addresses
+    ggml keys its captures by. No replay or update may run a dropped graph's kernels: every
+    take must be the first take of its sentence."""
+    from app.core import models
+
+    if not models.kokoro_installed():
+        pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
+    monkeypatch.setenv("VOICESTUDIO_KEPT_GRAPHS_MIB", "256")
+    first, again, rebuilt = {}, {}, 0
+    with Engine.open("kokoro:jf_alpha", device=device) as gpu:
+        for round_ in range(3):
+            for i, text in enumerate(sentences):
+                for repeat in range(2):
+                    take = gpu.synthesize_many([text], seed=2)[0]
+                    assert np.isfinite(take.audio).all()
+                    want = first.setdefault(i, take.audio)
+                    assert len(take.audio) == len(want), (round_, text)
+                    assert np.abs(take.audio - want).max() <= 1e-4 * np.abs(want).max(), (round_, text)
+                    # A take right after its sentence's builds only the graphs never kept.
+                    built = take.timings["graphs_built"]
+                    if repeat == 1:
+                        again.setdefault(i, built)
+                    elif round_ > 0:
+                        rebuilt += built > again[i]
+    assert rebuilt > 0  # kept graphs were dropped and built again
+
+
 @pytest.mark.parametrize("device", GPUS)
 def test_automatic_workers_on_cuda_with_room_for_them(device, joe_path):
     """workers=None (the studio's): 4 on a CUDA device with 16 GiB free, 2 with 8, else 1;

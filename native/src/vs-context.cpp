@@ -152,6 +152,7 @@ vs::stage_graph & vs_context::stage_graph(int stage, const std::string & key, co
             for (auto it = kept.begin(); it != kept.end(); ++it) {
                 lru = it->second->last_use < lru->second->last_use ? it : lru;
             }
+            forget_capture(*lru->second);
             kept_bytes -= lru->second->bytes;
             kept.erase(lru);
         }
@@ -171,6 +172,40 @@ void vs_context::compute(vs::stage_graph & sg) {
         tag_run(sg.gb.gf);
     }
     check_computed(ggml_backend_graph_compute(backend.get(), sg.gb.gf));
+}
+
+// ggml's CUDA backend keeps a captured graph's instance under the address of the graph's
+// first node, and when it next captures a graph at that address it updates the instance in
+// place (cudaGraphExecUpdate) wherever the kernels line up. A dropped graph's metadata block
+// goes back to the pool, so another graph's first node can land at that address; an
+// update from a graph whose cuBLAS kernels run other thread-block cluster shapes keeps the
+// old shapes (cudaGraphExecUpdate does not carry them over), and the kernels then stop on an
+// illegal instruction. So a kept graph that may have been captured leaves behind, at that
+// address, a capture of its first node alone (run twice: ggml captures a graph's second
+// run): no other graph's kernels line up with it, and the next one there is instantiated
+// anew. Its first node runs twice more, into memory of its own about to be freed; one that
+// writes into the device scratch, which may hold a stage's live activations, is left alone.
+// Only CUDA backends capture (tag_runs), and they stop the process on a CUDA error rather
+// than return one, so the status is not checked: a cancelled job's graph is still dropped.
+void vs_context::forget_capture(vs::stage_graph & sg) {
+    if (!tag_runs || !sg.alloc || ggml_graph_n_nodes(sg.gb.gf) == 0) {
+        return;
+    }
+    ggml_tensor *       first = ggml_graph_node(sg.gb.gf, 0);
+    const ggml_tensor * owner = first->view_src ? first->view_src : first;
+    if (scratch && owner->buffer == scratch.get()) {
+        return;
+    }
+    const ggml_init_params params = { ggml_graph_overhead_custom(1, false), nullptr, true };
+    vs::ggml_ctx_ptr       ctx(ggml_init(params));
+    ggml_cgraph *          alone = ctx ? ggml_new_graph_custom(ctx.get(), 1, false) : nullptr;
+    if (!alone) {
+        throw vs::error(VS_ERR_COMPUTE, "out of memory");
+    }
+    ggml_graph_add_node(alone, first);
+    for (int run = 0; run < 2; ++run) {
+        ggml_backend_graph_compute(backend.get(), alone);
+    }
 }
 
 void vs_context::tag_run(ggml_cgraph * gf) {

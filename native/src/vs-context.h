@@ -202,7 +202,10 @@ struct vs_context {
     // captured.
     bool     tag_runs = false;
     uint64_t n_runs   = 0;
-    void     tag_run(ggml_cgraph * gf);
+    // Before a kept graph is dropped: leaves ggml no instance under its first node's address
+    // that another graph there could be updated from (see the .cpp).
+    void forget_capture(vs::stage_graph & sg);
+    void tag_run(ggml_cgraph * gf);
 
     // Whether stages round their shapes up (shape_bucket) so that kept graphs serve other
     // sentences too: where graphs are kept and built as for a device.
