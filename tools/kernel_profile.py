@@ -10,8 +10,10 @@ those since the mark before its own. The tool runs itself under ``ncu --profile-
 off --metrics gpu__time_duration.sum``, so every kernel of that third call is timed, one at
 a time and at the clocks ncu locks: their sum is the call's GPU work, not its wall time,
 and the shares are what to compare. Prints the sum, its parts (the engine's own CUDA
-kernels, GEMMs, the rest of ggml's kernels), the stages and the costliest kernels. Needs
-ncu on PATH and a CUDA device.
+kernels, GEMMs, the rest of ggml's kernels), the stages and the costliest kernels. With
+``--as-run`` ncu neither flushes the caches before each kernel nor locks the clocks, so a
+small kernel counts about as long as it runs among the others. Needs ncu on PATH and a
+CUDA device.
 """
 
 from __future__ import annotations
@@ -121,6 +123,12 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=13)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--stage-top", type=int, default=8, help="kernels shown for each stage")
+    parser.add_argument(
+        "--as-run",
+        action="store_true",
+        help="time each kernel at the clocks it runs at and with warm caches (ncu's --cache-control none"
+        " --clock-control none) rather than ncu's locked clocks and flushed caches",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # the profiled process
     args = parser.parse_args()
     if args.child:
@@ -131,6 +139,8 @@ def main() -> int:
         print("kernel_profile: ncu (Nsight Compute) is not on PATH", file=sys.stderr)
         return 2
     cmd = [ncu, "--profile-from-start", "off", "--metrics", "gpu__time_duration.sum", "--csv", "--print-units", "base"]
+    if args.as_run:
+        cmd += ["--cache-control", "none", "--clock-control", "none"]
     cmd += [sys.executable, __file__, args.voice, args.device, "--batch", str(args.batch), "--child"]
     run = subprocess.run(cmd, capture_output=True, text=True, check=False)
     times = kernel_times(run.stdout.splitlines())
@@ -147,7 +157,8 @@ def main() -> int:
             pending.append((name, t))
     times = marked + [("(after the last stage)", n, ns) for n, ns in pending]
     total = sum(t for _, _, t in times)
-    print(f"{args.voice} on {args.device}, batch {args.batch}: {total / 1e6:.2f} ms in {len(times)} kernels")
+    how = "as run (warm caches, free clocks)" if args.as_run else "at ncu's clocks, caches flushed"
+    print(f"{args.voice} on {args.device}, batch {args.batch}: {total / 1e6:.2f} ms in {len(times)} kernels, {how}")
     report("parts", [(part(name), t) for _, name, t in times], total, args.top)
     report("stages", [(stage, t) for stage, _, t in times], total, args.top)
     for stage in dict.fromkeys(stage for stage, _, _ in times):
