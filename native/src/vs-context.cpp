@@ -177,14 +177,15 @@ void vs_context::compute(vs::stage_graph & sg) {
 // ggml's CUDA backend keeps a captured graph's instance under the address of the graph's
 // first node, and when it next captures a graph at that address it updates the instance in
 // place (cudaGraphExecUpdate) wherever the kernels line up. A dropped graph's metadata block
-// goes back to the pool, so another graph's first node can land at that address; an
-// update from a graph whose cuBLAS kernels run other thread-block cluster shapes keeps the
-// old shapes (cudaGraphExecUpdate does not carry them over), and the kernels then stop on an
-// illegal instruction. So a kept graph that may have been captured leaves behind, at that
-// address, a capture of its first node alone (run twice: ggml captures a graph's second
-// run): no other graph's kernels line up with it, and the next one there is instantiated
-// anew. Its first node runs twice more, into memory of its own about to be freed; one that
-// writes into the device scratch, which may hold a stage's live activations, is left alone.
+// goes back to the pool, so another graph's first node can land at that address. Such
+// updates stopped the process on an illegal instruction (with graphs dropped for room, and
+// not with ggml's captures off), most likely because an update keeps a kernel node's
+// thread-block cluster dimensions, which cuBLAS's Hopper GEMMs set by their shapes. So a
+// kept graph that may have been captured leaves behind, at that address, a capture of its
+// first node alone (run twice: ggml captures a graph's second run): no other graph's kernels
+// line up with it, and the next one there is instantiated anew. Its first node runs twice
+// more, into memory of its own about to be freed; one that writes into the device scratch,
+// which may hold a stage's live activations, is left alone.
 // Only CUDA backends capture (tag_runs), and they stop the process on a CUDA error rather
 // than return one, so the status is not checked: a cancelled job's graph is still dropped.
 void vs_context::forget_capture(vs::stage_graph & sg) {
