@@ -242,7 +242,7 @@ def test_kokoro_graphs_dropped_for_room_and_built_again_give_the_same_takes(devi
 
     if not models.kokoro_installed():
         pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
-    monkeypatch.setenv("VOICESTUDIO_KEPT_GRAPHS_MIB", "256")
+    monkeypatch.setenv("VOICESTUDIO_KEPT_GRAPHS_MIB", "64")
     first, again, rebuilt = {}, {}, 0
     with Engine.open("kokoro:jf_alpha", device=device) as gpu:
         for round_ in range(3):
