@@ -31,7 +31,9 @@ size_t lstm_scratch_bytes(int64_t H, int64_t n, int64_t cols);
 //   gx    (dev) [4H, stride, cols] F32: the steps' input projections plus bias, in step order
 //         (a column's first n of its stride >= n steps)
 //   w_hh  (dev) [H, 4H, D] F16 or F32: recurrent weights, gate rows i, f, g, o
-//   h, c  (host) [H, cols]: the state before the first step, replaced by the one after the last
+//   h, c  (host) [H, cols]: the state before the first step, replaced by the one after the last;
+//         both null: zeros before, and the state after is not read back (two transfers each
+//         fewer, where a sequence's steps are one call's)
 //   out   (host) [H, cols, n]: every step's hidden state
 //   scratch (dev) lstm_scratch_bytes()
 // Synchronous; throws vs::error(VS_ERR_COMPUTE) when CUDA reports an error.

@@ -583,7 +583,7 @@ size_t lstm_scratch_bytes(int64_t H, int64_t n, int64_t cols) {
 
 void lstm(int device, const float * gx, const void * w_hh, ggml_type type, int64_t H, int64_t n, int64_t stride,
           int64_t cols, int64_t D, float * h, float * c, float * out, void * scratch) {
-    GGML_ASSERT(lstm_supported(type, H) && cols > 0 && n > 0 && stride >= n);
+    GGML_ASSERT(lstm_supported(type, H) && cols > 0 && n > 0 && stride >= n && !h == !c);
     check(cudaSetDevice(device), "cudaSetDevice");
     cudaStream_t s       = cudaStreamPerThread;
     float *      h_dev   = static_cast<float *>(scratch);
@@ -591,8 +591,12 @@ void lstm(int device, const float * gx, const void * w_hh, ggml_type type, int64
     float *      out_dev = c_dev + H * cols;
     const size_t state   = sizeof(float) * (size_t) (H * cols);
     const size_t shared  = sizeof(float) * (size_t) (5 * H);
-    check(cudaMemcpyAsync(h_dev, h, state, cudaMemcpyHostToDevice, s), "state upload");
-    check(cudaMemcpyAsync(c_dev, c, state, cudaMemcpyHostToDevice, s), "state upload");
+    if (h) {
+        check(cudaMemcpyAsync(h_dev, h, state, cudaMemcpyHostToDevice, s), "state upload");
+        check(cudaMemcpyAsync(c_dev, c, state, cudaMemcpyHostToDevice, s), "state upload");
+    } else {
+        check(cudaMemsetAsync(h_dev, 0, 2 * state, s), "state reset");  // h_dev and c_dev, adjacent
+    }
     if (cluster_supported(device, type, H)) {
         if (type == GGML_TYPE_F16) {
             launch_cluster<half>(s, gx, w_hh, type, H, n, stride, cols, D, h_dev, c_dev, out_dev);
@@ -610,8 +614,10 @@ void lstm(int device, const float * gx, const void * w_hh, ggml_type type, int64
     }
     check(cudaGetLastError(), "LSTM kernel launch");
     check(cudaMemcpyAsync(out, out_dev, state * n, cudaMemcpyDeviceToHost, s), "LSTM output download");
-    check(cudaMemcpyAsync(h, h_dev, state, cudaMemcpyDeviceToHost, s), "state download");
-    check(cudaMemcpyAsync(c, c_dev, state, cudaMemcpyDeviceToHost, s), "state download");
+    if (h) {
+        check(cudaMemcpyAsync(h, h_dev, state, cudaMemcpyDeviceToHost, s), "state download");
+        check(cudaMemcpyAsync(c, c_dev, state, cudaMemcpyDeviceToHost, s), "state download");
+    }
     check(cudaStreamSynchronize(s), "LSTM kernel");
 }
 

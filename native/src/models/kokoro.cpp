@@ -243,7 +243,8 @@ class kokoro_voice final : public voice {
     std::vector<float>                style_row(const vs_synth_params & p, size_t n_phonemes) const;
 
     std::vector<act> run_lstm(vs_context & c, int stage, const std::string & prefix,
-                              const std::vector<const act *> & xs) const;
+                              const std::vector<const act *> &                  xs,
+                              const std::vector<const std::vector<int32_t> *> & rows = {}) const;
     // Each job's BERT projection d_en [512, T] and, with the prosody style appended, the
     // duration encoder's input d_in [640, T]; jobs [first, last) in one graph.
     void run_bert(vs_context & c, std::vector<kokoro_job> & jobs) const;
@@ -919,23 +920,32 @@ ggml_tensor * kokoro_voice::snake_res_block(vs_context & c, ggml_context * g, gg
 // exactly what it would get alone while the steps of all of them share each step's kernels.
 // The input goes to the device once, every sequence's frames back to back; each step's
 // projections are gathered from the frames' (no copy of a frame per direction or padding).
+// With `rows`, sequence b has rows[b]->size() steps, step t reading frame (*rows[b])[t] of
+// xs[b]: the prosody's frames read their tokens' rows, which are projected once a token.
 std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::string & prefix,
-                                        const std::vector<const act *> & xs) const {
+                                        const std::vector<const act *> &                  xs,
+                                        const std::vector<const std::vector<int32_t> *> & rows) const {
     ggml_tensor *    w_ih_h = model_.tensor(prefix + ".weight_ih");
     const int64_t    in = w_ih_h->ne[0], H4 = w_ih_h->ne[1], D = w_ih_h->ne[2], H = H4 / 4;
     const int64_t    B = (int64_t) xs.size();
     int64_t          T = 0;
     std::vector<act> ys(xs.size());
+    GGML_ASSERT(rows.empty() || rows.size() == xs.size());
     for (int64_t b = 0; b < B; ++b) {
         if (xs[b]->C != in) {
             throw error(VS_ERR_COMPUTE, prefix + ": input has " + std::to_string(xs[b]->C) + " channels, expected " +
                                             std::to_string(in));
         }
-        T       = std::max(T, xs[b]->T);
         ys[b].C = D * H;
-        ys[b].T = xs[b]->T;
-        ys[b].v.assign((size_t) (D * H * xs[b]->T), 0.0f);
+        ys[b].T = rows.empty() ? xs[b]->T : (int64_t) rows[(size_t) b]->size();
+        ys[b].v.assign((size_t) (D * H * ys[b].T), 0.0f);
+        T = std::max(T, ys[b].T);
+        for (int64_t i = 0; !rows.empty() && i < ys[b].T; ++i) {
+            GGML_ASSERT((*rows[(size_t) b])[(size_t) i] >= 0 && (*rows[(size_t) b])[(size_t) i] < xs[b]->T);
+        }
     }
+    // Row of xs[b] that sequence b's step t reads.
+    auto row = [&](int64_t b, int64_t t) { return rows.empty() ? t : (int64_t) (*rows[(size_t) b])[(size_t) t]; };
     const int64_t cols = D * B;  // (direction, sequence) columns, direction fastest
     // Every sequence's frames one after another, then columns of zeros: Np >= N + 1 columns.
     std::vector<int64_t> first;
@@ -1029,11 +1039,12 @@ std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::st
         set_input(sg.t[0], frames.data());
         std::vector<int32_t> cols_of_steps((size_t) (np * cols), (int32_t) N);  // each step's column
         for (int64_t b = 0; b < B; ++b) {
+            const int64_t Tb = ys[b].T;
             for (int64_t d = 0; d < D; ++d) {
                 for (int64_t j = 0; j < n; ++j) {
-                    const int64_t t = d == 0 ? t0 + j : xs[b]->T - 1 - (t0 + j);
+                    const int64_t t = d == 0 ? t0 + j : Tb - 1 - (t0 + j);
                     cols_of_steps[(size_t) ((b * D + d) * np + j)] =
-                        (int32_t) (d * Np + (t >= 0 && t < xs[b]->T ? first[(size_t) b] + t : N));
+                        (int32_t) (d * Np + (t >= 0 && t < Tb ? first[(size_t) b] + row(b, t) : N));
                 }
             }
         }
@@ -1041,7 +1052,10 @@ std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::st
         std::vector<float> o((size_t) (H * cols * n));
         if (fused) {
             c.compute(sg);
-            c.lstm(sg.t[2], w_hh, H, n, cols, D, h.data(), cs.data(), o.data());
+            // A recurrence of one call starts from zeros and its last state is not needed.
+            const bool one_call = T <= chunk;
+            c.lstm(sg.t[2], w_hh, H, n, cols, D, one_call ? nullptr : h.data(), one_call ? nullptr : cs.data(),
+                   o.data());
         } else {
             set_input(sg.t[3], h.data());
             set_input(sg.t[4], cs.data());
@@ -1335,22 +1349,14 @@ void kokoro_voice::run_duration(vs_context & c, std::vector<kokoro_job> & jobs, 
 }
 
 void kokoro_voice::run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) const {
-    std::vector<act>         ens(jobs.size());
-    std::vector<const act *> xs;
-    for (size_t b = 0; b < jobs.size(); ++b) {
-        const act &   d  = jobs[b].d;
-        const auto &  ft = jobs[b].frame_to_token;
-        const int64_t F  = (int64_t) ft.size();
-        act &         en = ens[b];
-        en.C             = d.C;
-        en.T             = F;
-        en.v.resize((size_t) (d.C * F));
-        for (int64_t f = 0; f < F; ++f) {
-            std::copy_n(d.v.data() + ft[f] * d.C, d.C, en.v.data() + f * d.C);
-        }
-        xs.push_back(&en);
+    // The shared LSTM over each frame's token's d (the alignment's product, one token a frame).
+    std::vector<const act *>                  xs;
+    std::vector<const std::vector<int32_t> *> rows;
+    for (const kokoro_job & j : jobs) {
+        xs.push_back(&j.d);
+        rows.push_back(&j.frame_to_token);
     }
-    std::vector<act> shared = run_lstm(c, VS_STAGE_PROSODY, PRED + "shared", xs);
+    std::vector<act> shared = run_lstm(c, VS_STAGE_PROSODY, PRED + "shared", xs, rows);
 
     // F0 and N: one graph a job, or off the CPU the jobs packed. Where graphs are kept by
     // their shapes, a job alone is packed too (one segment, its frames rounded up to
