@@ -426,16 +426,21 @@ bool vs_context::fused_lstm(const ggml_tensor * w_hh, int64_t H) const {
            !ggml_backend_buffer_is_host(w_hh->buffer);
 }
 
-void vs_context::lstm(const ggml_tensor * gx, const ggml_tensor * w_hh, int64_t H, int64_t n, int64_t cols, int64_t D,
-                      float * h, float * c, float * out) {
+const float * vs_context::lstm(const ggml_tensor * gx, const ggml_tensor * w_hh, int64_t H, int64_t n, int64_t cols,
+                               int64_t D, float * h, float * c, float * out) {
     if (!gx->buffer || ggml_backend_buffer_is_host(gx->buffer)) {
         throw vs::error(VS_ERR_COMPUTE,
                         std::string(ggml_get_name(w_hh)) + ": input projections were not computed on " + device);
     }
-    const auto t0 = std::chrono::steady_clock::now();
-    vs::cuda::lstm(cuda_device, static_cast<const float *>(gx->data), w_hh->data, w_hh->type, H, n, gx->ne[1], cols, D,
-                   h, c, out, device_scratch(vs::cuda::lstm_scratch_bytes(H, n, cols)));
+    const auto    t0 = std::chrono::steady_clock::now();
+    const float * kept =
+        vs::cuda::lstm(cuda_device, static_cast<const float *>(gx->data), w_hh->data, w_hh->type, H, n, gx->ne[1], cols,
+                       D, h, c, out, device_scratch(vs::cuda::lstm_scratch_bytes(H, n, cols)));
+    if (profiling && !out) {
+        vs::cuda::synchronize(cuda_device);  // the op's time is the kernel's
+    }
     profile_op("LSTM (engine's CUDA kernel)", vs::ms_since(t0));
+    return kept;
 }
 
 bool vs_context::aborted() const {

@@ -241,9 +241,10 @@ struct vs_context {
     bool fused_lstm(const ggml_tensor * w_hh, int64_t H) const;
     // n steps of LSTMs over `cols` columns in the engine's kernel (vs::cuda::lstm), from the
     // input projections `gx` [4H, n' >= n, cols] a graph computed on this device (each
-    // column's first n steps run); h, c and out on the host as there.
-    void lstm(const ggml_tensor * gx, const ggml_tensor * w_hh, int64_t H, int64_t n, int64_t cols, int64_t D,
-              float * h, float * c, float * out);
+    // column's first n steps run); h, c and out on the host as there. With out null, every
+    // step's hidden state is left in the device scratch (returned) for vs::cuda::lstm_gather.
+    const float * lstm(const ggml_tensor * gx, const ggml_tensor * w_hh, int64_t H, int64_t n, int64_t cols, int64_t D,
+                       float * h, float * c, float * out);
 
     void set_output(const std::string & name, std::vector<float> data, int64_t rows, int64_t cols);
 

@@ -21,8 +21,12 @@ size_t lstm_scratch_bytes(int64_t, int64_t, int64_t) {
     return 0;
 }
 
-void lstm(int, const float *, const void *, ggml_type, int64_t, int64_t, int64_t, int64_t, int64_t, float *, float *,
-          float *, void *) {
+const float * lstm(int, const float *, const void *, ggml_type, int64_t, int64_t, int64_t, int64_t, int64_t, float *,
+                   float *, float *, void *) {
+    throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
+}
+
+void lstm_gather(int, const float *, int64_t, int64_t, int64_t, const lstm_span *, size_t) {
     throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
 }
 

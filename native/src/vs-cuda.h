@@ -34,11 +34,28 @@ size_t lstm_scratch_bytes(int64_t H, int64_t n, int64_t cols);
 //   h, c  (host) [H, cols]: the state before the first step, replaced by the one after the last;
 //         both null: zeros before, and the state after is not read back (two transfers each
 //         fewer, where a sequence's steps are one call's)
-//   out   (host) [H, cols, n]: every step's hidden state
+//   out   (host) [H, cols, n]: every step's hidden state; null: left in the scratch, where
+//         the returned pointer (dev) has them, for lstm_gather
 //   scratch (dev) lstm_scratch_bytes()
-// Synchronous; throws vs::error(VS_ERR_COMPUTE) when CUDA reports an error.
-void lstm(int device, const float * gx, const void * w_hh, ggml_type type, int64_t H, int64_t n, int64_t stride,
-          int64_t cols, int64_t D, float * h, float * c, float * out, void * scratch);
+// Synchronous, except with `out` null: then the kernel is queued on the calling thread's
+// stream, which lstm_gather (called from the same thread) synchronizes. Throws
+// vs::error(VS_ERR_COMPUTE) when CUDA reports an error.
+const float * lstm(int device, const float * gx, const void * w_hh, ggml_type type, int64_t H, int64_t n,
+                   int64_t stride, int64_t cols, int64_t D, float * h, float * c, float * out, void * scratch);
+
+// A sequence's frames out of lstm()'s output left on the device, into a tensor [D * H, frames]
+// (frame-major, device memory): frame t < steps holds direction 0's step t, then direction
+// 1's step steps - 1 - t (a bidirectional LSTM's output); the frames after, zeros.
+struct lstm_span {
+    int64_t column = 0;  // the sequence's direction-0 column (direction d's is column + d)
+    int64_t steps  = 0;
+    int64_t frames = 0;  // >= steps
+    float * dst    = nullptr;
+};
+
+// Writes each span from out (dev) [H, cols, n]; synchronous.
+void lstm_gather(int device, const float * out, int64_t H, int64_t cols, int64_t D, const lstm_span * spans,
+                 size_t n_spans);
 
 // ---------------------------------------------------------------- Snake residual stacks
 //

@@ -549,6 +549,30 @@ __global__ void leaky_conv_tanh_kernel(const float * __restrict__ x, int64_t T, 
     out[t] = tanhf(acc);
 }
 
+// lstm_gather's spans a launch, passed by value (kernel parameters; 32 * 32 bytes).
+constexpr int GATHER_SPANS = 32;
+
+struct gather_spans {
+    lstm_span s[GATHER_SPANS];
+};
+
+// Block (x, i) writes frames x, x + gridDim.x, ... of span i (lstm_span), a thread a channel.
+__global__ void lstm_gather_kernel(const float * __restrict__ out, int H, int64_t cols, int D, gather_spans a) {
+    const lstm_span & sp = a.s[blockIdx.y];
+    const int         C  = D * H;
+    for (int64_t t = blockIdx.x; t < sp.frames; t += gridDim.x) {
+        for (int ch = threadIdx.x; ch < C; ch += blockDim.x) {
+            const int d = ch / H, k = ch - d * H;
+            float     v = 0.0f;
+            if (t < sp.steps) {
+                const int64_t j = d == 0 ? t : sp.steps - 1 - t;
+                v               = out[(j * cols + sp.column + d) * H + k];
+            }
+            sp.dst[t * C + ch] = v;
+        }
+    }
+}
+
 unsigned elementwise_blocks(int64_t n4) {
     return (unsigned) std::min<int64_t>((n4 + ELEMENTWISE - 1) / ELEMENTWISE, 8192);
 }
@@ -581,8 +605,8 @@ size_t lstm_scratch_bytes(int64_t H, int64_t n, int64_t cols) {
     return sizeof(float) * (size_t) (H * cols * (2 + n));
 }
 
-void lstm(int device, const float * gx, const void * w_hh, ggml_type type, int64_t H, int64_t n, int64_t stride,
-          int64_t cols, int64_t D, float * h, float * c, float * out, void * scratch) {
+const float * lstm(int device, const float * gx, const void * w_hh, ggml_type type, int64_t H, int64_t n,
+                   int64_t stride, int64_t cols, int64_t D, float * h, float * c, float * out, void * scratch) {
     GGML_ASSERT(lstm_supported(type, H) && cols > 0 && n > 0 && stride >= n && !h == !c);
     check(cudaSetDevice(device), "cudaSetDevice");
     cudaStream_t s       = cudaStreamPerThread;
@@ -613,12 +637,37 @@ void lstm(int device, const float * gx, const void * w_hh, ggml_type type, int64
                                                                          h_dev, c_dev, out_dev);
     }
     check(cudaGetLastError(), "LSTM kernel launch");
-    check(cudaMemcpyAsync(out, out_dev, state * n, cudaMemcpyDeviceToHost, s), "LSTM output download");
     if (h) {
         check(cudaMemcpyAsync(h, h_dev, state, cudaMemcpyDeviceToHost, s), "state download");
         check(cudaMemcpyAsync(c, c_dev, state, cudaMemcpyDeviceToHost, s), "state download");
     }
-    check(cudaStreamSynchronize(s), "LSTM kernel");
+    if (out || h) {
+        if (out) {
+            check(cudaMemcpyAsync(out, out_dev, state * n, cudaMemcpyDeviceToHost, s), "LSTM output download");
+        }
+        check(cudaStreamSynchronize(s), "LSTM kernel");
+    }
+    return out_dev;
+}
+
+void lstm_gather(int device, const float * out, int64_t H, int64_t cols, int64_t D, const lstm_span * spans,
+                 size_t n_spans) {
+    GGML_ASSERT(D >= 1 && D <= 2);
+    check(cudaSetDevice(device), "cudaSetDevice");
+    for (size_t i = 0; i < n_spans; i += GATHER_SPANS) {
+        gather_spans a{};
+        const int    n    = (int) std::min<size_t>(GATHER_SPANS, n_spans - i);
+        int64_t      most = 1;
+        for (int k = 0; k < n; ++k) {
+            a.s[k] = spans[i + (size_t) k];
+            GGML_ASSERT(a.s[k].steps <= a.s[k].frames && a.s[k].column + D <= cols);
+            most = std::max(most, a.s[k].frames);
+        }
+        const dim3 grid((unsigned) std::min<int64_t>(most, MAX_GRID_Y), (unsigned) n);
+        lstm_gather_kernel<<<grid, 256, 0, cudaStreamPerThread>>>(out, (int) H, cols, (int) D, a);
+        check(cudaGetLastError(), "LSTM gather launch");
+    }
+    check(cudaStreamSynchronize(cudaStreamPerThread), "LSTM gather");
 }
 
 bool snake_supported(int64_t C, int K) {

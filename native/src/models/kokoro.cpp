@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
 
 #include "../vs-context.h"
 #include "../vs-cuda.h"
@@ -110,6 +111,22 @@ kokoro_hparams read_hparams(const vs_model & m) {
 struct act {
     std::vector<float> v;
     int64_t            C = 0, T = 0;
+};
+
+// A recurrence's output left on a CUDA device (vs::cuda::lstm's [H, cols, steps], sequence
+// b's columns D b + d) for its consumers to gather into their graphs' inputs: set where
+// run_lstm was asked for it and ran the sequences in one kernel, its acts left empty.
+struct lstm_device_out {
+    const float * out = nullptr;
+    int64_t       H = 0, cols = 0, D = 0, steps = 0;
+};
+
+// Frames [at, at + frames) of graph input t [C, ...] from sequence `seq` of a recurrence's
+// output: its frames, then zeros.
+struct lstm_dest {
+    size_t        seq = 0;
+    ggml_tensor * t   = nullptr;
+    int64_t       at = 0, frames = 0;
 };
 
 ggml_tensor * input_2d(ggml_context * g, int64_t C, int64_t T, const char * name) {
@@ -244,7 +261,13 @@ class kokoro_voice final : public voice {
 
     std::vector<act> run_lstm(vs_context & c, int stage, const std::string & prefix,
                               const std::vector<const act *> &                  xs,
-                              const std::vector<const std::vector<int32_t> *> & rows = {}) const;
+                              const std::vector<const std::vector<int32_t> *> & rows      = {},
+                              lstm_device_out *                                 on_device = nullptr) const;
+    // Sets graph inputs from a recurrence's output: gathered on the device where it was
+    // left there and every destination is in that device's memory, else from ys (filled
+    // from the device first where it was left there).
+    void set_from_lstm(vs_context & c, lstm_device_out & o, std::vector<act> & ys,
+                       const std::vector<lstm_dest> & dests) const;
     // Each job's BERT projection d_en [512, T] and, with the prosody style appended, the
     // duration encoder's input d_in [640, T]; jobs [first, last) in one graph.
     void run_bert(vs_context & c, std::vector<kokoro_job> & jobs) const;
@@ -608,16 +631,6 @@ int64_t packed_length(const vs_context & c, const std::vector<int64_t> & lens, b
     return packed && c.rounds_shapes() ? shape_bucket(L) : L;
 }
 
-// Host activations x_b [C, T_b] as one packed [C, B * L] (zeros in the gaps).
-std::vector<float> pack_host(const std::vector<const act *> & xs, int64_t L) {
-    const int64_t      C = xs[0]->C;
-    std::vector<float> v((size_t) (C * L * (int64_t) xs.size()), 0.0f);
-    for (size_t b = 0; b < xs.size(); ++b) {
-        std::copy(xs[b]->v.begin(), xs[b]->v.end(), v.begin() + (int64_t) b * L * C);
-    }
-    return v;
-}
-
 // Segment b (its first T frames) of a packed [C, B * L] read back from the device.
 act unpack_host(const act & packed, int64_t L, int64_t b, int64_t T) {
     act a;
@@ -911,6 +924,20 @@ ggml_tensor * kokoro_voice::snake_res_block(vs_context & c, ggml_context * g, gg
 
 // ---------------------------------------------------------------- LSTM
 
+// Steps t0 .. t0 + n - 1 of a recurrence's output o [H, cols, n] into each sequence's frames
+// (ys[b] [D H, T_b]: direction 0's step t at frame t, direction 1's at frame T_b - 1 - t).
+void scatter_steps(const float * o, int64_t t0, int64_t n, int64_t cols, int64_t D, int64_t H, std::vector<act> & ys) {
+    for (size_t b = 0; b < ys.size(); ++b) {
+        act & y = ys[b];
+        for (int64_t d = 0; d < D; ++d) {
+            for (int64_t j = 0; j < n && t0 + j < y.T; ++j) {
+                const int64_t t = d == 0 ? t0 + j : y.T - 1 - (t0 + j);
+                std::copy_n(o + (j * cols + (int64_t) b * D + d) * H, H, y.v.data() + t * y.C + d * H);
+            }
+        }
+    }
+}
+
 // (Bi)LSTMs over several sequences at once: x[b] [in, T_b] -> [dirs * H, T_b] (forward
 // channels first), as a recurrence of ggml ops, LSTM_CHUNK steps per graph (on CUDA, the
 // engine's kernel); the state moves between chunks on the host. Each sequence and direction
@@ -922,9 +949,12 @@ ggml_tensor * kokoro_voice::snake_res_block(vs_context & c, ggml_context * g, gg
 // projections are gathered from the frames' (no copy of a frame per direction or padding).
 // With `rows`, sequence b has rows[b]->size() steps, step t reading frame (*rows[b])[t] of
 // xs[b]: the prosody's frames read their tokens' rows, which are projected once a token.
+// With `on_device`, where the recurrence is one kernel call, its output stays on the device
+// (see lstm_device_out) and the acts returned have their shapes alone.
 std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::string & prefix,
                                         const std::vector<const act *> &                  xs,
-                                        const std::vector<const std::vector<int32_t> *> & rows) const {
+                                        const std::vector<const std::vector<int32_t> *> & rows,
+                                        lstm_device_out *                                 on_device) const {
     ggml_tensor *    w_ih_h = model_.tensor(prefix + ".weight_ih");
     const int64_t    in = w_ih_h->ne[0], H4 = w_ih_h->ne[1], D = w_ih_h->ne[2], H = H4 / 4;
     const int64_t    B = (int64_t) xs.size();
@@ -938,8 +968,7 @@ std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::st
         }
         ys[b].C = D * H;
         ys[b].T = rows.empty() ? xs[b]->T : (int64_t) rows[(size_t) b]->size();
-        ys[b].v.assign((size_t) (D * H * ys[b].T), 0.0f);
-        T = std::max(T, ys[b].T);
+        T       = std::max(T, ys[b].T);
         for (int64_t i = 0; !rows.empty() && i < ys[b].T; ++i) {
             GGML_ASSERT((*rows[(size_t) b])[(size_t) i] >= 0 && (*rows[(size_t) b])[(size_t) i] < xs[b]->T);
         }
@@ -961,6 +990,10 @@ std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::st
     ggml_tensor * w_hh  = c.w(prefix + ".weight_hh");
     const bool    fused = c.fused_lstm(w_hh, H);
     const int64_t chunk = fused ? LSTM_CHUNK_FUSED : LSTM_CHUNK;
+    const bool    kept  = on_device && fused && T <= chunk;  // output left on the device
+    for (int64_t b = 0; !kept && b < B; ++b) {
+        ys[b].v.assign((size_t) (D * H * ys[b].T), 0.0f);
+    }
 
     // On CUDA, where graphs are kept by their shapes, the frames and steps of a chunk's graph
     // are rounded up (shape_bucket); the steps added gather the zeros and are not run.
@@ -1049,13 +1082,17 @@ std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::st
             }
         }
         set_input(sg.t[1], cols_of_steps.data());
-        std::vector<float> o((size_t) (H * cols * n));
+        std::vector<float> o(kept ? 0 : (size_t) (H * cols * n));
         if (fused) {
             c.compute(sg);
             // A recurrence of one call starts from zeros and its last state is not needed.
-            const bool one_call = T <= chunk;
-            c.lstm(sg.t[2], w_hh, H, n, cols, D, one_call ? nullptr : h.data(), one_call ? nullptr : cs.data(),
-                   o.data());
+            const bool    one_call = T <= chunk;
+            const float * out      = c.lstm(sg.t[2], w_hh, H, n, cols, D, one_call ? nullptr : h.data(),
+                                       one_call ? nullptr : cs.data(), kept ? nullptr : o.data());
+            if (kept) {
+                *on_device = { out, H, cols, D, n };
+                return ys;
+            }
         } else {
             set_input(sg.t[3], h.data());
             set_input(sg.t[4], cs.data());
@@ -1064,17 +1101,54 @@ std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::st
             ggml_backend_tensor_get(sg.t[6], h.data(), 0, ggml_nbytes(sg.t[6]));
             ggml_backend_tensor_get(sg.t[7], cs.data(), 0, ggml_nbytes(sg.t[7]));
         }
-        for (int64_t b = 0; b < B; ++b) {
-            act & y = ys[b];
-            for (int64_t d = 0; d < D; ++d) {
-                for (int64_t j = 0; j < n && t0 + j < y.T; ++j) {
-                    const int64_t t = d == 0 ? t0 + j : y.T - 1 - (t0 + j);
-                    std::copy_n(o.data() + (j * cols + b * D + d) * H, H, y.v.data() + t * y.C + d * H);
-                }
-            }
-        }
+        scatter_steps(o.data(), t0, n, cols, D, H, ys);
     }
     return ys;
+}
+
+void kokoro_voice::set_from_lstm(vs_context & c, lstm_device_out & o, std::vector<act> & ys,
+                                 const std::vector<lstm_dest> & dests) const {
+    const ggml_backend_buffer_type_t device_type = ggml_backend_dev_buffer_type(c.dev);
+    bool                             gather      = o.out != nullptr;
+    for (const lstm_dest & d : dests) {
+        gather = gather && d.t->buffer && ggml_backend_buffer_get_type(d.t->buffer) == device_type &&
+                 d.t->ne[0] == o.D * o.H && ggml_is_contiguous(d.t);
+    }
+    if (gather) {
+        std::vector<vs::cuda::lstm_span> spans;
+        for (const lstm_dest & d : dests) {
+            spans.push_back(
+                { (int64_t) d.seq * o.D, ys[d.seq].T, d.frames, static_cast<float *>(d.t->data) + d.at * d.t->ne[0] });
+        }
+        vs::cuda::lstm_gather(c.cuda_device, o.out, o.H, o.cols, o.D, spans.data(), spans.size());
+        return;
+    }
+    if (o.out) {  // to the host once, for this and any later consumer
+        std::vector<float> v((size_t) (o.H * o.cols * o.steps));
+        vs::cuda::download(c.cuda_device, v.data(), o.out, sizeof(float) * v.size());
+        for (act & y : ys) {
+            y.v.assign((size_t) (y.C * y.T), 0.0f);
+        }
+        scatter_steps(v.data(), 0, o.steps, o.cols, o.D, o.H, ys);
+        o.out = nullptr;
+    }
+    // Each tensor's frames from its first destination's to its last's, in one upload.
+    std::map<ggml_tensor *, std::pair<int64_t, int64_t>> extent;
+    for (const lstm_dest & d : dests) {
+        auto [it, fresh] = extent.try_emplace(d.t, d.at, d.at + d.frames);
+        it->second       = { std::min(it->second.first, d.at), std::max(it->second.second, d.at + d.frames) };
+    }
+    for (const auto & [t, ext] : extent) {
+        const int64_t      C = t->ne[0];
+        std::vector<float> v((size_t) (C * (ext.second - ext.first)), 0.0f);
+        for (const lstm_dest & d : dests) {
+            const act & y = ys[d.seq];
+            if (d.t == t) {
+                std::copy_n(y.v.begin(), std::min(y.T, d.frames) * C, v.begin() + (d.at - ext.first) * C);
+            }
+        }
+        ggml_backend_tensor_set(t, v.data(), sizeof(float) * (size_t) (ext.first * C), sizeof(float) * v.size());
+    }
 }
 
 // ---------------------------------------------------------------- stages
@@ -1265,18 +1339,17 @@ void kokoro_voice::run_duration(vs_context & c, std::vector<kokoro_job> & jobs, 
     std::string                shapes;
     const std::vector<int64_t> Ts        = token_frames(c, jobs, shapes);  // each job's frames in the graphs
     const size_t               max_nodes = 64 * jobs.size() + 256;
-    // Each job's x [C, T] as its graph input [C, Ts[b]], zeros after its frames.
-    auto set_padded = [&](ggml_tensor * t, const act & x, size_t b) {
-        if (x.T == Ts[b]) {
-            set_input(t, x.v.data());
-            return;
+    // Each job's frames of a recurrence's output into graph inputs ts[b] [C, Ts[b]], zeros
+    // after its frames.
+    auto set_lstm_inputs = [&](lstm_device_out & o, std::vector<act> & hs, const std::vector<ggml_tensor *> & ts) {
+        std::vector<lstm_dest> dests;
+        for (size_t b = 0; b < jobs.size(); ++b) {
+            dests.push_back({ b, ts[b], 0, Ts[b] });
         }
-        std::vector<float> v((size_t) (x.C * Ts[b]), 0.0f);
-        std::copy(x.v.begin(), x.v.end(), v.begin());
-        set_input(t, v.data());
+        set_from_lstm(c, o, hs, dests);
     };
     // AdaLayerNorm (module `norm`) of each job's hs[b], then its style appended -> jobs[b].d.
-    auto styled = [&](const std::vector<act> & hs, const std::string & norm) {
+    auto styled = [&](std::vector<act> hs, lstm_device_out o, const std::string & norm) {
         const int64_t     C   = hs[0].C;
         const std::string key = "duration " + norm + shapes;
         vs::stage_graph & sg  = c.stage_graph(
@@ -1296,10 +1369,12 @@ void kokoro_voice::run_duration(vs_context & c, std::vector<kokoro_job> & jobs, 
                 return t;
             },
             max_nodes);
+        std::vector<ggml_tensor *> ts;
         for (size_t b = 0; b < jobs.size(); ++b) {
-            set_padded(sg.t[4 * b], hs[b], b);
+            ts.push_back(sg.t[4 * b]);
             fill_cond(sg.t[4 * b + 1], sg.t[4 * b + 2], jobs[b].style.data() + STYLE_DIM);
         }
+        set_lstm_inputs(o, hs, ts);
         c.compute(sg);
         for (size_t b = 0; b < jobs.size(); ++b) {
             jobs[b].d = read_frames(sg.t[4 * b + 3], hs[b].T);
@@ -1317,11 +1392,13 @@ void kokoro_voice::run_duration(vs_context & c, std::vector<kokoro_job> & jobs, 
     }
     for (int l = 0; l < 3; ++l) {
         const std::string base = PRED + "text_encoder.lstms.";
-        styled(run_lstm(c, VS_STAGE_DURATION, base + std::to_string(2 * l), inputs()),
-               base + std::to_string(2 * l + 1) + ".fc");
+        lstm_device_out   o;
+        std::vector<act>  hs = run_lstm(c, VS_STAGE_DURATION, base + std::to_string(2 * l), inputs(), {}, &o);
+        styled(std::move(hs), o, base + std::to_string(2 * l + 1) + ".fc");
     }
-    const std::vector<act> hs = run_lstm(c, VS_STAGE_DURATION, PRED + "lstm", inputs());
-    vs::stage_graph &      sg = c.stage_graph(
+    lstm_device_out   o;
+    std::vector<act>  hs = run_lstm(c, VS_STAGE_DURATION, PRED + "lstm", inputs(), {}, &o);
+    vs::stage_graph & sg = c.stage_graph(
         VS_STAGE_DURATION, "duration projection" + shapes + " " + std::to_string(speed),
         [&](ggml_context * g, ggml_cgraph * gf) {
             std::vector<ggml_tensor *> t;
@@ -1338,9 +1415,11 @@ void kokoro_voice::run_duration(vs_context & c, std::vector<kokoro_job> & jobs, 
             return t;
         },
         max_nodes);
+    std::vector<ggml_tensor *> ts;
     for (size_t b = 0; b < jobs.size(); ++b) {
-        set_padded(sg.t[3 * b], hs[b], b);
+        ts.push_back(sg.t[3 * b]);
     }
+    set_lstm_inputs(o, hs, ts);
     c.compute(sg);
     for (size_t b = 0; b < jobs.size(); ++b) {
         jobs[b].logits = read_frames(sg.t[3 * b + 1], hs[b].T).v;
@@ -1356,7 +1435,8 @@ void kokoro_voice::run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) c
         xs.push_back(&j.d);
         rows.push_back(&j.frame_to_token);
     }
-    std::vector<act> shared = run_lstm(c, VS_STAGE_PROSODY, PRED + "shared", xs, rows);
+    lstm_device_out  kept;
+    std::vector<act> shared = run_lstm(c, VS_STAGE_PROSODY, PRED + "shared", xs, rows, &kept);
 
     // F0 and N: one graph a job, or off the CPU the jobs packed. Where graphs are kept by
     // their shapes, a job alone is packed too (one segment, its frames rounded up to
@@ -1414,7 +1494,11 @@ void kokoro_voice::run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) c
             fill_packing(sg.t[3], sg.t[4], B, L, lens);
             fill_packing(sg.t[5], sg.t[6], B, 2 * L, lens, 2);
         }
-        set_input(sg.t[0], packs ? pack_host(in, L).data() : in[0]->v.data());
+        std::vector<lstm_dest> dests;
+        for (int64_t b = 0; b < B; ++b) {
+            dests.push_back({ first + (size_t) b, sg.t[0], b * L, L });
+        }
+        set_from_lstm(c, kept, shared, dests);
         c.compute(sg);
         const act f0 = read_act(sg.t[7]), n = read_act(sg.t[8]);
         for (int64_t b = 0; b < B; ++b) {
