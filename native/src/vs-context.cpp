@@ -379,27 +379,46 @@ void vs_context::compute(ggml_cgraph * gf) {
     check_computed(ggml_backend_sched_graph_compute(sched.get(), gf));
 }
 
-void * vs_context::device_scratch(size_t bytes) {
-    if (!scratch || ggml_backend_buffer_get_size(scratch.get()) < bytes) {
-        scratch.reset();  // the old one first: only one is ever held
-        scratch.reset(ggml_backend_buft_alloc_buffer(ggml_backend_get_default_buffer_type(backend.get()), bytes));
-        if (!scratch) {
-            throw vs::error(VS_ERR_COMPUTE, "out of device memory on " + device + " (" + std::to_string(bytes >> 20) +
-                                                " MiB of scratch)");
+// A buffer of the device of at least `bytes` (grown, its contents lost, where smaller).
+static void * grown(vs_context & c, vs::buffer_ptr & buf, size_t bytes, const char * what) {
+    if (!buf || ggml_backend_buffer_get_size(buf.get()) < bytes) {
+        buf.reset();  // the old one first: only one is ever held
+        buf.reset(ggml_backend_buft_alloc_buffer(ggml_backend_get_default_buffer_type(c.backend.get()), bytes));
+        if (!buf) {
+            throw vs::error(VS_ERR_COMPUTE, "out of device memory on " + c.device + " (" + std::to_string(bytes >> 20) +
+                                                " MiB of " + what + ")");
         }
     }
-    return ggml_backend_buffer_get_base(scratch.get());
+    return ggml_backend_buffer_get_base(buf.get());
+}
+
+// A new F32 tensor [ne0, ne1] of graph context g at `offset` bytes into buf.
+static ggml_tensor * tensor_in(vs_context & c, const vs::buffer_ptr & buf, ggml_context * g, size_t offset, int64_t ne0,
+                               int64_t ne1, const char * what) {
+    ggml_tensor * t = ggml_new_tensor_2d(g, GGML_TYPE_F32, ne0, ne1);
+    if (!buf || offset + ggml_nbytes(t) > ggml_backend_buffer_get_size(buf.get()) ||
+        ggml_backend_tensor_alloc(buf.get(), t,
+                                  static_cast<uint8_t *>(ggml_backend_buffer_get_base(buf.get())) + offset) !=
+            GGML_STATUS_SUCCESS) {
+        throw vs::error(VS_ERR_COMPUTE, std::string("a tensor outside the device ") + what + " on " + c.device);
+    }
+    return t;
+}
+
+void * vs_context::device_scratch(size_t bytes) {
+    return grown(*this, scratch, bytes, "scratch");
 }
 
 ggml_tensor * vs_context::scratch_tensor(ggml_context * g, size_t offset, int64_t ne0, int64_t ne1) {
-    ggml_tensor * t = ggml_new_tensor_2d(g, GGML_TYPE_F32, ne0, ne1);
-    if (!scratch || offset + ggml_nbytes(t) > ggml_backend_buffer_get_size(scratch.get()) ||
-        ggml_backend_tensor_alloc(scratch.get(), t,
-                                  static_cast<uint8_t *>(ggml_backend_buffer_get_base(scratch.get())) + offset) !=
-            GGML_STATUS_SUCCESS) {
-        throw vs::error(VS_ERR_COMPUTE, "a tensor outside the device scratch on " + device);
-    }
-    return t;
+    return tensor_in(*this, scratch, g, offset, ne0, ne1, "scratch");
+}
+
+void * vs_context::device_handoff(size_t bytes) {
+    return grown(*this, handoff, bytes, "stage handoff");
+}
+
+ggml_tensor * vs_context::handoff_tensor(ggml_context * g, size_t offset, int64_t ne0, int64_t ne1) {
+    return tensor_in(*this, handoff, g, offset, ne0, ne1, "stage handoff");
 }
 
 void * vs_context::blas() {

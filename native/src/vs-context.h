@@ -112,6 +112,7 @@ struct vs_context {
     // tiles and packings within max_tensor_bytes and build no such matmuls.
     vs::device_limits limits;
     vs::buffer_ptr    scratch;              // device memory for those kernels, grown on demand
+    vs::buffer_ptr    handoff;              // activations one stage leaves on the device for a later one
     void *            cuda_blas = nullptr;  // their cuBLAS handle, made on first use
     // Weights re-laid out for this device, made on first use (swapped_weight).
     std::map<std::string, ggml_tensor *> derived;
@@ -231,6 +232,10 @@ struct vs_context {
     // A new F32 tensor [ne0, ne1] of graph context g, `offset` bytes into that memory (sized
     // before by device_scratch): where graphs and the engine's kernels hand activations over.
     ggml_tensor * scratch_tensor(ggml_context * g, size_t offset, int64_t ne0, int64_t ne1);
+    // As device_scratch and scratch_tensor, in a second buffer where a stage leaves its
+    // output for a later stage of the same call (the scratch being the kernels' between).
+    void *        device_handoff(size_t bytes);
+    ggml_tensor * handoff_tensor(ggml_context * g, size_t offset, int64_t ne0, int64_t ne1);
     // The cuBLAS handle of the engine's kernels on cuda_device.
     void * blas();
     // Adds a node (or a kernel of the engine's own) to the op profile, under the stage being

@@ -136,6 +136,16 @@ ggml_tensor * input_2d(ggml_context * g, int64_t C, int64_t T, const char * name
     return t;
 }
 
+// A graph's [C, T] that set_from_lstm fills before each compute, not flagged as an input:
+// ggml's scheduler files an input in host memory and copies it to the device as the graph
+// runs, where this one it places with its consumers, on the device, for the engine's
+// kernels to write.
+ggml_tensor * lstm_input_2d(ggml_context * g, int64_t C, int64_t T, const char * name) {
+    ggml_tensor * t = ggml_new_tensor_2d(g, GGML_TYPE_F32, C, T);
+    ggml_set_name(t, name);
+    return t;
+}
+
 act read_act(ggml_tensor * t) {
     act a;
     a.C = t->ne[0];
@@ -164,7 +174,21 @@ struct kokoro_job {
     act                  d_en, d_in, d, t_en, dec, har;
     std::vector<float>   logits, dur, f0, n, audio;
     std::vector<int32_t> frame_to_token;
+    int64_t              dec_at = -1;  // dec's bytes into the device handoff, where it was left there (dec.v empty)
 };
+
+// Where the decoder leaves each job's output on the device for the generator's kernels: the
+// frames of all of them (2 F each), and the next job's byte offset.
+struct dec_handoff {
+    int64_t frames = 0;
+    size_t  at     = 0;
+};
+
+// Whether t is in device memory of c's device (where the engine's kernels can use it).
+bool in_device_memory(const vs_context & c, const ggml_tensor * t) {
+    return t->buffer && ggml_backend_buffer_get_type(t->buffer) == ggml_backend_dev_buffer_type(c.dev) &&
+           !ggml_backend_buffer_is_host(t->buffer) && ggml_is_contiguous(t);
+}
 
 // Each job's tokens as frames of a graph: rounded up to shape_bucket's lengths where graphs
 // are kept by their shapes (the frames added are zeros in, dropped out), each appended to
@@ -280,7 +304,8 @@ class kokoro_voice final : public voice {
     void run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) const;  // F0 and N
     void run_text_encoder(vs_context & c, std::vector<kokoro_job> & jobs) const;
     // One graph; packed (packs) off the CPU in a batch or where graphs are kept by their shapes.
-    void               run_decoder(vs_context & c, const std::vector<kokoro_job *> & group, bool packs) const;
+    // With `handoff`, each job's output stays on the device (kokoro_job::dec_at).
+    void run_decoder(vs_context & c, const std::vector<kokoro_job *> & group, bool packs, dec_handoff * handoff) const;
     std::vector<float> run_generator(vs_context & c, const act & x, const std::vector<float> & f0,
                                      const std::vector<float> & style, act & har) const;
     bool               fused_generator(vs_context & c) const;
@@ -1357,7 +1382,7 @@ void kokoro_voice::run_duration(vs_context & c, std::vector<kokoro_job> & jobs, 
             [&](ggml_context * g, ggml_cgraph * gf) {
                 std::vector<ggml_tensor *> t;
                 for (size_t b = 0; b < jobs.size(); ++b) {
-                    ggml_tensor * x = input_2d(g, C, Ts[b], "x");
+                    ggml_tensor * x = lstm_input_2d(g, C, Ts[b], "x");
                     cond          k = make_cond(g, Ts[b]);
                     ggml_tensor * scale, *shift;
                     style_affine(c, g, k.s, norm, C, scale, shift);
@@ -1403,7 +1428,7 @@ void kokoro_voice::run_duration(vs_context & c, std::vector<kokoro_job> & jobs, 
         [&](ggml_context * g, ggml_cgraph * gf) {
             std::vector<ggml_tensor *> t;
             for (size_t b = 0; b < jobs.size(); ++b) {
-                ggml_tensor * x  = input_2d(g, hs[b].C, Ts[b], "x");
+                ggml_tensor * x  = lstm_input_2d(g, hs[b].C, Ts[b], "x");
                 ggml_tensor * lg = linear(c, g, x, PRED + "duration_proj.linear_layer");                // [50, T]
                 ggml_tensor * du = ggml_scale(g, ggml_sum_rows(g, ggml_sigmoid(g, lg)), 1.0f / speed);  // [1, T]
                 for (ggml_tensor * y : { lg, du }) {
@@ -1460,7 +1485,7 @@ void kokoro_voice::run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) c
                                                          : "prosody " + std::to_string(B) + "x" + std::to_string(L) +
                                                               (packs ? " packed" : "");
         vs::stage_graph &  sg  = c.stage_graph(VS_STAGE_PROSODY, key, [&](ggml_context * g, ggml_cgraph * gf) {
-            ggml_tensor * xi = input_2d(g, C, B * L, "x");
+            ggml_tensor * xi = lstm_input_2d(g, C, B * L, "x");
             cond          k  = make_cond(g, 2 * B * L, B);
             use_style_table(c, g, k, PRED);
             packing pk, pk2;
@@ -1564,7 +1589,8 @@ void kokoro_voice::run_text_encoder(vs_context & c, std::vector<kokoro_job> & jo
     }
 }
 
-void kokoro_voice::run_decoder(vs_context & c, const std::vector<kokoro_job *> & group, bool packs) const {
+void kokoro_voice::run_decoder(vs_context & c, const std::vector<kokoro_job *> & group, bool packs,
+                               dec_handoff * handoff) const {
     // Packed (more than one job, or one where graphs are kept by their shapes): the tokens'
     // rows of every job in one table whose row `rows` is zeros, for the gaps' frames to read.
     const int64_t        B = (int64_t) group.size();
@@ -1633,9 +1659,27 @@ void kokoro_voice::run_decoder(vs_context & c, const std::vector<kokoro_job *> &
         fill_packing(sg.t[8], sg.t[9], B, 2 * L, lens, 2);
     }
     c.compute(sg);
-    const act out = read_act(sg.t[10]);
+    ggml_tensor * out = sg.t[10];
+    if (handoff && in_device_memory(c, out)) {  // each job's frames copied on the device
+        const int64_t C_out = out->ne[0];
+        const size_t  bytes = sizeof(float) * (size_t) (C_out * handoff->frames);  // the same for every group
+        auto *        base  = static_cast<uint8_t *>(c.device_handoff(bytes));
+        for (int64_t b = 0; b < B; ++b) {
+            kokoro_job & j   = *group[(size_t) b];
+            const size_t len = sizeof(float) * (size_t) (C_out * 2 * lens[(size_t) b]);
+            GGML_ASSERT(handoff->at + len <= bytes);
+            j.dec    = { {}, C_out, 2 * lens[(size_t) b] };
+            j.dec_at = (int64_t) handoff->at;
+            vs::cuda::copy(c.cuda_device, base + handoff->at,
+                           static_cast<const uint8_t *>(out->data) + sizeof(float) * (size_t) (2 * b * L * C_out), len);
+            handoff->at += len;
+        }
+        vs::cuda::synchronize(c.cuda_device);
+        return;
+    }
+    const act o = read_act(out);
     for (int64_t b = 0; b < B; ++b) {
-        group[(size_t) b]->dec = unpack_host(out, 2 * L, b, 2 * lens[(size_t) b]);
+        group[(size_t) b]->dec = unpack_host(o, 2 * L, b, 2 * lens[(size_t) b]);
     }
 }
 
@@ -1939,7 +1983,9 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
     cond                                    k = make_cond(g0, 1, (int64_t) B);
     use_style_table(c, g0, k, GEN);
     for (size_t b = 0; b < B; ++b) {
-        x_in.push_back(input_2d(g0, group[b]->dec.C, group[b]->dec.T, "x"));
+        const kokoro_job & j = *group[b];
+        x_in.push_back(j.dec_at >= 0 ? c.handoff_tensor(g0, (size_t) j.dec_at, j.dec.C, j.dec.T)
+                                     : input_2d(g0, j.dec.C, j.dec.T, "x"));
         src.emplace_back(c, g0, (int64_t) group[b]->f0.size());
         for (size_t i = 0; i < n_stages; ++i) {
             xs[b].push_back(gen_noise_conv(c, g0, src[b].har, i));
@@ -2007,7 +2053,9 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
     std::vector<float> styles;
     for (size_t b = 0; b < B; ++b) {
         const kokoro_job & j = *group[b];
-        set_input(x_in[b], j.dec.v.data());
+        if (j.dec_at < 0) {
+            set_input(x_in[b], j.dec.v.data());
+        }
         src[b].fill(model_, j.f0, (float) hp_.sample_rate);
         styles.insert(styles.end(), j.style.begin(), j.style.begin() + STYLE_DIM);  // the acoustic half
     }
@@ -2151,12 +2199,18 @@ std::vector<std::vector<float>> kokoro_voice::synthesize_batch(vs_context &     
             frames.push_back((int64_t) j.frame_to_token.size());
         }
         const bool packs = runs_packed(c, jobs.size(), DEC);
+        // The generator's kernels take the decoder's outputs where it leaves them on the
+        // device (2 F frames a job).
+        dec_handoff handoff;
+        for (int64_t F : frames) {
+            handoff.frames += 2 * F;
+        }
         for (auto [first, last] : pack_groups(frames, packs, PACK_GAP, c.limits.max_tensor_bytes)) {
             std::vector<kokoro_job *> group;
             for (size_t b = first; b < last; ++b) {
                 group.push_back(&jobs[b]);
             }
-            run_decoder(c, group, packs);
+            run_decoder(c, group, packs, fused_generator(c) ? &handoff : nullptr);
         }
     });
     stage(VS_STAGE_GENERATOR, [&] {
@@ -2205,6 +2259,11 @@ std::vector<std::vector<float>> kokoro_voice::synthesize_batch(vs_context &     
     c.set_output("F0", std::move(j.f0), 2 * F, 1);
     c.set_output("N", std::move(j.n), 2 * F, 1);
     c.set_output("text_encoder", std::move(j.t_en.v), T, j.t_en.C);
+    if (j.dec_at >= 0) {  // left on the device for the generator
+        j.dec.v.resize((size_t) (j.dec.C * j.dec.T));
+        vs::cuda::download(c.cuda_device, j.dec.v.data(), static_cast<const uint8_t *>(c.device_handoff(0)) + j.dec_at,
+                           sizeof(float) * j.dec.v.size());
+    }
     c.set_output("decoder", std::move(j.dec.v), j.dec.T, j.dec.C);
     c.set_output("har", std::move(j.har.v), j.har.T, j.har.C);
     return audio;
