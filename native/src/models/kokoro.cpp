@@ -1133,11 +1133,10 @@ std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::st
 
 void kokoro_voice::set_from_lstm(vs_context & c, lstm_device_out & o, std::vector<act> & ys,
                                  const std::vector<lstm_dest> & dests) const {
-    const ggml_backend_buffer_type_t device_type = ggml_backend_dev_buffer_type(c.dev);
-    bool                             gather      = o.out != nullptr;
+    bool gather = o.out != nullptr;
     for (const lstm_dest & d : dests) {
-        gather = gather && d.t->buffer && ggml_backend_buffer_get_type(d.t->buffer) == device_type &&
-                 d.t->ne[0] == o.D * o.H && ggml_is_contiguous(d.t);
+        GGML_ASSERT(d.t->ne[0] == ys[d.seq].C && d.frames >= ys[d.seq].T);
+        gather = gather && in_device_memory(c, d.t);
     }
     if (gather) {
         std::vector<vs::cuda::lstm_span> spans;
