@@ -83,6 +83,12 @@ def test_gpu_runs_all_of_kokoro(device, sentences):
                 got = gpu.synthesize(phonemes=line, durations=cpu.output("durations").reshape(-1).astype(np.int32))
                 assert len(got.audio) == len(want.audio) and np.isfinite(got.audio).all()
                 assert log_mel_cosine(got.audio, want.audio, want.sample_rate) >= 0.99, line
+                # The decoder's output, which a CUDA device leaves there for the generator and
+                # reads back for this: the CPU's, frame for frame.
+                dec, dec_cpu = gpu.output("decoder"), cpu.output("decoder")
+                assert dec.shape == dec_cpu.shape
+                cosine = np.dot(dec.ravel(), dec_cpu.ravel()) / (np.linalg.norm(dec) * np.linalg.norm(dec_cpu))
+                assert cosine >= 0.98, line
                 free = gpu.synthesize(phonemes=line)
                 assert abs(len(free.audio) - len(want.audio)) <= 2 * 600, line  # at most two frames
         assert gpu.fallback_stages == []
