@@ -37,8 +37,8 @@ size_t lstm_scratch_bytes(int64_t H, int64_t n, int64_t cols);
 //   out   (host) [H, cols, n]: every step's hidden state; null: left in the scratch, where
 //         the returned pointer (dev) has them, for lstm_gather
 //   scratch (dev) lstm_scratch_bytes()
-// Synchronous, except with `out` null: then the kernel is queued on the calling thread's
-// stream, which lstm_gather (called from the same thread) synchronizes. Throws
+// Synchronous, except with `out`, h and c all null: then the kernel is queued on the calling
+// thread's stream, which lstm_gather (called from the same thread) synchronizes. Throws
 // vs::error(VS_ERR_COMPUTE) when CUDA reports an error.
 const float * lstm(int device, const float * gx, const void * w_hh, ggml_type type, int64_t H, int64_t n,
                    int64_t stride, int64_t cols, int64_t D, float * h, float * c, float * out, void * scratch);

@@ -641,10 +641,10 @@ const float * lstm(int device, const float * gx, const void * w_hh, ggml_type ty
         check(cudaMemcpyAsync(h, h_dev, state, cudaMemcpyDeviceToHost, s), "state download");
         check(cudaMemcpyAsync(c, c_dev, state, cudaMemcpyDeviceToHost, s), "state download");
     }
-    if (out || h) {
-        if (out) {
-            check(cudaMemcpyAsync(out, out_dev, state * n, cudaMemcpyDeviceToHost, s), "LSTM output download");
-        }
+    if (out) {
+        check(cudaMemcpyAsync(out, out_dev, state * n, cudaMemcpyDeviceToHost, s), "LSTM output download");
+    }
+    if (out || h) {  // something to read on the host
         check(cudaStreamSynchronize(s), "LSTM kernel");
     }
     return out_dev;

@@ -129,13 +129,6 @@ struct lstm_dest {
     int64_t       at = 0, frames = 0;
 };
 
-ggml_tensor * input_2d(ggml_context * g, int64_t C, int64_t T, const char * name) {
-    ggml_tensor * t = ggml_new_tensor_2d(g, GGML_TYPE_F32, C, T);
-    ggml_set_name(t, name);
-    ggml_set_input(t);
-    return t;
-}
-
 // A graph's [C, T] that set_from_lstm fills before each compute, not flagged as an input:
 // ggml's scheduler files an input in host memory and copies it to the device as the graph
 // runs, where this one it places with its consumers, on the device, for the engine's
@@ -143,6 +136,12 @@ ggml_tensor * input_2d(ggml_context * g, int64_t C, int64_t T, const char * name
 ggml_tensor * lstm_input_2d(ggml_context * g, int64_t C, int64_t T, const char * name) {
     ggml_tensor * t = ggml_new_tensor_2d(g, GGML_TYPE_F32, C, T);
     ggml_set_name(t, name);
+    return t;
+}
+
+ggml_tensor * input_2d(ggml_context * g, int64_t C, int64_t T, const char * name) {
+    ggml_tensor * t = lstm_input_2d(g, C, T, name);
+    ggml_set_input(t);
     return t;
 }
 
