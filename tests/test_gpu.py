@@ -225,6 +225,43 @@ def test_a_first_take_of_the_prewarms_shapes_replays_what_it_captured(device, vo
 
 
 @pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
+def test_kokoro_stacks_captured_at_one_length_replay_for_the_others_of_its_bucket(device, sentences, monkeypatch):
+    """On CUDA a sentence alone runs its generator's residual stacks at its length's bucket,
+    its own length masked: run the first time a bucket comes, captured the second and
+    replayed after, for the other lengths of that bucket too. Each take must be the one the
+    same kernels give launched one by one (ggml's captures and the engine's off)."""
+    from app.core import models
+
+    if not models.kokoro_installed():
+        pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
+    voice = "kokoro:jf_alpha"
+    with Engine.open(voice, device=device, prewarm=False) as gpu:
+        line = gpu.phonemize(sentences[2])[0]
+        gpu.synthesize(phonemes=line)
+        durations = gpu.output("durations").reshape(-1).astype(np.int32)
+        longest = int(np.argmax(durations))
+        assert durations[longest] > 5
+        variants = []
+        for fewer in (0, 0, 0, 1, 2, 3, 4, 5):  # that length three times, then shorter ones
+            d = durations.copy()
+            d[longest] -= fewer
+            variants.append(d)
+        takes = [gpu.synthesize(phonemes=line, durations=d, seed=2) for d in variants]
+    monkeypatch.setenv("GGML_CUDA_DISABLE_GRAPHS", "1")
+    with Engine.open(voice, device=device, prewarm=False) as direct:
+        wants = [direct.synthesize(phonemes=line, durations=d, seed=2) for d in variants]
+        assert all(w.timings["captures_replayed"] == 0 for w in wants)
+    # The call that gave the durations ran the stacks of this length, the first take captured
+    # them (both stages'), the second replayed them.
+    replayed = [t.timings["captures_replayed"] for t in takes]
+    assert replayed[:3] == [0, 2, 2]
+    assert sum(r == 2 for r in replayed[3:]) >= 3, replayed  # shorter ones of the same buckets
+    for got, want in zip(takes, wants, strict=True):
+        assert len(got.audio) == len(want.audio) and np.isfinite(got.audio).all()
+        assert np.abs(got.audio - want.audio).max() <= 1e-3 * np.abs(want.audio).max()
+
+
+@pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
 def test_kokoro_kept_graphs_on_a_gpu_give_the_takes_of_graphs_built_for_them(device, monkeypatch):
     from test_kept_graphs import assert_kokoro_kept_like_fresh, kokoro_calls
 

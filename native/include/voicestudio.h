@@ -212,6 +212,10 @@ struct vs_timings {
     // that it ran again (on CUDA a context keeps its stages' graphs between calls).
     int32_t n_graphs_built;
     int32_t n_graphs_reused;
+    // Runs of the engine's own CUDA kernels that replayed a capture made by an earlier run of
+    // the same shapes (on CUDA a sentence's residual stacks are captured by their length's
+    // bucket).
+    int32_t n_captures_replayed;
     // Each worker's time in its runs of the call's batches (worker 0 is the context itself;
     // 0 for workers given no run): against total_ms, how evenly a batch was divided and what
     // the call spent outside the workers.

@@ -318,16 +318,17 @@ class Context {
             stages[vs_stage_name(stages_[i])] = t.stage_ms[stages_[i]];
         }
         nb::dict d;
-        d["stages_ms"]       = stages;
-        d["total_ms"]        = t.total_ms;
-        d["first_audio_ms"]  = t.first_audio_ms;
-        d["chunks"]          = t.n_chunks;
-        d["phoneme_ids"]     = t.n_phoneme_ids;
-        d["frames"]          = t.n_frames;
-        d["samples"]         = t.n_samples;
-        d["skipped_symbols"] = t.n_skipped_symbols;
-        d["graphs_built"]    = t.n_graphs_built;
-        d["graphs_reused"]   = t.n_graphs_reused;
+        d["stages_ms"]         = stages;
+        d["total_ms"]          = t.total_ms;
+        d["first_audio_ms"]    = t.first_audio_ms;
+        d["chunks"]            = t.n_chunks;
+        d["phoneme_ids"]       = t.n_phoneme_ids;
+        d["frames"]            = t.n_frames;
+        d["samples"]           = t.n_samples;
+        d["skipped_symbols"]   = t.n_skipped_symbols;
+        d["graphs_built"]      = t.n_graphs_built;
+        d["graphs_reused"]     = t.n_graphs_reused;
+        d["captures_replayed"] = t.n_captures_replayed;
         nb::list workers;  // each worker's ms in its runs, as many as the context has
         for (int i = 0; i < std::min(vs_context_workers(get()), VS_MAX_WORKERS); ++i) {
             workers.append(t.worker_ms[i]);

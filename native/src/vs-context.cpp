@@ -581,6 +581,7 @@ void vs_context::absorb(vs_context & worker, bool last) {
     timings.n_frames += worker.timings.n_frames;
     timings.n_graphs_built += worker.timings.n_graphs_built;
     timings.n_graphs_reused += worker.timings.n_graphs_reused;
+    timings.n_captures_replayed += worker.timings.n_captures_replayed;
     for (const auto & [key, st] : worker.op_profile) {
         op_profile[key].count += st.count;
         op_profile[key].ms += st.ms;

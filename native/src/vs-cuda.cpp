@@ -90,4 +90,19 @@ void copy(int, void *, const void *, size_t) {
 
 void synchronize(int) {}
 
+int64_t snake_bucket(int64_t T, const int *, int, const int *, int) {
+    return T;
+}
+
+bool launch_cache::run(int, const std::string &, const std::function<void()> & queue) {
+    queue();
+    return false;
+}
+
+void launch_cache::clear() {}
+
+size_t launch_cache::captured() const {
+    return 0;
+}
+
 }  // namespace vs::cuda

@@ -10,6 +10,9 @@
 #include <ggml.h>
 
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
 
 namespace vs::cuda {
 
@@ -85,11 +88,14 @@ struct snake_conv {
 // statistics over its own frames and their affines from its own style (scale and shift
 // `style_stride` floats on from the previous segment's); Snake's output is zero in the gaps,
 // so that each segment's convolutions read the zeros they read alone. The gaps end up
-// holding what the convolutions spill there. The default: one segment, all of x.
+// holding what the convolutions spill there. The default: one segment, all of x. One
+// segment with a range and no frame map: x's frames outside the range are a gap, so that
+// a sentence's stacks can run at a length it is rounded up to (snake_bucket) while its
+// length is device memory, set before each run.
 struct snake_segments {
     int         n            = 1;
     const int * range        = nullptr;  // (dev) [n][2]: first frame, frame count
-    const int * frame        = nullptr;  // (dev) [T]: each frame's segment, -1 in the gaps
+    const int * frame        = nullptr;  // (dev) [T]: each frame's segment, -1 in the gaps (n > 1)
     int64_t     style_stride = 0;
 };
 
@@ -101,6 +107,12 @@ bool snake_supported(int64_t C, int K);
 // segments (a packed batch rounds its windows more finely than one sentence).
 int64_t snake_frames(int64_t T, int K, const int * dilations, int n, int segments = 1);
 size_t  snake_scratch_bytes(int64_t C, int64_t T, int K, const int * dilations, int n, int segments = 1);
+
+// The most frames that snake_stack() over one segment runs with the kernel shapes of T
+// frames (the GEMMs' windows are rounded up to a power of two), for each of the kernel
+// sizes Ks and dilations: a sentence's stacks run at that length, its own length masked
+// (snake_segments), run the same launches as every other sentence of that bucket.
+int64_t snake_bucket(int64_t T, const int * Ks, int n_K, const int * dilations, int n);
 
 // cuBLAS for the calling context (made on first use; null until then), and its release.
 void * blas_create(int device);
@@ -151,5 +163,40 @@ void copy(int device, void * dst, const void * src, size_t bytes);
 
 // Waits for the calling thread's queued work; throws vs::error(VS_ERR_COMPUTE) on an error.
 void synchronize(int device);
+
+// ---------------------------------------------------------------- Captured launches
+//
+// A sentence's residual stacks are a few hundred small launches (kernels, cuBLAS's GEMMs,
+// copies): launching them one by one takes the host longer than the device takes to run
+// them. launch_cache runs such a sequence as it is the first time its key comes, captures
+// it as a CUDA graph the second time and replays that graph after. The sequence must be
+// queued on the calling thread's stream with nothing synchronous in it (its host inputs
+// uploaded before), and under one key read and write the same device memory with the same
+// launches every time: the key names its shapes and the addresses it uses. Keys seen last
+// longest ago go first past `limit` (captured or only seen). Not thread-safe: a context's.
+class launch_cache {
+  public:
+    explicit launch_cache(size_t limit = 64) : limit_(limit) {}
+    ~launch_cache() { clear(); }
+    launch_cache(const launch_cache &)             = delete;
+    launch_cache & operator=(const launch_cache &) = delete;
+
+    // Queues `queue`'s launches on `device` under `key`: run, captured and replayed, or
+    // replayed (then true). Throws vs::error(VS_ERR_COMPUTE) on a CUDA error (a capture
+    // under way ended and dropped) and whatever `queue` throws.
+    bool run(int device, const std::string & key, const std::function<void()> & queue);
+    // Drops every capture (before the memory they use moves or goes).
+    void   clear();
+    size_t captured() const;
+
+  private:
+    struct entry {
+        void *   exec = nullptr;  // cudaGraphExec_t once captured
+        uint64_t used = 0;
+    };
+    std::map<std::string, entry> entries_;
+    uint64_t                     clock_ = 0;
+    size_t                       limit_;
+};
 
 }  // namespace vs::cuda

@@ -5,7 +5,8 @@
 // largest value the stack added. The host rounds Snake's output to F16 as the device does
 // before its GEMMs. The same stacks over segments packed along time (check_segments), each
 // against the host's stack over it alone. Then the LeakyReLU stacks of Piper's decoder the
-// same way (check_leaky), and its output layer (check_post). Exits 77 (skipped) where there
+// same way (check_leaky), and its output layer (check_post). A stack at a bucket's length,
+// captured and replayed for other lengths of that bucket (check_captured). Exits 77 (skipped) where there
 // is no CUDA device.
 #include <cuda_runtime.h>
 #include <ggml.h>
@@ -94,13 +95,14 @@ void * upload(const std::vector<V> & v) {
     return p;
 }
 
-bool check(void * blas, int64_t C, int64_t T, int K) {
-    std::mt19937                          rng((unsigned) (C * 131 + T * 7 + K));
+// A stack's six convolutions (dilations 1, 1, 3, 1, 5, 1) of random weights, scales,
+// shifts, alphas and biases, on the host and on the device (their memory in `device`).
+void random_stack(int64_t C, int K, std::mt19937 & rng, std::vector<host_conv> & convs,
+                  std::vector<vs::cuda::snake_conv> & dconvs, std::vector<void *> & device) {
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     const int                             dil[6] = { 1, 1, 3, 1, 5, 1 };
-    std::vector<host_conv>                convs(6);
-    std::vector<void *>                   device;
-    std::vector<vs::cuda::snake_conv>     dconvs(6);
+    convs.assign(6, host_conv());
+    dconvs.assign(6, vs::cuda::snake_conv());
     for (int i = 0; i < 6; ++i) {
         host_conv & h = convs[(size_t) i];
         h.dilation    = dil[i];
@@ -124,6 +126,27 @@ bool check(void * blas, int64_t C, int64_t T, int K) {
         d.w                      = device[n - 1];
         d.dilation               = dil[i];
     }
+}
+
+// The host's stack over x [T, C].
+std::vector<float> reference_stack(const std::vector<float> & x, int64_t C, int64_t T, int K,
+                                   const std::vector<host_conv> & convs) {
+    std::vector<float> want = x, y((size_t) (C * T));
+    for (int p = 0; p < 3; ++p) {
+        reference_step(want, y, false, C, T, K, convs[(size_t) (2 * p)]);
+        reference_step(y, want, true, C, T, K, convs[(size_t) (2 * p + 1)]);
+    }
+    return want;
+}
+
+bool check(void * blas, int64_t C, int64_t T, int K) {
+    std::mt19937                          rng((unsigned) (C * 131 + T * 7 + K));
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const int                             dil[6] = { 1, 1, 3, 1, 5, 1 };
+    std::vector<host_conv>                convs;
+    std::vector<void *>                   device;
+    std::vector<vs::cuda::snake_conv>     dconvs;
+    random_stack(C, K, rng, convs, dconvs, device);
     // An input with channels of unlike means and spreads (the AdaIN's statistics matter),
     // every seventh channel's mean 25 times its spread or more (a variance taken as the mean
     // of squares less the squared mean, unshifted, would lose digits there).
@@ -134,11 +157,7 @@ bool check(void * blas, int64_t C, int64_t T, int K) {
             x[(size_t) (t * C + c)] = mean + (1.0f + (float) (c % 3)) * u(rng);
         }
     }
-    std::vector<float> want = x, y((size_t) (C * T));
-    for (int p = 0; p < 3; ++p) {
-        reference_step(want, y, false, C, T, K, convs[(size_t) (2 * p)]);
-        reference_step(y, want, true, C, T, K, convs[(size_t) (2 * p + 1)]);
-    }
+    const std::vector<float> want = reference_stack(x, C, T, K, convs);
 
     const int64_t frames = vs::cuda::snake_frames(T, K, dil, 6);
     void *        d_x = nullptr, *d_scratch = nullptr;
@@ -308,6 +327,75 @@ bool check_segments(void * blas, int64_t C, int K, const std::vector<int64_t> & 
     return ok;
 }
 
+// A sentence's stacks at its bucket's length (snake_bucket), its own length a range on the
+// device and the frames after it NaN, run through a launch_cache: run, captured, then
+// replayed for other lengths of that bucket. Each length's frames must come out as the
+// host's stack over them alone, and the cache must hold one capture.
+bool check_captured(void * blas, int64_t C, int K, const std::vector<int64_t> & lengths) {
+    std::mt19937                          rng((unsigned) (C * 17 + K));
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const int                             dil[6] = { 1, 1, 3, 1, 5, 1 };
+    std::vector<host_conv>                convs;
+    std::vector<void *>                   device;
+    std::vector<vs::cuda::snake_conv>     dconvs;
+    random_stack(C, K, rng, convs, dconvs, device);
+    const int64_t Tb = vs::cuda::snake_bucket(lengths[0], &K, 1, dil, 6);
+    bool          ok = true;
+    for (int64_t T : lengths) {
+        if (vs::cuda::snake_bucket(T, &K, 1, dil, 6) != Tb || T > Tb) {
+            std::printf("FAIL captured C=%lld K=%d: %lld frames are not in the bucket of %lld\n", (long long) C, K,
+                        (long long) T, (long long) lengths[0]);
+            ok = false;
+        }
+    }
+    void *d_x = nullptr, *d_scratch = nullptr, *d_range = nullptr;
+    cudaMalloc(&d_x, sizeof(float) * (size_t) (C * vs::cuda::snake_frames(Tb, K, dil, 6)));
+    cudaMalloc(&d_scratch, vs::cuda::snake_scratch_bytes(C, Tb, K, dil, 6));
+    cudaMalloc(&d_range, 2 * sizeof(int));
+    vs::cuda::snake_segments seg;
+    seg.range = static_cast<const int *>(d_range);
+    vs::cuda::launch_cache cache;
+    double                 worst = 0.0, scale = 0.0;
+    for (size_t run = 0; ok && run <= lengths.size(); ++run) {
+        const int64_t      T = lengths[run == 0 ? 0 : run - 1];  // the first length twice: run, then captured
+        std::vector<float> x((size_t) (C * Tb), NAN);
+        for (int64_t i = 0; i < C * T; ++i) {
+            x[(size_t) i] = ((float) (i % C % 5) - 2.0f) + u(rng);
+        }
+        const int range[2] = { 0, (int) T };
+        cudaMemcpy(d_x, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice);
+        cudaMemcpy(d_range, range, sizeof(range), cudaMemcpyHostToDevice);
+        try {
+            cache.run(0, "stack", [&] {
+                vs::cuda::snake_stack(0, blas, static_cast<float *>(d_x), C, Tb, K, dconvs.data(), 3, d_scratch, seg);
+            });
+            vs::cuda::synchronize(0);
+        } catch (const std::exception & e) {
+            std::printf("FAIL captured C=%lld K=%d T=%lld: %s\n", (long long) C, K, (long long) T, e.what());
+            ok = false;
+            break;
+        }
+        std::vector<float> got((size_t) (C * T));
+        cudaMemcpy(got.data(), d_x, got.size() * sizeof(float), cudaMemcpyDeviceToHost);
+        const std::vector<float> want =
+            reference_stack(std::vector<float>(x.begin(), x.begin() + C * T), C, T, K, convs);
+        for (size_t i = 0; i < got.size(); ++i) {
+            worst = std::isfinite(got[i]) ? std::max(worst, (double) std::fabs(got[i] - want[i])) : INFINITY;
+            scale = std::max(scale, (double) std::fabs(want[i] - x[i]));
+        }
+    }
+    for (void * p : device) {
+        cudaFree(p);
+    }
+    for (void * p : { d_x, d_scratch, d_range }) {
+        cudaFree(p);
+    }
+    ok = ok && worst <= 2e-3 * scale && cache.captured() == 1;
+    std::printf("%s captured C=%lld K=%d at %lld frames (%zu captured): largest difference %.2e of %.2e added\n",
+                ok ? "ok  " : "FAIL", (long long) C, K, (long long) Tb, cache.captured(), worst, scale);
+    return ok;
+}
+
 // The LeakyReLU stacks (vs::cuda::leaky_stack, Piper's decoder): x += conv(LeakyReLU(x) *
 // mask) + bias for each convolution in turn, in double on the host, the LeakyReLU's output
 // rounded to F16 as on the device. Every frame is compared, the masked ones included (both
@@ -461,6 +549,9 @@ int main() {
         ok = check_segments(blas, 32, K, { 613, 9, 4099, 40 }) && ok;
         ok = check_segments(blas, 128, K, { 700 }) && ok;  // one segment, with its gap
     }
+    ok = check_captured(blas, 64, 7, { 300, 295, 290 }) && ok;
+    ok = check_captured(blas, 32, 3, { 1000, 1152, 961 }) && ok;  // the bucket's length itself
+    ok = check_captured(blas, 32, 11, { 100, 110, 95 }) && ok;
     for (int K : { 3, 5, 7 }) {  // Piper's kernel sizes
         ok = check_leaky(blas, 32, 9, K, false) && ok;
         ok = check_leaky(blas, 64, 613, K, true) && ok;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -397,18 +398,20 @@ __global__ void adain_stats(const float * __restrict__ x, int64_t T, int C, cons
 
 // Snake(AdaIN(x)) as F16 into the dilation's phases of the padded input (zeros around x):
 // padded frame p = q + d i goes to phase q (blockIdx.z), position i. With segments (`frame`
-// not null), each frame's AdaIN is its segment's and Snake's output is zero in the gaps. The
+// not null), each frame's AdaIN is its segment's and Snake's output is zero in the gaps;
+// with one segment's range and no frame map, zero outside the range. The
 // sine is the fast intrinsic: its error, which grows with the argument, stays below F16's
 // rounding of the output (test-cuda-snake checks against the host's sin).
 __global__ void snake_phases(const float * __restrict__ x, int64_t T, int C, const int * __restrict__ frame,
-                             const float * __restrict__ coef, const float * __restrict__ alpha, int64_t pad, int d,
-                             int64_t S, half * __restrict__ out) {
-    const int   c = blockIdx.x * SNAKE_CH + threadIdx.x, q = blockIdx.z;
-    const float al = alpha[c], inv = 1.0f / al;
-    half *      o = out + (size_t) q * S * C + c;
+                             const int * __restrict__ range, const float * __restrict__ coef,
+                             const float * __restrict__ alpha, int64_t pad, int d, int64_t S, half * __restrict__ out) {
+    const int     c = blockIdx.x * SNAKE_CH + threadIdx.x, q = blockIdx.z;
+    const float   al = alpha[c], inv = 1.0f / al;
+    half *        o  = out + (size_t) q * S * C + c;
+    const int64_t lo = !frame && range ? range[0] : 0, hi = !frame && range ? lo + range[1] : T;
     for (int64_t i = (int64_t) blockIdx.y * SNAKE_ROWS + threadIdx.y; i < S; i += (int64_t) gridDim.y * SNAKE_ROWS) {
         const int64_t t   = q + d * i - pad;
-        const int     seg = t >= 0 && t < T ? (frame ? frame[t] : 0) : -1;
+        const int     seg = t >= lo && t < hi && t < T ? (frame ? frame[t] : 0) : -1;
         float         v   = 0.0f;
         if (seg >= 0) {
             const float * k = coef + (size_t) seg * 2 * C;
@@ -463,7 +466,8 @@ void snake_conv_step(cudaStream_t s, cublasHandle_t h, const float * in, float *
     const dim3      block(SNAKE_CH, SNAKE_ROWS);
     adain_stats<<<dim3((unsigned) (C / SNAKE_CH), STAT_GROUPS, (unsigned) seg.n), block, 0, s>>>(
         in, T, (int) C, seg.range, st.sums, st.squares, st.done, cv.scale, cv.shift, seg.style_stride, st.coef);
-    snake_phases<<<phase_grid(C, g, d), block, 0, s>>>(in, T, (int) C, seg.frame, st.coef, cv.alpha, g.pad, d, g.S, ph);
+    snake_phases<<<phase_grid(C, g, d), block, 0, s>>>(in, T, (int) C, seg.frame, seg.range, st.coef, cv.alpha, g.pad,
+                                                       d, g.S, ph);
     check(cudaGetLastError(), "Snake kernels launch");
     phase_gemms(h, cv.w, ph, out, C, K, d, g, accumulate ? 1.0f : 0.0f);
 }
@@ -817,6 +821,73 @@ void copy(int device, void * dst, const void * src, size_t bytes) {
 void synchronize(int device) {
     check(cudaSetDevice(device), "cudaSetDevice");
     check(cudaStreamSynchronize(cudaStreamPerThread), "engine kernels");
+}
+
+int64_t snake_bucket(int64_t T, const int * Ks, int n_K, const int * dilations, int n) {
+    int64_t most = std::numeric_limits<int64_t>::max();
+    for (int k = 0; k < n_K; ++k) {
+        for (int i = 0; i < n; ++i) {
+            most = std::min(most, geom(T, Ks[k], dilations[i]).frames);
+        }
+    }
+    return std::max(most, T);
+}
+
+bool launch_cache::run(int device, const std::string & key, const std::function<void()> & queue) {
+    check(cudaSetDevice(device), "cudaSetDevice");
+    auto it = entries_.find(key);
+    if (it == entries_.end()) {  // first seen: run, remembered
+        while (!entries_.empty() && entries_.size() >= limit_) {
+            auto oldest = std::min_element(entries_.begin(), entries_.end(), [](const auto & a, const auto & b) {
+                return a.second.used < b.second.used;
+            });
+            if (oldest->second.exec) {
+                cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(oldest->second.exec));
+            }
+            entries_.erase(oldest);
+        }
+        entries_[key].used = ++clock_;
+        queue();
+        return false;
+    }
+    it->second.used     = ++clock_;
+    const bool replayed = it->second.exec != nullptr;
+    if (!replayed) {  // seen once: captured
+        check(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeThreadLocal), "capture");
+        try {
+            queue();
+        } catch (...) {
+            cudaGraph_t dropped = nullptr;
+            cudaStreamEndCapture(cudaStreamPerThread, &dropped);
+            if (dropped) {
+                cudaGraphDestroy(dropped);
+            }
+            cudaGetLastError();
+            throw;
+        }
+        cudaGraph_t graph = nullptr;
+        check(cudaStreamEndCapture(cudaStreamPerThread, &graph), "capture");
+        cudaGraphExec_t   exec = nullptr;
+        const cudaError_t e    = cudaGraphInstantiate(&exec, graph, 0);
+        cudaGraphDestroy(graph);
+        check(e, "capture's instantiation");
+        it->second.exec = exec;
+    }
+    check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(it->second.exec), cudaStreamPerThread), "captured launches");
+    return replayed;
+}
+
+void launch_cache::clear() {
+    for (auto & [key, e] : entries_) {
+        if (e.exec) {
+            cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(e.exec));
+        }
+    }
+    entries_.clear();
+}
+
+size_t launch_cache::captured() const {
+    return (size_t) std::count_if(entries_.begin(), entries_.end(), [](const auto & e) { return e.second.exec; });
 }
 
 }  // namespace vs::cuda

@@ -263,6 +263,10 @@ class kokoro_voice final : public voice {
     kokoro_hparams                             hp_;
     mutable std::map<std::string, style_table> tables_;      // by prefix, made on first use
     mutable int                                fused_ = -1;  // fused_generator()'s answer, once asked
+    // A sentence's residual stacks captured by its stages' buckets (run_generator_fused), for
+    // the device scratch at captures_base_ (dropped when it moves).
+    mutable vs::cuda::launch_cache captures_;
+    mutable const void *           captures_base_ = nullptr;
 
     // Off the CPU, the AdaINs of k's graph under `prefix` read their affines from its table.
     void use_style_table(vs_context & c, ggml_context * g, struct cond & k, const std::string & prefix) const;
@@ -1991,6 +1995,11 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
         up0.push_back(gen_upsample(c, g0, x_in[b], 0));
     }
 
+    // A sentence alone, where kept graphs are captured, runs each stage's kernels at its
+    // bucket's length (snake_bucket), its own length masked, the same launches as every
+    // sentence of those buckets: captured once and replayed (captures_).
+    const bool captured = B == 1 && c.tag_runs && c.keep_graphs && !c.profiling;
+
     // Each stage's packing: sentence b's first frame at[i][b], its frame count T[i][b]; the
     // kernels' frames total[i].
     std::vector<int64_t>              Cs, total;
@@ -2003,6 +2012,11 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
             at[i].push_back(frames);
             T[i].push_back(xs[b][i]->ne[1]);
             frames += T[i][b] + (B > 1 ? gap : 0);
+        }
+        if (captured) {
+            std::vector<int> Ks = hp_.res_kernels;
+            Ks.push_back(noise_kernel(i));
+            frames = vs::cuda::snake_bucket(frames, Ks.data(), (int) Ks.size(), dil, 6);
         }
         Cs.push_back(xs[0][i]->ne[0]);
         total.push_back(frames);
@@ -2024,7 +2038,9 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
             work_bytes = std::max(work_bytes, vs::cuda::snake_scratch_bytes(C, F, K, dil, 6, (int) B));
         }
         xs_at.push_back(scratch.reserve(sizeof(float) * (size_t) (C * frames)));
-        segs_at.push_back(B > 1 ? scratch.reserve(sizeof(int) * (size_t) (2 * (int64_t) B + F)) : 0);
+        segs_at.push_back(B > 1      ? scratch.reserve(sizeof(int) * (size_t) (2 * (int64_t) B + F))
+                          : captured ? scratch.reserve(sizeof(int) * 2)
+                                     : 0);
         stage_bytes = std::max(stage_bytes, sizeof(float) * (size_t) (C * frames));
     }
     const size_t x_at = scratch.reserve(stage_bytes), r_at = scratch.reserve(stage_bytes),
@@ -2061,8 +2077,17 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
     c.compute(gb0.gf);
     group.back()->har = read_act(src.back().har);  // the named intermediate is a batch's last sentence's
 
-    // Each stage's segments, for the kernels.
+    // Each stage's segments, for the kernels: a batch's, or a captured sentence's length.
     std::vector<vs::cuda::snake_segments> segs(n_stages);
+    for (size_t i = 0; captured && i < n_stages; ++i) {
+        const int range[2] = { 0, (int) T[i][0] };
+        vs::cuda::upload(dev, base + segs_at[i], range, sizeof(range));
+        segs[i] = { 1, reinterpret_cast<const int *>(base + segs_at[i]), nullptr, rows };
+    }
+    if (captured && captures_base_ != base) {
+        captures_.clear();
+        captures_base_ = base;
+    }
     for (size_t i = 0; B > 1 && i < n_stages; ++i) {
         std::vector<int> v(2 * B + (size_t) total[i], -1);
         for (size_t b = 0; b < B; ++b) {
@@ -2099,26 +2124,34 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
         vs::cuda::snake_stack(dev, c.blas(), x, Cs[i], total[i], K, cv.data(), 3, ptr(work_at), segs[i]);
     };
 
+    const size_t n_res  = hp_.res_kernels.size();
+    const size_t result = n_res > 1 ? s_at : x_at;  // where a stage's stacks leave their mean
     for (size_t i = 0;; ++i) {
         const int64_t n  = Cs[i] * total[i];
         const auto    t0 = std::chrono::steady_clock::now();
         // x = upsampled + noise branch; then the mean of the residual stacks over x: the
         // first in s, the middle ones in r, the last in x itself.
-        stack(ptr(xs_at[i]), GEN + "noise_res." + std::to_string(i) + ".", i, noise_kernel(i));
-        vs::cuda::add(dev, ptr(x_at), ptr(x_at), ptr(xs_at[i]), n);
-        const size_t n_res  = hp_.res_kernels.size();
-        size_t       result = x_at;
-        for (size_t j = 0; j < n_res; ++j) {
-            const bool   last = j + 1 == n_res;
-            const size_t buf  = last ? x_at : j == 0 ? s_at : r_at;
-            if (buf != x_at) {
-                vs::cuda::copy(dev, ptr(buf), ptr(x_at), sizeof(float) * (size_t) n);
+        auto queue = [&] {
+            stack(ptr(xs_at[i]), GEN + "noise_res." + std::to_string(i) + ".", i, noise_kernel(i));
+            vs::cuda::add(dev, ptr(x_at), ptr(x_at), ptr(xs_at[i]), n);
+            for (size_t j = 0; j < n_res; ++j) {
+                const bool   last = j + 1 == n_res;
+                const size_t buf  = last ? x_at : j == 0 ? s_at : r_at;
+                if (buf != x_at) {
+                    vs::cuda::copy(dev, ptr(buf), ptr(x_at), sizeof(float) * (size_t) n);
+                }
+                stack(ptr(buf), res_prefix(i, j), i, hp_.res_kernels[j]);
+                if (j > 0) {
+                    vs::cuda::accumulate(dev, ptr(s_at), ptr(buf), n, last ? 1.0f / (float) n_res : 1.0f);
+                }
             }
-            stack(ptr(buf), res_prefix(i, j), i, hp_.res_kernels[j]);
-            if (j > 0) {
-                vs::cuda::accumulate(dev, ptr(s_at), ptr(buf), n, last ? 1.0f / (float) n_res : 1.0f);
-                result = s_at;
-            }
+        };
+        if (captured) {
+            const std::string key =
+                std::to_string(i) + " of " + std::to_string(total[0]) + "," + std::to_string(total.back());
+            c.timings.n_captures_replayed += captures_.run(dev, key, queue) ? 1 : 0;
+        } else {
+            queue();
         }
         vs::cuda::synchronize(dev);
         c.profile_op("residual stacks (engine's CUDA kernels)", vs::ms_since(t0));
