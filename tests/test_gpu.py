@@ -262,6 +262,44 @@ def test_kokoro_stacks_captured_at_one_length_replay_for_the_others_of_its_bucke
 
 
 @pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
+def test_kokoro_outputs_left_on_the_device_read_back_as_ggml_ops_give_them(device, sentences, monkeypatch):
+    """On CUDA the decoder's output and the generator's source spectrum ("har") stay on the
+    device, read back only when asked for. They must be what the stages computed: the same
+    device with the engine's kernels off (every stage in ggml ops, its outputs read back as
+    each stage ends) gives them within rounding, and a later call's replace them."""
+    from app.core import models
+
+    if not models.kokoro_installed():
+        pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
+    voice, names = "kokoro:jf_alpha", ("decoder", "har")
+    with Engine.open(voice, device=device, prewarm=False) as gpu:
+        first = gpu.phonemize(sentences[1])[0]
+        gpu.synthesize(phonemes=first)
+        first_outputs = {name: gpu.output(name).copy() for name in names}
+        line = gpu.phonemize(sentences[3])[0]
+        take = gpu.synthesize(phonemes=line, seed=1)
+        durations = gpu.output("durations").reshape(-1).astype(np.int32)
+        got = {name: gpu.output(name) for name in names}
+        assert all(np.array_equal(gpu.output(name), got[name]) for name in names)  # asked for again
+    monkeypatch.setenv("VOICESTUDIO_CUDA_KERNELS", "0")
+    with Engine.open(voice, device=device, prewarm=False) as ops:
+        want_take = ops.synthesize(phonemes=line, durations=durations, seed=1)
+        want = {name: ops.output(name) for name in names}
+    assert len(take.audio) == len(want_take.audio)
+    for name in names:
+        assert got[name].shape == want[name].shape != first_outputs[name].shape, name
+    # har's second half of columns is the source's phases, which follow F0's integral: F0's
+    # rounding in the other path moves them (by up to a turn at the end); its magnitudes not.
+    half = got["har"].shape[1] // 2
+    for name, a, b in (
+        ("decoder", got["decoder"], want["decoder"]),
+        ("har", got["har"][:, :half], want["har"][:, :half]),
+    ):
+        a, b = a.ravel(), b.ravel()
+        assert np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)) >= 0.999, name
+
+
+@pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
 def test_kokoro_kept_graphs_on_a_gpu_give_the_takes_of_graphs_built_for_them(device, monkeypatch):
     from test_kept_graphs import assert_kokoro_kept_like_fresh, kokoro_calls
 

@@ -471,13 +471,13 @@ int vs_context_output(const vs_context * ctx, const char * name, const float ** 
         if (!ctx || !name || !data || !shape) {
             throw vs::error(VS_ERR_INVALID_ARG, "vs_context_output: all arguments are required");
         }
-        auto it = ctx->outputs.find(name);
-        if (it == ctx->outputs.end()) {
+        const vs_context::named_output * out = ctx->output(name);
+        if (!out) {
             throw vs::error(VS_ERR_INVALID_ARG, std::string("no output named '") + name + "'");
         }
-        *data    = it->second.first.data();
-        shape[0] = it->second.second[0];
-        shape[1] = it->second.second[1];
+        *data    = out->first.data();
+        shape[0] = out->second[0];
+        shape[1] = out->second[1];
     });
 }
 

@@ -413,7 +413,15 @@ ggml_tensor * vs_context::scratch_tensor(ggml_context * g, size_t offset, int64_
     return tensor_in(*this, scratch, g, offset, ne0, ne1, "scratch");
 }
 
+// The named outputs left in `buf`, which is about to be written.
+static void drop_outputs_in(vs_context & c, const vs::buffer_ptr & buf) {
+    for (auto it = c.device_outputs.begin(); it != c.device_outputs.end();) {
+        it = it->second.buf == &buf ? c.device_outputs.erase(it) : std::next(it);
+    }
+}
+
 void * vs_context::device_handoff(size_t bytes) {
+    drop_outputs_in(*this, handoff);
     return grown(*this, handoff, bytes, "stage handoff");
 }
 
@@ -588,13 +596,50 @@ void vs_context::absorb(vs_context & worker, bool last) {
     }
     worker.op_profile.clear();
     if (last) {
+        // The worker's device outputs are read back now: its buffers are its own.
+        std::vector<std::string> names;
+        for (const auto & [name, d] : worker.device_outputs) {
+            names.push_back(name);
+        }
+        for (const std::string & name : names) {
+            worker.output(name);
+        }
         outputs = std::move(worker.outputs);
+        device_outputs.clear();
     }
     worker.clear_results();
 }
 
 void vs_context::set_output(const std::string & name, std::vector<float> data, int64_t rows, int64_t cols) {
+    device_outputs.erase(name);
     outputs[name] = { std::move(data), { rows, cols } };
+}
+
+void vs_context::set_device_output(const std::string & name, const vs::buffer_ptr & buf, size_t offset, int64_t rows,
+                                   int64_t cols) {
+    GGML_ASSERT(buf && offset + sizeof(float) * (size_t) (rows * cols) <= ggml_backend_buffer_get_size(buf.get()));
+    outputs.erase(name);
+    device_outputs[name] = { &buf, offset, rows, cols };
+}
+
+void vs_context::keep_output_on_device(const std::string & name, const void * src, int64_t rows, int64_t cols) {
+    drop_outputs_in(*this, kept_outputs);
+    const size_t bytes = sizeof(float) * (size_t) (rows * cols);
+    vs::cuda::copy(cuda_device, grown(*this, kept_outputs, bytes, "named outputs"), src, bytes);
+    set_device_output(name, kept_outputs, 0, rows, cols);
+}
+
+const vs_context::named_output * vs_context::output(const std::string & name) const {
+    if (auto d = device_outputs.find(name); d != device_outputs.end()) {
+        named_output out{ std::vector<float>((size_t) (d->second.rows * d->second.cols)),
+                          { d->second.rows, d->second.cols } };
+        const auto * base = static_cast<const uint8_t *>(ggml_backend_buffer_get_base(d->second.buf->get()));
+        vs::cuda::download(cuda_device, out.first.data(), base + d->second.offset, sizeof(float) * out.first.size());
+        device_outputs.erase(d);
+        outputs[name] = std::move(out);
+    }
+    auto it = outputs.find(name);
+    return it == outputs.end() ? nullptr : &it->second;
 }
 
 std::vector<std::string> vs::voice::prewarm_lengths() {

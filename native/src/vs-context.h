@@ -113,6 +113,7 @@ struct vs_context {
     vs::device_limits limits;
     vs::buffer_ptr    scratch;              // device memory for those kernels, grown on demand
     vs::buffer_ptr    handoff;              // activations one stage leaves on the device for a later one
+    vs::buffer_ptr    kept_outputs;         // named outputs copied there, read back when asked for
     void *            cuda_blas = nullptr;  // their cuBLAS handle, made on first use
     // Weights re-laid out for this device, made on first use (swapped_weight).
     std::map<std::string, ggml_tensor *> derived;
@@ -141,8 +142,19 @@ struct vs_context {
     // to that file (tools/nodes_vs_cpu.py compares a device's with the CPU's).
     std::unique_ptr<vs::node_trace> trace;
 
-    vs_timings                                                                   timings{};
-    std::map<std::string, std::pair<std::vector<float>, std::array<int64_t, 2>>> outputs;
+    vs_timings timings{};
+    // The last call's named outputs, [rows, cols] each. Those left in device memory (in the
+    // handoff or kept_outputs buffer) are read back the first time they are asked for
+    // (output()): most calls never ask, and a readback is a wait and a copy a sentence.
+    using named_output = std::pair<std::vector<float>, std::array<int64_t, 2>>;
+    struct device_output {
+        const vs::buffer_ptr * buf    = nullptr;  // the context's buffer it is in
+        size_t                 offset = 0;
+        int64_t                rows = 0, cols = 0;
+    };
+    mutable std::map<std::string, named_output>  outputs;
+    mutable std::map<std::string, device_output> device_outputs;
+    const named_output *                         output(const std::string & name) const;  // null where there is none
 
     // Abort polling for the synthesis in progress (also handed to the CPU backend).
     const vs_synth_params * active = nullptr;
@@ -176,6 +188,7 @@ struct vs_context {
     void clear_results() {
         timings = {};
         outputs.clear();
+        device_outputs.clear();
     }
 
     // Graphs kept between calls by their shapes (stage_graph), on a CUDA device: a kept
@@ -252,6 +265,12 @@ struct vs_context {
                        float * h, float * c, float * out);
 
     void set_output(const std::string & name, std::vector<float> data, int64_t rows, int64_t cols);
+    // A named output [rows, cols] of F32 left in device memory: `offset` bytes into the
+    // handoff buffer (where a stage left it), or copied into kept_outputs by
+    // keep_output_on_device (where the next graph would overwrite it; cuda_device only).
+    void set_device_output(const std::string & name, const vs::buffer_ptr & buf, size_t offset, int64_t rows,
+                           int64_t cols);
+    void keep_output_on_device(const std::string & name, const void * src, int64_t rows, int64_t cols);
 
     // Runs one stage of one chunk: polls abort first, adds its milliseconds to the
     // timings and reports them through the synthesis's on_stage.

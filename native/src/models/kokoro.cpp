@@ -173,7 +173,8 @@ struct kokoro_job {
     act                  d_en, d_in, d, t_en, dec, har;
     std::vector<float>   logits, dur, f0, n, audio;
     std::vector<int32_t> frame_to_token;
-    int64_t              dec_at = -1;  // dec's bytes into the device handoff, where it was left there (dec.v empty)
+    int64_t              dec_at   = -1;  // dec's bytes into the device handoff, where it was left there (dec.v empty)
+    bool                 har_kept = false;  // har named as an output where it is, on the device (har.v empty)
 };
 
 // Where the decoder leaves each job's output on the device for the generator's kernels: the
@@ -2075,7 +2076,13 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
     }
     fill_cond(k, styles.data());
     c.compute(gb0.gf);
-    group.back()->har = read_act(src.back().har);  // the named intermediate is a batch's last sentence's
+    // The named intermediate is a batch's last sentence's, read back only if asked for.
+    if (ggml_tensor * har = src.back().har; in_device_memory(c, har)) {
+        c.keep_output_on_device("har", har->data, ggml_nelements(har) / har->ne[0], har->ne[0]);
+        group.back()->har_kept = true;
+    } else {
+        group.back()->har = read_act(har);
+    }
 
     // Each stage's segments, for the kernels: a batch's, or a captured sentence's length.
     std::vector<vs::cuda::snake_segments> segs(n_stages);
@@ -2290,13 +2297,14 @@ std::vector<std::vector<float>> kokoro_voice::synthesize_batch(vs_context &     
     c.set_output("F0", std::move(j.f0), 2 * F, 1);
     c.set_output("N", std::move(j.n), 2 * F, 1);
     c.set_output("text_encoder", std::move(j.t_en.v), T, j.t_en.C);
-    if (j.dec_at >= 0) {  // left on the device for the generator
-        j.dec.v.resize((size_t) (j.dec.C * j.dec.T));
-        vs::cuda::download(c.cuda_device, j.dec.v.data(), static_cast<const uint8_t *>(c.device_handoff(0)) + j.dec_at,
-                           sizeof(float) * j.dec.v.size());
+    if (j.dec_at >= 0) {  // left on the device for the generator: read back if asked for
+        c.set_device_output("decoder", c.handoff, (size_t) j.dec_at, j.dec.T, j.dec.C);
+    } else {
+        c.set_output("decoder", std::move(j.dec.v), j.dec.T, j.dec.C);
     }
-    c.set_output("decoder", std::move(j.dec.v), j.dec.T, j.dec.C);
-    c.set_output("har", std::move(j.har.v), j.har.T, j.har.C);
+    if (!j.har_kept) {
+        c.set_output("har", std::move(j.har.v), j.har.T, j.har.C);
+    }
     return audio;
 }
 
