@@ -284,7 +284,8 @@ VS_API struct vs_timings vs_context_timings(const vs_context * ctx);  // of the 
 // "z" ([F, C]). Kokoro: "bert" ([T, 512]), "duration_logits" ([T, 50]), "durations"
 // ([T]), "F0", "N" ([2F]), "text_encoder" ([T, 512]), "decoder" ([2F, 512]),
 // "har" (the generator's source spectrum, [frames, 22]).
-// `shape` receives rows and columns. The pointer is valid until the next call.
+// `shape` receives rows and columns. The pointer is valid until the next call. (On a CUDA
+// device some are read back from it the first time they are asked for.)
 VS_API int vs_context_output(const vs_context * ctx, const char * name, const float ** data, int64_t shape[2]);
 
 // ---------------------------------------------------------------- speaker embeddings
