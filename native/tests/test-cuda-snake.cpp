@@ -6,8 +6,8 @@
 // before its GEMMs. The same stacks over segments packed along time (check_segments), each
 // against the host's stack over it alone. Then the LeakyReLU stacks of Piper's decoder the
 // same way (check_leaky), and its output layer (check_post). A stack at a bucket's length,
-// captured and replayed for other lengths of that bucket (check_captured). Exits 77 (skipped) where there
-// is no CUDA device.
+// captured and replayed for other lengths of that bucket (check_captured), and the cache
+// of captures itself (check_cache). Exits 77 (skipped) where there is no CUDA device.
 #include <cuda_runtime.h>
 #include <ggml.h>
 
@@ -95,38 +95,50 @@ void * upload(const std::vector<V> & v) {
     return p;
 }
 
-// A stack's six convolutions (dilations 1, 1, 3, 1, 5, 1) of random weights, scales,
-// shifts, alphas and biases, on the host and on the device (their memory in `device`).
-void random_stack(int64_t C, int K, std::mt19937 & rng, std::vector<host_conv> & convs,
-                  std::vector<vs::cuda::snake_conv> & dconvs, std::vector<void *> & device) {
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    const int                             dil[6] = { 1, 1, 3, 1, 5, 1 };
-    convs.assign(6, host_conv());
-    dconvs.assign(6, vs::cuda::snake_conv());
-    for (int i = 0; i < 6; ++i) {
-        host_conv & h = convs[(size_t) i];
-        h.dilation    = dil[i];
-        for (int64_t c = 0; c < C; ++c) {
-            h.scale.push_back(1.0f + 0.3f * u(rng));
-            h.shift.push_back(0.2f * u(rng));
-            h.alpha.push_back(0.5f + 0.5f * (u(rng) + 1.0f));
-            h.bias.push_back(0.1f * u(rng));
+// The dilations of a stack's six convolutions.
+constexpr int STACK_DIL[6] = { 1, 1, 3, 1, 5, 1 };
+
+// A stack's six convolutions of random weights, scales, shifts, alphas and biases, on the
+// host and on the device (freed with it).
+struct random_stack {
+    std::vector<host_conv>            convs;
+    std::vector<vs::cuda::snake_conv> dconvs;
+    std::vector<void *>               device;
+
+    random_stack(int64_t C, int K, std::mt19937 & rng) : convs(6), dconvs(6) {
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        for (int i = 0; i < 6; ++i) {
+            host_conv & h = convs[(size_t) i];
+            h.dilation    = STACK_DIL[i];
+            for (int64_t c = 0; c < C; ++c) {
+                h.scale.push_back(1.0f + 0.3f * u(rng));
+                h.shift.push_back(0.2f * u(rng));
+                h.alpha.push_back(0.5f + 0.5f * (u(rng) + 1.0f));
+                h.bias.push_back(0.1f * u(rng));
+            }
+            h.random_weights(C, K, rng);
+            for (const auto * v : { &h.scale, &h.shift, &h.alpha, &h.bias }) {
+                device.push_back(upload(*v));
+            }
+            device.push_back(upload(h.w16));
+            vs::cuda::snake_conv & d = dconvs[(size_t) i];
+            const size_t           n = device.size();
+            d.scale                  = static_cast<const float *>(device[n - 5]);
+            d.shift                  = static_cast<const float *>(device[n - 4]);
+            d.alpha                  = static_cast<const float *>(device[n - 3]);
+            d.bias                   = static_cast<const float *>(device[n - 2]);
+            d.w                      = device[n - 1];
+            d.dilation               = STACK_DIL[i];
         }
-        h.random_weights(C, K, rng);
-        for (const auto * v : { &h.scale, &h.shift, &h.alpha, &h.bias }) {
-            device.push_back(upload(*v));
-        }
-        device.push_back(upload(h.w16));
-        vs::cuda::snake_conv & d = dconvs[(size_t) i];
-        const size_t           n = device.size();
-        d.scale                  = static_cast<const float *>(device[n - 5]);
-        d.shift                  = static_cast<const float *>(device[n - 4]);
-        d.alpha                  = static_cast<const float *>(device[n - 3]);
-        d.bias                   = static_cast<const float *>(device[n - 2]);
-        d.w                      = device[n - 1];
-        d.dilation               = dil[i];
     }
-}
+    ~random_stack() {
+        for (void * p : device) {
+            cudaFree(p);
+        }
+    }
+    random_stack(const random_stack &)             = delete;
+    random_stack & operator=(const random_stack &) = delete;
+};
 
 // The host's stack over x [T, C].
 std::vector<float> reference_stack(const std::vector<float> & x, int64_t C, int64_t T, int K,
@@ -142,11 +154,8 @@ std::vector<float> reference_stack(const std::vector<float> & x, int64_t C, int6
 bool check(void * blas, int64_t C, int64_t T, int K) {
     std::mt19937                          rng((unsigned) (C * 131 + T * 7 + K));
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    const int                             dil[6] = { 1, 1, 3, 1, 5, 1 };
-    std::vector<host_conv>                convs;
-    std::vector<void *>                   device;
-    std::vector<vs::cuda::snake_conv>     dconvs;
-    random_stack(C, K, rng, convs, dconvs, device);
+    const int *                           dil = STACK_DIL;
+    const random_stack                    st(C, K, rng);
     // An input with channels of unlike means and spreads (the AdaIN's statistics matter),
     // every seventh channel's mean 25 times its spread or more (a variance taken as the mean
     // of squares less the squared mean, unshifted, would lose digits there).
@@ -157,7 +166,7 @@ bool check(void * blas, int64_t C, int64_t T, int K) {
             x[(size_t) (t * C + c)] = mean + (1.0f + (float) (c % 3)) * u(rng);
         }
     }
-    const std::vector<float> want = reference_stack(x, C, T, K, convs);
+    const std::vector<float> want = reference_stack(x, C, T, K, st.convs);
 
     const int64_t frames = vs::cuda::snake_frames(T, K, dil, 6);
     void *        d_x = nullptr, *d_scratch = nullptr;
@@ -166,7 +175,7 @@ bool check(void * blas, int64_t C, int64_t T, int K) {
     cudaMemcpy(d_x, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice);
     bool ok = true;
     try {
-        vs::cuda::snake_stack(0, blas, static_cast<float *>(d_x), C, T, K, dconvs.data(), 3, d_scratch);
+        vs::cuda::snake_stack(0, blas, static_cast<float *>(d_x), C, T, K, st.dconvs.data(), 3, d_scratch);
         vs::cuda::synchronize(0);
     } catch (const std::exception & e) {
         std::printf("FAIL C=%lld T=%lld K=%d: %s\n", (long long) C, (long long) T, K, e.what());
@@ -176,9 +185,6 @@ bool check(void * blas, int64_t C, int64_t T, int K) {
     cudaMemcpy(got.data(), d_x, got.size() * sizeof(float), cudaMemcpyDeviceToHost);
     cudaFree(d_x);
     cudaFree(d_scratch);
-    for (void * p : device) {
-        cudaFree(p);
-    }
     double worst = 0.0, scale = 0.0;
     for (size_t i = 0; i < got.size(); ++i) {
         worst = std::max(worst, (double) std::fabs(got[i] - want[i]));  // NaN fails below
@@ -334,13 +340,10 @@ bool check_segments(void * blas, int64_t C, int K, const std::vector<int64_t> & 
 bool check_captured(void * blas, int64_t C, int K, const std::vector<int64_t> & lengths) {
     std::mt19937                          rng((unsigned) (C * 17 + K));
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    const int                             dil[6] = { 1, 1, 3, 1, 5, 1 };
-    std::vector<host_conv>                convs;
-    std::vector<void *>                   device;
-    std::vector<vs::cuda::snake_conv>     dconvs;
-    random_stack(C, K, rng, convs, dconvs, device);
-    const int64_t Tb = vs::cuda::snake_bucket(lengths[0], &K, 1, dil, 6);
-    bool          ok = true;
+    const int *                           dil = STACK_DIL;
+    const random_stack                    st(C, K, rng);
+    const int64_t                         Tb = vs::cuda::snake_bucket(lengths[0], &K, 1, dil, 6);
+    bool                                  ok = true;
     for (int64_t T : lengths) {
         if (vs::cuda::snake_bucket(T, &K, 1, dil, 6) != Tb || T > Tb) {
             std::printf("FAIL captured C=%lld K=%d: %lld frames are not in the bucket of %lld\n", (long long) C, K,
@@ -367,7 +370,8 @@ bool check_captured(void * blas, int64_t C, int K, const std::vector<int64_t> & 
         cudaMemcpy(d_range, range, sizeof(range), cudaMemcpyHostToDevice);
         try {
             cache.run(0, "stack", [&] {
-                vs::cuda::snake_stack(0, blas, static_cast<float *>(d_x), C, Tb, K, dconvs.data(), 3, d_scratch, seg);
+                vs::cuda::snake_stack(0, blas, static_cast<float *>(d_x), C, Tb, K, st.dconvs.data(), 3, d_scratch,
+                                      seg);
             });
             vs::cuda::synchronize(0);
         } catch (const std::exception & e) {
@@ -378,14 +382,11 @@ bool check_captured(void * blas, int64_t C, int K, const std::vector<int64_t> & 
         std::vector<float> got((size_t) (C * T));
         cudaMemcpy(got.data(), d_x, got.size() * sizeof(float), cudaMemcpyDeviceToHost);
         const std::vector<float> want =
-            reference_stack(std::vector<float>(x.begin(), x.begin() + C * T), C, T, K, convs);
+            reference_stack(std::vector<float>(x.begin(), x.begin() + C * T), C, T, K, st.convs);
         for (size_t i = 0; i < got.size(); ++i) {
             worst = std::isfinite(got[i]) ? std::max(worst, (double) std::fabs(got[i] - want[i])) : INFINITY;
             scale = std::max(scale, (double) std::fabs(want[i] - x[i]));
         }
-    }
-    for (void * p : device) {
-        cudaFree(p);
     }
     for (void * p : { d_x, d_scratch, d_range }) {
         cudaFree(p);
@@ -393,6 +394,58 @@ bool check_captured(void * blas, int64_t C, int K, const std::vector<int64_t> & 
     ok = ok && worst <= 2e-3 * scale && cache.captured() == 1;
     std::printf("%s captured C=%lld K=%d at %lld frames (%zu captured): largest difference %.2e of %.2e added\n",
                 ok ? "ok  " : "FAIL", (long long) C, K, (long long) Tb, cache.captured(), worst, scale);
+    return ok;
+}
+
+// launch_cache's keys (limit 2): each key run, then captured, then replayed, the work
+// replayed reading what its memory holds then (a copy of a buffer changed between runs);
+// past the limit the key used longest ago goes, captured or not, and comes back unseen.
+bool check_cache() {
+    const int n     = 1000;
+    void *    d_src = nullptr, *d_dst = nullptr;
+    cudaMalloc(&d_src, n * sizeof(float));
+    cudaMalloc(&d_dst, n * sizeof(float));
+    vs::cuda::launch_cache cache(2);
+    std::vector<float>     src(n), dst(n);
+    bool                   ok   = true;
+    int                    step = 0;
+    // Runs `key`, which copies src to dst, with src filled with `step`; its return and the
+    // captures held afterwards must be as given, and dst must be the new src.
+    auto run = [&](const char * key, bool replayed, size_t captured) {
+        ++step;
+        std::fill(src.begin(), src.end(), (float) step);
+        cudaMemcpy(d_src, src.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+        bool got = false;
+        try {
+            got = cache.run(0, key, [&] { vs::cuda::copy(0, d_dst, d_src, n * sizeof(float)); });
+            vs::cuda::synchronize(0);
+        } catch (const std::exception & e) {
+            std::printf("FAIL cache step %d: %s\n", step, e.what());
+            ok = false;
+            return;
+        }
+        cudaMemcpy(dst.data(), d_dst, n * sizeof(float), cudaMemcpyDeviceToHost);
+        const bool same = std::all_of(dst.begin(), dst.end(), [&](float v) { return v == (float) step; });
+        if (got != replayed || cache.captured() != captured || !same) {
+            std::printf("FAIL cache step %d (%s): replayed %d, %zu captured, copy %s\n", step, key, (int) got,
+                        cache.captured(), same ? "right" : "wrong");
+            ok = false;
+        }
+    };
+    run("a", false, 0);  // run
+    run("a", false, 1);  // captured
+    run("a", true, 1);   // replayed
+    run("b", false, 1);
+    run("b", false, 2);
+    run("b", true, 2);
+    run("a", true, 2);
+    run("c", false, 1);  // b, used longest ago, goes
+    run("b", false, 0);  // unseen again; a, used longest ago, goes
+    run("c", false, 1);  // captured
+    run("c", true, 1);
+    cudaFree(d_src);
+    cudaFree(d_dst);
+    std::printf("%s launch_cache: run, captured, replayed, dropped past its limit\n", ok ? "ok  " : "FAIL");
     return ok;
 }
 
@@ -552,6 +605,7 @@ int main() {
     ok = check_captured(blas, 64, 7, { 300, 295, 290 }) && ok;
     ok = check_captured(blas, 32, 3, { 1000, 1152, 961 }) && ok;  // the bucket's length itself
     ok = check_captured(blas, 32, 11, { 100, 110, 95 }) && ok;
+    ok = check_cache() && ok;
     for (int K : { 3, 5, 7 }) {  // Piper's kernel sizes
         ok = check_leaky(blas, 32, 9, K, false) && ok;
         ok = check_leaky(blas, 64, 613, K, true) && ok;
