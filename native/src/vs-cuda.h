@@ -172,8 +172,9 @@ void synchronize(int device);
 // it as a CUDA graph the second time and replays that graph after. The sequence must be
 // queued on the calling thread's stream with nothing synchronous in it (its host inputs
 // uploaded before), and under one key read and write the same device memory with the same
-// launches every time: the key names its shapes and the addresses it uses. Keys seen last
-// longest ago go first past `limit` (captured or only seen). Not thread-safe: a context's.
+// launches every time: the key names its shapes, and the caller clears the cache when the
+// memory it uses moves. Keys seen last longest ago go first past `limit` (captured or only
+// seen). Not thread-safe: a context's.
 class launch_cache {
   public:
     explicit launch_cache(size_t limit = 64) : limit_(limit) {}
