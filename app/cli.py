@@ -219,6 +219,8 @@ def cmd_bench(args) -> int:
                     # On CUDA, graphs are kept between calls: the repeated runs reuse them.
                     "graphs_built": statistics.median(t.timings["graphs_built"] for t in runs),
                     "graphs_reused": statistics.median(t.timings["graphs_reused"] for t in runs),
+                    # On CUDA, a sentence's residual stacks captured by an earlier run and replayed.
+                    "captures_replayed": statistics.median(t.timings["captures_replayed"] for t in runs),
                     "workers_ms": [
                         statistics.median(w) for w in zip(*(t.timings["workers_ms"] for t in runs), strict=True)
                     ],
@@ -280,6 +282,8 @@ def cmd_bench(args) -> int:
     built, reused = (sum(r[k] for r in results) for k in ("graphs_built", "graphs_reused"))
     if reused:
         print(f"  graphs a run: {built:.0f} built, {reused:.0f} kept from an earlier run of the same shapes")
+    if replayed := sum(r["captures_replayed"] for r in results):
+        print(f"  the engine's kernels a run: {replayed:.0f} captured sequences replayed")
     for stage, ops in fallback.items():
         print(f"  on the CPU instead of {device}: {stage}: {', '.join(ops)}")
     if "streams" in report:
