@@ -833,6 +833,13 @@ int64_t snake_bucket(int64_t T, const int * Ks, int n_K, const int * dilations, 
     return std::max(most, T);
 }
 
+// A capture's instance, dropped (one in flight is freed when it completes).
+static void drop_exec(void * exec) {
+    if (exec) {
+        cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec));
+    }
+}
+
 bool launch_cache::run(int device, const std::string & key, const std::function<void()> & queue) {
     check(cudaSetDevice(device), "cudaSetDevice");
     auto it = entries_.find(key);
@@ -841,9 +848,7 @@ bool launch_cache::run(int device, const std::string & key, const std::function<
             auto oldest = std::min_element(entries_.begin(), entries_.end(), [](const auto & a, const auto & b) {
                 return a.second.used < b.second.used;
             });
-            if (oldest->second.exec) {
-                cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(oldest->second.exec));
-            }
+            drop_exec(oldest->second.exec);
             entries_.erase(oldest);
         }
         entries_[key].used = ++clock_;
@@ -879,9 +884,7 @@ bool launch_cache::run(int device, const std::string & key, const std::function<
 
 void launch_cache::clear() {
     for (auto & [key, e] : entries_) {
-        if (e.exec) {
-            cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(e.exec));
-        }
+        drop_exec(e.exec);
     }
     entries_.clear();
 }

@@ -2039,16 +2039,16 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
             work_bytes = std::max(work_bytes, vs::cuda::snake_scratch_bytes(C, F, K, dil, 6, (int) B));
         }
         xs_at.push_back(scratch.reserve(sizeof(float) * (size_t) (C * frames)));
-        segs_at.push_back(B > 1      ? scratch.reserve(sizeof(int) * (size_t) (2 * (int64_t) B + F))
-                          : captured ? scratch.reserve(sizeof(int) * 2)
-                                     : 0);
+        segs_at.push_back(B > 1 ? scratch.reserve(sizeof(int) * (size_t) (2 * (int64_t) B + F)) : 0);
         stage_bytes = std::max(stage_bytes, sizeof(float) * (size_t) (C * frames));
     }
     const size_t x_at = scratch.reserve(stage_bytes), r_at = scratch.reserve(stage_bytes),
                  s_at    = scratch.reserve(stage_bytes);
     const size_t work_at = scratch.reserve(work_bytes);
-    auto * const base    = static_cast<uint8_t *>(c.device_scratch(scratch.bytes));
-    auto         ptr     = [&](size_t off) { return reinterpret_cast<float *>(base + off); };
+    // A captured sentence's length at each stage (its segment's range), uploaded at once.
+    const size_t ranges_at = captured ? scratch.reserve(sizeof(int) * 2 * n_stages) : 0;
+    auto * const base      = static_cast<uint8_t *>(c.device_scratch(scratch.bytes));
+    auto         ptr       = [&](size_t off) { return reinterpret_cast<float *>(base + off); };
     // Sentence b's frames of a stage's buffer at `off`, as a tensor of graph g.
     auto frames_of = [&](ggml_context * g, size_t off, size_t i, size_t b) {
         return c.scratch_tensor(g, off + sizeof(float) * (size_t) (at[i][b] * Cs[i]), Cs[i], T[i][b]);
@@ -2086,10 +2086,13 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
 
     // Each stage's segments, for the kernels: a batch's, or a captured sentence's length.
     std::vector<vs::cuda::snake_segments> segs(n_stages);
-    for (size_t i = 0; captured && i < n_stages; ++i) {
-        const int range[2] = { 0, (int) T[i][0] };
-        vs::cuda::upload(dev, base + segs_at[i], range, sizeof(range));
-        segs[i] = { 1, reinterpret_cast<const int *>(base + segs_at[i]), nullptr, rows };
+    if (captured) {
+        std::vector<int> ranges;
+        for (size_t i = 0; i < n_stages; ++i) {
+            ranges.insert(ranges.end(), { 0, (int) T[i][0] });
+            segs[i] = { 1, reinterpret_cast<const int *>(base + ranges_at) + 2 * i, nullptr, rows };
+        }
+        vs::cuda::upload(dev, base + ranges_at, ranges.data(), sizeof(int) * ranges.size());
     }
     if (captured && captures_base_ != base) {
         captures_.clear();
@@ -2154,8 +2157,10 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
             }
         };
         if (captured) {
-            const std::string key =
-                std::to_string(i) + " of " + std::to_string(total[0]) + "," + std::to_string(total.back());
+            std::string key = std::to_string(i) + " of";  // the stage, and every stage's bucket
+            for (int64_t F : total) {
+                key += " " + std::to_string(F);
+            }
             c.timings.n_captures_replayed += captures_.run(dev, key, queue) ? 1 : 0;
         } else {
             queue();
