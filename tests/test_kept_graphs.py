@@ -129,19 +129,20 @@ def kokoro_calls(monkeypatch, device: str, keep: str):
     return out
 
 
-def assert_kokoro_kept_like_fresh(kept, fresh, per_call: int, on_gpu: bool = False):
+def assert_kokoro_kept_like_fresh(kept, fresh, per_call: int, on_gpu: bool = False, per_batch: int | None = None):
     """The same BERT output within rounding (other shapes sum in another order), the same
     durations, and the same sound: Kokoro's source integrates F0, so a rounding there moves
     the phase of its samples, not what they sound like. On a GPU, F16 matmuls of other shapes
     round more (BERT within 1%, as a batch's is) and may move a token near half a frame by
     a frame, shifting every later one: such takes need only be as long, within two frames.
-    per_call: the graphs a call of one sentence keeps (the batch keeps as many)."""
+    per_call: the graphs a call of one sentence keeps; per_batch: the batch's (as many
+    unless given)."""
     from app.core.dsp import log_mel_cosine
 
     assert [c[1]["graphs_reused"] for c in fresh] == [0, 0, 0, 0]
     reused = [c[1]["graphs_reused"] for c in kept]
     # Each sentence's graphs again, in another order; the batch's again.
-    assert reused[1] == 3 * per_call and reused[3] == per_call
+    assert reused[1] == 3 * per_call and reused[3] == (per_call if per_batch is None else per_batch)
     same_length = n = 0
     for (audio, _, bert, sample_rate, stages), (ref, _, ref_bert, _, ref_stages) in zip(kept, fresh, strict=True):
         assert np.max(np.abs(bert - ref_bert)) <= (1e-2 if on_gpu else 1e-3) * np.max(np.abs(ref_bert))

@@ -1,6 +1,7 @@
 // Context: device, scheduler and the stage runner shared by the architectures.
 #include "vs-context.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -115,7 +116,7 @@ static bool is_view(const ggml_tensor * node) {
 }
 
 vs::stage_graph & vs_context::stage_graph(int stage, const std::string & key, const vs::graph_builder & build,
-                                          size_t max_nodes) {
+                                          size_t max_nodes, bool shared) {
     const bool keep = keep_graphs && !profiling && !key.empty();
     current_stage   = stage;
     if (keep) {
@@ -134,37 +135,95 @@ vs::stage_graph & vs_context::stage_graph(int stage, const std::string & key, co
         const ggml_tensor * node = ggml_graph_node(sg->gb.gf, i);
         on_device                = is_view(node) || ggml_backend_supports_op(backend.get(), node);
     }
-    if (on_device) {
-        sg->alloc.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend.get())));
-        if (!sg->alloc || !ggml_gallocr_alloc_graph(sg->alloc.get(), sg->gb.gf)) {
-            throw vs::error(VS_ERR_COMPUTE,
-                            std::string("out of memory on ") + device + " for the " + vs_stage_name(stage) + " graph");
+    if (!on_device) {
+        fresh = std::move(*sg);
+        alloc(stage, fresh.gb.gf);
+        return fresh;
+    }
+    ggml_backend_buffer_type_t buft = ggml_backend_get_default_buffer_type(backend.get());
+    auto                       oom  = [&] {
+        return vs::error(VS_ERR_COMPUTE,
+                                                std::string("out of memory on ") + device + " for the " + vs_stage_name(stage) + " graph");
+    };
+    size_t need = 0;
+    if (shared) {  // measured without allocating
+        vs::gallocr_ptr measure(ggml_gallocr_new(buft));
+        if (!measure) {
+            throw oom();
         }
-        sg->bytes    = ggml_gallocr_get_buffer_size(sg->alloc.get(), 0);
-        sg->last_use = ++graph_uses;
+        ggml_gallocr_reserve_n_size(measure.get(), sg->gb.gf, nullptr, nullptr, &need);
+    }
+    if (shared && need <= kept_limit / 4) {
+        size_t n_shared = 0;
+        auto   lru      = kept.end();
+        for (auto it = kept.begin(); it != kept.end(); ++it) {
+            if (it->second->shared) {
+                ++n_shared;
+                lru = lru == kept.end() || it->second->last_use < lru->second->last_use ? it : lru;
+            }
+        }
+        if (n_shared >= max_shared_graphs) {
+            drop_kept(lru);
+        }
+        if (!shared_alloc || need > shared_bytes) {  // the others go first: their memory is about to be freed
+            drop_shared_graphs();
+            shared_alloc.reset(ggml_gallocr_new(buft));
+        }
+        if (!shared_alloc || !ggml_gallocr_alloc_graph(shared_alloc.get(), sg->gb.gf)) {
+            shared_alloc.reset();
+            throw oom();
+        }
+        const size_t bytes = ggml_gallocr_get_buffer_size(shared_alloc.get(), 0);
+        kept_bytes += bytes - shared_bytes;
+        shared_bytes = bytes;
+        sg->shared   = true;
+    } else {
+        sg->alloc.reset(ggml_gallocr_new(buft));
+        if (!sg->alloc || !ggml_gallocr_alloc_graph(sg->alloc.get(), sg->gb.gf)) {
+            throw oom();
+        }
+        sg->bytes = ggml_gallocr_get_buffer_size(sg->alloc.get(), 0);
         if (sg->bytes > kept_limit / 4) {  // too large to keep: run once in its own memory
             fresh = std::move(*sg);
             return fresh;
         }
         kept_bytes += sg->bytes;
-        while (kept_bytes > kept_limit && !kept.empty()) {  // the least recently used go first
-            auto lru = kept.begin();
-            for (auto it = kept.begin(); it != kept.end(); ++it) {
-                lru = it->second->last_use < lru->second->last_use ? it : lru;
-            }
-            forget_capture(*lru->second);
-            kept_bytes -= lru->second->bytes;
-            kept.erase(lru);
-        }
-        return *(kept[key] = std::move(sg));
     }
-    fresh = std::move(*sg);
-    alloc(stage, fresh.gb.gf);
-    return fresh;
+    sg->last_use = ++graph_uses;
+    while (kept_bytes > kept_limit && !kept.empty()) {  // the least recently used go first
+        auto lru = kept.begin();
+        for (auto it = kept.begin(); it != kept.end(); ++it) {
+            lru = it->second->last_use < lru->second->last_use ? it : lru;
+        }
+        drop_kept(lru);
+    }
+    return *(kept[key] = std::move(sg));
+}
+
+void vs_context::drop_kept(std::map<std::string, std::unique_ptr<vs::stage_graph>>::iterator it) {
+    forget_capture(*it->second);
+    kept_bytes -= it->second->bytes;
+    const bool shared = it->second->shared;
+    kept.erase(it);
+    if (shared && std::none_of(kept.begin(), kept.end(), [](const auto & e) { return e.second->shared; })) {
+        shared_alloc.reset();
+        kept_bytes -= shared_bytes;
+        shared_bytes = 0;
+    }
+}
+
+void vs_context::drop_shared_graphs() {
+    for (auto it = kept.begin(); it != kept.end();) {
+        auto next = std::next(it);
+        if (it->second->shared) {
+            drop_kept(it);
+        }
+        it = next;
+    }
 }
 
 void vs_context::compute(vs::stage_graph & sg) {
-    if (!sg.alloc) {
+    if (!sg.alloc && !sg.shared) {
         compute(sg.gb.gf);
         return;
     }
@@ -189,12 +248,12 @@ void vs_context::compute(vs::stage_graph & sg) {
 // Only CUDA backends capture (tag_runs), and they stop the process on a CUDA error rather
 // than return one, so the status is not checked: a cancelled job's graph is still dropped.
 void vs_context::forget_capture(vs::stage_graph & sg) {
-    if (!tag_runs || !sg.alloc || ggml_graph_n_nodes(sg.gb.gf) == 0) {
+    if (!tag_runs || (!sg.alloc && !sg.shared) || ggml_graph_n_nodes(sg.gb.gf) == 0) {
         return;
     }
     ggml_tensor *       first = ggml_graph_node(sg.gb.gf, 0);
     const ggml_tensor * owner = first->view_src ? first->view_src : first;
-    if (scratch && owner->buffer == scratch.get()) {
+    if ((scratch && owner->buffer == scratch.get()) || (handoff && owner->buffer == handoff.get())) {
         return;
     }
     const ggml_init_params params = { ggml_graph_overhead_custom(1, false), nullptr, true };
@@ -382,12 +441,16 @@ void vs_context::compute(ggml_cgraph * gf) {
 // A buffer of the device of at least `bytes` (grown, its contents lost, where smaller).
 static void * grown(vs_context & c, vs::buffer_ptr & buf, size_t bytes, const char * what) {
     if (!buf || ggml_backend_buffer_get_size(buf.get()) < bytes) {
+        if (buf && (&buf == &c.scratch || &buf == &c.handoff)) {
+            c.drop_shared_graphs();  // while what they read and write is there
+        }
         buf.reset();  // the old one first: only one is ever held
         buf.reset(ggml_backend_buft_alloc_buffer(ggml_backend_get_default_buffer_type(c.backend.get()), bytes));
         if (!buf) {
             throw vs::error(VS_ERR_COMPUTE, "out of device memory on " + c.device + " (" + std::to_string(bytes >> 20) +
                                                 " MiB of " + what + ")");
         }
+        ggml_backend_buffer_clear(buf.get(), 0);  // what is read before it is written is zeros, not NaNs
     }
     return ggml_backend_buffer_get_base(buf.get());
 }

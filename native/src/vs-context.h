@@ -83,6 +83,7 @@ struct stage_graph {
     gallocr_ptr                alloc;  // a kept graph's own compute memory; null on the scheduler
     size_t                     bytes    = 0;
     uint64_t                   last_use = 0;
+    bool                       shared   = false;  // in vs_context::shared_alloc's memory, not alloc's
 };
 using graph_builder = std::function<std::vector<ggml_tensor *>(ggml_context *, ggml_cgraph *)>;
 
@@ -205,7 +206,16 @@ struct vs_context {
     size_t                                                  kept_bytes = 0;
     uint64_t                                                graph_uses = 0;
     vs::stage_graph                                         fresh;  // the graph of a stage not kept
-    std::shared_ptr<vs::meta_pool>                          graph_meta = std::make_shared<vs::meta_pool>();
+    // The memory of the graphs kept with `shared` (stage_graph): one buffer, as large as the
+    // largest of them, that each uses while it runs. Such a graph hands nothing over in its
+    // own memory (its results go to the device scratch or are read at once), so they need no
+    // room each. Where a new one needs more, the others are dropped first, and so they are
+    // before the scratch or the handoff buffer (which they may read and write) moves.
+    vs::gallocr_ptr shared_alloc;
+    size_t          shared_bytes = 0;
+    // The most graphs kept in shared memory (each holds its metadata and a capture of its own).
+    static constexpr size_t        max_shared_graphs = 48;
+    std::shared_ptr<vs::meta_pool> graph_meta        = std::make_shared<vs::meta_pool>();
 
     // ggml's CUDA backend, built with CUDA graphs, captures a graph and replays it once two
     // runs in a row at the same first-node address have nodes of the same bytes. A graph built
@@ -219,6 +229,9 @@ struct vs_context {
     // Before a kept graph is dropped: leaves ggml no instance under its first node's address
     // that another graph there could be updated from (see the .cpp).
     void forget_capture(vs::stage_graph & sg);
+    // Drops a kept graph (forget_capture first), and the shared memory with the last graph in it.
+    void drop_kept(std::map<std::string, std::unique_ptr<vs::stage_graph>>::iterator it);
+    void drop_shared_graphs();
     void tag_run(ggml_cgraph * gf);
 
     // Whether stages round their shapes up (shape_bucket) so that kept graphs serve other
@@ -228,9 +241,10 @@ struct vs_context {
     vs::graph_build new_graph(size_t max_nodes = 8192);
     // The graph of `stage` for shapes `key`, allocated and ready for its inputs: the kept one
     // of that key, or one `build` makes now (kept where the context keeps graphs and every
-    // node runs on the device). Valid until the next call.
+    // node runs on the device; with `shared`, in shared_alloc's memory). Valid until the next
+    // call.
     vs::stage_graph & stage_graph(int stage, const std::string & key, const vs::graph_builder & build,
-                                  size_t max_nodes = 8192);
+                                  size_t max_nodes = 8192, bool shared = false);
     void              compute(vs::stage_graph & sg);
     // Throws for a cancelled or failed computation's status.
     void check_computed(ggml_status st) const;

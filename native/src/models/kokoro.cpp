@@ -317,7 +317,14 @@ class kokoro_voice final : public voice {
     void               run_generator_fused(vs_context & c, const std::vector<kokoro_job *> & group) const;
     ggml_tensor *      gen_noise_conv(vs_context & c, ggml_context * g, ggml_tensor * har, size_t i) const;
     ggml_tensor *      gen_upsample(vs_context & c, ggml_context * g, ggml_tensor * x, size_t i) const;
-    ggml_tensor * gen_output(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * gain, int64_t L) const;
+    ggml_tensor *      gen_output(vs_context & c, ggml_context * g, ggml_tensor * x, int64_t L,
+                                  ggml_tensor * mask = nullptr) const;
+    // Each generator stage's frames for F0 frames F2 (its upsamplings' transposed
+    // convolutions; the last stage's reflection pad adds one).
+    std::vector<int64_t> gen_stage_frames(int64_t F2) const;
+    // For a sentence alone of F2 F0 frames, where its generator runs at its buckets' lengths
+    // (run_generator_fused): each stage's bucket, and the most F0 frames whose stages fit them.
+    int64_t gen_bucket(int64_t F2, std::vector<int64_t> & total) const;
     // The noise branch's residual block kernel at stage i; the name of stage i's j-th block.
     int         noise_kernel(size_t i) const { return i + 1 == hp_.gen_rates.size() ? 11 : 7; }
     std::string res_prefix(size_t stage, size_t j) const;
@@ -1721,19 +1728,49 @@ std::vector<float> harmonic_cycles(const std::vector<float> & f0, float sample_r
     return out;
 }
 
-// The generator's harmonic source and its STFT, har [22, n_frames], in graph g; its inputs
-// are filled by fill() after the graph's allocation.
+// The forward DFT basis over the Hann window [N_FFT, 2 bins] (rows re_0..re_10, im_0..im_10)
+// and the iSTFT's gain on its first N_FFT / 2 samples: constants on c's device, made once.
+ggml_tensor * stft_basis(vs_context & c, const vs_model & model) {
+    const int64_t bins = N_FFT / 2 + 1;
+    return c.derived_tensor("kokoro.stft_basis", GGML_TYPE_F32, { N_FFT, 2 * bins, 1, 1 }, [&](uint8_t * out) {
+        const float * wv = (const float *) model.tensor(GEN + "stft.window")->data;
+        auto *        bv = reinterpret_cast<float *>(out);
+        for (int64_t k = 0; k < bins; ++k) {
+            for (int t = 0; t < N_FFT; ++t) {
+                const double a             = 2.0 * M_PI * (double) (k * t) / N_FFT;
+                bv[k * N_FFT + t]          = (float) (wv[t] * std::cos(a));
+                bv[(bins + k) * N_FFT + t] = (float) (-wv[t] * std::sin(a));
+            }
+        }
+    });
+}
+
+// The export scales by 4, dividing its first N_FFT samples by one frame's squared window.
+ggml_tensor * istft_gain(vs_context & c, const vs_model & model) {
+    return c.derived_tensor("kokoro.istft_gain", GGML_TYPE_F32, { N_FFT / 2, 1, 1, 1 }, [&](uint8_t * out) {
+        const float * wsv = (const float *) model.tensor(GEN + "stft.istft.stft.window_sum")->data;
+        auto *        gv  = reinterpret_cast<float *>(out);
+        for (int j = 0; j < N_FFT / 2; ++j) {
+            const float w = wsv[N_FFT / 2 + j];
+            gv[j]         = w > 1.1754944e-38f ? 4.0f / w : 4.0f;
+        }
+    });
+}
+
+// The generator's harmonic source and its STFT, har [22, n_frames], in graph g for F0 frames
+// F2; its inputs are filled by fill() after the graph's allocation, for F0 frames up to F2
+// (the frames past a sentence's are a gap whose results are not its own).
 struct gen_source {
-    ggml_tensor *fi = nullptr, *cyc = nullptr, *reflect = nullptr, *basis = nullptr, *har = nullptr;
+    ggml_tensor *fi = nullptr, *cyc = nullptr, *gather = nullptr, *har = nullptr;
     int64_t      F2 = 0, L = 0, n_frames = 0;
 
-    gen_source(vs_context & c, ggml_context * g, int64_t f0_frames) :
+    gen_source() = default;  // a kept graph's, its tensors set from the graph's
+    gen_source(vs_context & c, const vs_model & model, ggml_context * g, int64_t f0_frames) :
         F2(f0_frames), L(f0_frames * SAMPLES_PER_F0), n_frames(L / HOP + 1) {
-        fi      = input_2d(g, F2, 1, "f0");
-        cyc     = input_2d(g, F2, N_HARMONICS, "harmonic_cycles");
-        reflect = ggml_new_tensor_1d(g, GGML_TYPE_I32, N_FFT);  // see below
-        ggml_set_input(reflect);
-        basis = input_2d(g, N_FFT, 2 * (N_FFT / 2 + 1), "stft_basis");
+        fi     = input_2d(g, F2, 1, "f0");
+        cyc    = input_2d(g, F2, N_HARMONICS, "harmonic_cycles");
+        gather = ggml_new_tensor_1d(g, GGML_TYPE_I32, L + N_FFT);  // see below
+        ggml_set_input(gather);
 
         // Harmonic source, as the export computes it: per harmonic its running phase in cycles
         // (harmonic_cycles, from the host), scaled to radians per upsampled sample, linearly
@@ -1748,13 +1785,10 @@ struct gen_source {
 
         // Its STFT (reflect-padded, Hann window): a DFT basis over windows of N_FFT samples
         // every HOP samples; magnitude and phase (atan of im/re, moved to the quadrant). The
-        // padding's samples are gathered, which every backend can: the first N_FFT / 2 are
-        // src[N_FFT / 2 .. 1], the last src[L - 2 .. L - 1 - N_FFT / 2].
-        ggml_tensor * edges = ggml_get_rows(g, src, reflect);  // [1, N_FFT]: the two paddings
-        ggml_tensor * padded =
-            ggml_concat(g, ggml_concat(g, ggml_view_2d(g, edges, 1, N_FFT / 2, edges->nb[1], 0), src, 1),
-                        ggml_view_2d(g, edges, 1, N_FFT / 2, edges->nb[1], (N_FFT / 2) * edges->nb[1]),
-                        1);  // [1, L + N_FFT]
+        // padded samples are gathered, which every backend can: src[N_FFT / 2 .. 1], then
+        // src, then src[L - 2 .. L - 1 - N_FFT / 2], at the sentence's own length L.
+        ggml_tensor * padded = ggml_get_rows(g, src, gather);  // [1, L + N_FFT]
+        ggml_tensor * basis  = stft_basis(c, model);
         ggml_tensor * frames =
             conv1d_strided(g, padded, ggml_reshape_3d(g, basis, 1, N_FFT, basis->ne[1]), nullptr, HOP, 0);
         const int64_t bins = N_FFT / 2 + 1;
@@ -1769,27 +1803,32 @@ struct gen_source {
         ggml_set_output(har);
     }
 
-    void fill(const vs_model & model, const std::vector<float> & f0, float sample_rate) const {
-        set_input(fi, f0.data());
-        set_input(cyc, harmonic_cycles(f0, sample_rate).data());
-        std::vector<int32_t> reflect_idx(N_FFT);
-        for (int i = 0; i < N_FFT / 2; ++i) {
-            reflect_idx[i]             = N_FFT / 2 - i;
-            reflect_idx[N_FFT / 2 + i] = (int32_t) (L - 2 - i);
+    void fill(const std::vector<float> & f0, float sample_rate) const {
+        const int64_t n = (int64_t) f0.size(), len = n * SAMPLES_PER_F0;
+        GGML_ASSERT(n >= 1 && n <= F2);
+        std::vector<float> f0v(f0);
+        f0v.resize((size_t) F2, 0.0f);  // unvoiced
+        set_input(fi, f0v.data());
+        // Each harmonic's phases, the last one repeated: the interpolation reads it where it
+        // would clamp at the sentence's end.
+        const std::vector<float> phases = harmonic_cycles(f0, sample_rate);
+        std::vector<float>       cv((size_t) (F2 * N_HARMONICS));
+        for (int k = 0; k < N_HARMONICS; ++k) {
+            std::copy_n(phases.begin() + k * n, n, cv.begin() + k * F2);
+            std::fill(cv.begin() + k * F2 + n, cv.begin() + (k + 1) * F2, phases[(size_t) ((k + 1) * n - 1)]);
         }
-        set_input(reflect, reflect_idx.data());
-        // Forward DFT basis over the Hann window: rows re_0..re_10, im_0..im_10.
-        const int64_t      bins = N_FFT / 2 + 1;
-        const float *      wv   = (const float *) model.tensor(GEN + "stft.window")->data;
-        std::vector<float> bv((size_t) (N_FFT * 2 * bins));
-        for (int64_t k = 0; k < bins; ++k) {
-            for (int t = 0; t < N_FFT; ++t) {
-                const double a             = 2.0 * M_PI * (double) (k * t) / N_FFT;
-                bv[k * N_FFT + t]          = (float) (wv[t] * std::cos(a));
-                bv[(bins + k) * N_FFT + t] = (float) (-wv[t] * std::sin(a));
-            }
+        set_input(cyc, cv.data());
+        // Past the padding, a gap's frames are windows of the sentence's first samples again:
+        // finite wherever its own are, for the mask that zeroes them.
+        std::vector<int32_t> idx((size_t) (L + N_FFT));
+        for (int64_t p = 0; p < L + N_FFT; ++p) {
+            const int64_t t = p - N_FFT / 2;
+            idx[(size_t) p] = (int32_t) (t < 0                 ? -t
+                                         : t < len             ? t
+                                         : t < len + N_FFT / 2 ? 2 * (len - 1) - t
+                                                               : (p - len - N_FFT) % len);
         }
-        set_input(basis, bv.data());
+        set_input(gather, idx.data());
     }
 };
 
@@ -1824,8 +1863,9 @@ ggml_tensor * kokoro_voice::gen_upsample(vs_context & c, ggml_context * g, ggml_
 }
 
 // The generator's last steps: conv_post to magnitude and phase, the inverse STFT -> audio [L].
-ggml_tensor * kokoro_voice::gen_output(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * gain,
-                                       int64_t L) const {
+// With `mask` [1, n_frames], the frames it zeroes add nothing to the audio.
+ggml_tensor * kokoro_voice::gen_output(vs_context & c, ggml_context * g, ggml_tensor * x, int64_t L,
+                                       ggml_tensor * mask) const {
     const int64_t bins     = N_FFT / 2 + 1;
     const int64_t n_frames = L / HOP + 1;
     x                      = ggml_leaky_relu(g, x, 0.01f, false);
@@ -1837,6 +1877,9 @@ ggml_tensor * kokoro_voice::gen_output(vs_context & c, ggml_context * g, ggml_te
     ggml_tensor * phase    = ggml_sin(g, channels(g, x, bins, bins));
     ggml_tensor * cplx =
         ggml_concat(g, ggml_mul(g, spec, ggml_cos(g, phase)), ggml_mul(g, spec, ggml_sin(g, phase)), 0);
+    if (mask) {
+        cplx = ggml_mul(g, cplx, mask);
+    }
     // Inverse: each frame's N_FFT samples from the synthesis basis ([22, N_FFT]), overlap-added.
     ggml_tensor * cols    = ggml_mul_mat(g, c.w(GEN + "stft.istft.stft.inverse_basis"), cplx);  // [N_FFT, n_frames]
     const int64_t raw_len = (n_frames - 1) * HOP + N_FFT;
@@ -1852,26 +1895,11 @@ ggml_tensor * kokoro_voice::gen_output(vs_context & c, ggml_context * g, ggml_te
     }
     // The export scales by 4, dividing its first N_FFT samples by one frame's squared
     // window (a constant it traced); then drops N_FFT / 2 samples at each end.
-    ggml_tensor * head =
-        ggml_mul(g, ggml_view_1d(g, wav, N_FFT / 2, N_FFT / 2 * sizeof(float)), ggml_reshape_1d(g, gain, N_FFT / 2));
-    ggml_tensor * body  = ggml_scale(g, ggml_view_1d(g, wav, L - N_FFT / 2, N_FFT * sizeof(float)), 4.0f);
+    ggml_tensor * head = ggml_mul(g, ggml_view_1d(g, wav, N_FFT / 2, N_FFT / 2 * sizeof(float)), istft_gain(c, model_));
+    ggml_tensor * body = ggml_scale(g, ggml_view_1d(g, wav, L - N_FFT / 2, N_FFT * sizeof(float)), 4.0f);
     ggml_tensor * audio = ggml_concat(g, head, body, 0);  // [L]
     ggml_set_output(audio);
     return audio;
-}
-
-ggml_tensor * istft_gain_input(ggml_context * g) {
-    return input_2d(g, N_FFT / 2, 1, "istft_head_gain");
-}
-
-void fill_istft_gain(const vs_model & model, ggml_tensor * gain) {
-    const float *      wsv = (const float *) model.tensor(GEN + "stft.istft.stft.window_sum")->data;
-    std::vector<float> gv(N_FFT / 2);
-    for (int j = 0; j < N_FFT / 2; ++j) {
-        const float w = wsv[N_FFT / 2 + j];
-        gv[j]         = w > 1.1754944e-38f ? 4.0f / w : 4.0f;
-    }
-    set_input(gain, gv.data());
 }
 
 std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, const std::vector<float> & f0,
@@ -1880,9 +1908,8 @@ std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, 
     ggml_context * g    = gb.ctx.get();
     ggml_tensor *  x_in = input_2d(g, xin.C, xin.T, "x");
     ggml_tensor *  x    = x_in;
-    gen_source     src(c, g, (int64_t) f0.size());
-    ggml_tensor *  gain = istft_gain_input(g);
-    cond           k    = make_cond(g, src.n_frames);
+    gen_source     src(c, model_, g, (int64_t) f0.size());
+    cond           k = make_cond(g, src.n_frames);
     use_style_table(c, g, k, GEN);
     for (size_t i = 0; i < hp_.gen_rates.size(); ++i) {
         ggml_tensor * xs  = gen_noise_conv(c, g, src.har, i);
@@ -1895,14 +1922,13 @@ std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, 
         }
         x = ggml_scale(g, sum, 1.0f / (float) hp_.res_kernels.size());
     }
-    ggml_tensor * audio = gen_output(c, g, x, gain, src.L);
+    ggml_tensor * audio = gen_output(c, g, x, src.L);
     ggml_build_forward_expand(gb.gf, src.har);
     ggml_build_forward_expand(gb.gf, audio);
     c.alloc(VS_STAGE_GENERATOR, gb.gf);
 
     set_input(x_in, xin.v.data());
-    src.fill(model_, f0, (float) hp_.sample_rate);
-    fill_istft_gain(model_, gain);
+    src.fill(f0, (float) hp_.sample_rate);
     fill_cond(k, style.data());
     c.compute(gb.gf);
     har_out = read_act(src.har);
@@ -1958,6 +1984,51 @@ bool kokoro_voice::fused_generator_applies(vs_context & c) const {
     return true;
 }
 
+std::vector<int64_t> kokoro_voice::gen_stage_frames(int64_t F2) const {
+    std::vector<int64_t> T;
+    int64_t              n = F2;
+    for (size_t i = 0; i < hp_.gen_rates.size(); ++i) {
+        const int r = hp_.gen_rates[i], K = hp_.gen_kernels[i];
+        n = (n - 1) * r - 2 * ((K - r) / 2) + K + (i + 1 == hp_.gen_rates.size() ? 1 : 0);
+        T.push_back(n);
+    }
+    return T;
+}
+
+int64_t kokoro_voice::gen_bucket(int64_t F2, std::vector<int64_t> & total) const {
+    const int                  dil[6] = { hp_.res_dilations[0], 1, hp_.res_dilations[1], 1, hp_.res_dilations[2], 1 };
+    const std::vector<int64_t> T      = gen_stage_frames(F2);
+    total.clear();
+    for (size_t i = 0; i < T.size(); ++i) {
+        std::vector<int> Ks = hp_.res_kernels;
+        Ks.push_back(noise_kernel(i));
+        total.push_back(vs::cuda::snake_bucket(T[i], Ks.data(), (int) Ks.size(), dil, 6));
+    }
+    auto fits = [&](int64_t n) {
+        const std::vector<int64_t> Tn = gen_stage_frames(n);
+        for (size_t i = 0; i < Tn.size(); ++i) {
+            if (Tn[i] > total[i]) {
+                return false;
+            }
+        }
+        return true;
+    };
+    int64_t n = F2;
+    for (int64_t step = std::max<int64_t>(1, F2); step > 0; step /= 2) {
+        while (fits(n + step)) {
+            n += step;
+        }
+    }
+    return n;
+}
+
+// [1, n]: 1 on the first `len` frames (element `at` of the graph's input lens), else 0.
+ggml_tensor * frame_mask(ggml_context * g, ggml_tensor * lens, int at, int64_t n) {
+    ggml_tensor * len = ggml_view_1d(g, lens, 1, (size_t) at * sizeof(float));
+    ggml_tensor * pos = ggml_arange(g, 0.5f, (float) n + 0.5f, 1.0f);  // the frames' middles
+    return ggml_reshape_2d(g, step_above_zero(g, ggml_neg(g, ggml_sub(g, pos, len))), 1, n);
+}
+
 // As run_generator, for the jobs of `group` at once, their residual stacks in the engine's
 // CUDA kernels between three graphs: every sentence's source, noise convolutions and first
 // upsampling; each later upsampling; the outputs. Where the group has several sentences,
@@ -1970,63 +2041,57 @@ bool kokoro_voice::fused_generator_applies(vs_context & c) const {
 //   x, r, s  a stage's input (x_up + xs), a stack's copy, and the stacks' mean
 //   segs[i]  stage i's segments: first frame and count each, then each frame's segment
 //   work     snake_stack's own
+// A sentence alone, where kept graphs are captured, runs at its length's buckets (gen_bucket):
+// its graphs are kept by them, in shared memory, and its stacks captured (captures_); its own
+// length is a graph input and device memory, the frames past it masked. Every sentence of
+// those buckets then runs the same graphs and launches, replayed.
 void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_job *> & group) const {
     const int           dev      = c.cuda_device;
     const size_t        n_stages = hp_.gen_rates.size(), B = group.size();
-    const style_table & tab    = *style_table_for(c, GEN);
-    const int           dil[6] = { hp_.res_dilations[0], 1, hp_.res_dilations[1], 1, hp_.res_dilations[2], 1 };
-
-    // Graph 0, built first: its shapes size the scratch.
-    auto                       gb0 = c.new_graph(4096 * B);
-    ggml_context *             g0  = gb0.ctx.get();
-    std::vector<ggml_tensor *> x_in, up0;
-    std::vector<gen_source>    src;
-    src.reserve(B);
-    std::vector<std::vector<ggml_tensor *>> xs(B);
-    cond                                    k = make_cond(g0, 1, (int64_t) B);
-    use_style_table(c, g0, k, GEN);
-    for (size_t b = 0; b < B; ++b) {
-        const kokoro_job & j = *group[b];
-        x_in.push_back(j.dec_at >= 0 ? c.handoff_tensor(g0, (size_t) j.dec_at, j.dec.C, j.dec.T)
-                                     : input_2d(g0, j.dec.C, j.dec.T, "x"));
-        src.emplace_back(c, g0, (int64_t) group[b]->f0.size());
-        for (size_t i = 0; i < n_stages; ++i) {
-            xs[b].push_back(gen_noise_conv(c, g0, src[b].har, i));
-        }
-        up0.push_back(gen_upsample(c, g0, x_in[b], 0));
-    }
-
-    // A sentence alone, where kept graphs are captured, runs each stage's kernels at its
-    // bucket's length (snake_bucket), its own length masked, the same launches as every
-    // sentence of those buckets: captured once and replayed (captures_).
-    const bool captured = B == 1 && c.tag_runs && c.keep_graphs && !c.profiling;
+    const style_table & tab      = *style_table_for(c, GEN);
+    const int           dil[6]   = { hp_.res_dilations[0], 1, hp_.res_dilations[1], 1, hp_.res_dilations[2], 1 };
+    const bool          captured = B == 1 && c.tag_runs && c.keep_graphs && !c.profiling;
 
     // Each stage's packing: sentence b's first frame at[i][b], its frame count T[i][b]; the
-    // kernels' frames total[i].
-    std::vector<int64_t>              Cs, total;
-    std::vector<std::vector<int64_t>> at(n_stages), T(n_stages);
+    // kernels' frames total[i]. The graphs run F2g[b] F0 frames, Tg[i][b] at stage i: a
+    // captured sentence's bucket, else its own.
+    std::vector<int64_t>              Cs, total, F2g;
+    std::vector<std::vector<int64_t>> at(n_stages), T(n_stages), Tg(n_stages);
     for (size_t i = 0; i < n_stages; ++i) {
+        Cs.push_back(c.w(GEN + "noise_convs." + std::to_string(i) + ".bias")->ne[0]);
+    }
+    if (captured) {
+        F2g.push_back(gen_bucket((int64_t) group[0]->f0.size(), total));
+    }
+    for (size_t b = 0; b < B; ++b) {
+        const std::vector<int64_t> Tb = gen_stage_frames((int64_t) group[b]->f0.size());
+        if (!captured) {
+            F2g.push_back((int64_t) group[b]->f0.size());
+        }
+        const std::vector<int64_t> Tgb = gen_stage_frames(F2g[b]);
+        for (size_t i = 0; i < n_stages; ++i) {
+            T[i].push_back(Tb[i]);
+            Tg[i].push_back(Tgb[i]);
+        }
+    }
+    for (size_t i = 0; !captured && i < n_stages; ++i) {
         const int widest = std::max(noise_kernel(i), *std::max_element(hp_.res_kernels.begin(), hp_.res_kernels.end()));
         const int64_t gap    = (int64_t) *std::max_element(dil, dil + 6) * (widest - 1) / 2;
         int64_t       frames = 0;
         for (size_t b = 0; b < B; ++b) {
             at[i].push_back(frames);
-            T[i].push_back(xs[b][i]->ne[1]);
             frames += T[i][b] + (B > 1 ? gap : 0);
         }
-        if (captured) {
-            std::vector<int> Ks = hp_.res_kernels;
-            Ks.push_back(noise_kernel(i));
-            frames = vs::cuda::snake_bucket(frames, Ks.data(), (int) Ks.size(), dil, 6);
-        }
-        Cs.push_back(xs[0][i]->ne[0]);
         total.push_back(frames);
+    }
+    for (size_t i = 0; captured && i < n_stages; ++i) {
+        at[i].push_back(0);
     }
 
     // The scratch: stage i has C_i channels and total_i frames; its buffers have room for
     // the frames every kernel size's GEMMs write.
     vs::scratch_layout  scratch;
-    const int64_t       rows      = k.styles->ne[0];
+    const int64_t       rows      = tab.w->ne[1];
     const size_t        styles_at = scratch.reserve(sizeof(float) * (size_t) (rows * (int64_t) B));
     std::vector<size_t> xs_at, segs_at;
     size_t              stage_bytes = 0, work_bytes = 0;
@@ -2049,39 +2114,96 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
     const size_t ranges_at = captured ? scratch.reserve(sizeof(int) * 2 * n_stages) : 0;
     auto * const base      = static_cast<uint8_t *>(c.device_scratch(scratch.bytes));
     auto         ptr       = [&](size_t off) { return reinterpret_cast<float *>(base + off); };
-    // Sentence b's frames of a stage's buffer at `off`, as a tensor of graph g.
+    // Sentence b's frames of a stage's buffer at `off` (the graphs' Tg), as a tensor of graph g.
     auto frames_of = [&](ggml_context * g, size_t off, size_t i, size_t b) {
-        return c.scratch_tensor(g, off + sizeof(float) * (size_t) (at[i][b] * Cs[i]), Cs[i], T[i][b]);
+        return c.scratch_tensor(g, off + sizeof(float) * (size_t) (at[i][b] * Cs[i]), Cs[i], Tg[i][b]);
+    };
+    // A captured sentence's graphs are kept by its buckets and the memory they read and write.
+    auto key = [&](const std::string & what) {
+        if (!captured) {
+            return std::string();
+        }
+        std::string k = "generator " + what + " of";
+        for (int64_t F : total) {
+            k += " " + std::to_string(F);
+        }
+        char where[64];
+        std::snprintf(where, sizeof(where), " at %p", (void *) base);
+        return k + where;
     };
 
-    // Graph 0's results go to the scratch.
-    ggml_build_forward_expand(gb0.gf, ggml_cpy(g0, k.styles, c.scratch_tensor(g0, styles_at, rows, (int64_t) B)));
-    for (size_t b = 0; b < B; ++b) {
-        ggml_build_forward_expand(gb0.gf, src[b].har);
-        for (size_t i = 0; i < n_stages; ++i) {
-            ggml_build_forward_expand(gb0.gf, ggml_cpy(g0, xs[b][i], frames_of(g0, xs_at[i], i, b)));
-        }
-        GGML_ASSERT(up0[b]->ne[0] == Cs[0] && up0[b]->ne[1] == T[0][b]);
-        ggml_build_forward_expand(gb0.gf, ggml_cpy(g0, up0[b], frames_of(g0, x_at, 0, b)));
+    // Graph 0; its results go to the scratch. Its tensors: the style, its ones, the lengths
+    // (captured: each sentence's F0 frames and STFT frames), then per sentence its input x
+    // (null where the decoder left it on the device), the source's f0, phases and gather,
+    // and har.
+    const kokoro_job & j0      = *group[0];
+    std::string        key0    = key("source");
+    const size_t       per_job = 5;
+    if (captured && j0.dec_at >= 0) {
+        char where[64];
+        std::snprintf(where, sizeof(where), " reading %p",
+                      (void *) (static_cast<uint8_t *>(ggml_backend_buffer_get_base(c.handoff.get())) + j0.dec_at));
+        key0 += where;
     }
-    c.alloc(VS_STAGE_GENERATOR, gb0.gf);
+    vs::stage_graph & sg0 = c.stage_graph(
+        VS_STAGE_GENERATOR, key0,
+        [&](ggml_context * g0, ggml_cgraph * gf) {
+            cond k = make_cond(g0, 1, (int64_t) B);
+            use_style_table(c, g0, k, GEN);
+            ggml_tensor *              lens = captured ? input_2d(g0, 2, 1, "lengths") : nullptr;
+            std::vector<ggml_tensor *> t    = { k.s, k.ones, lens };
+            ggml_build_forward_expand(gf, ggml_cpy(g0, k.styles, c.scratch_tensor(g0, styles_at, rows, (int64_t) B)));
+            for (size_t b = 0; b < B; ++b) {
+                const kokoro_job & j    = *group[b];
+                ggml_tensor *      x_in = j.dec_at >= 0 ? c.handoff_tensor(g0, (size_t) j.dec_at, j.dec.C, F2g[b])
+                                                        : input_2d(g0, j.dec.C, F2g[b], "x");
+                gen_source         src(c, model_, g0, F2g[b]);
+                ggml_tensor *      x = x_in, *har = src.har;
+                if (captured) {
+                    x   = ggml_mul(g0, x, frame_mask(g0, lens, 0, F2g[b]));
+                    har = ggml_mul(g0, har, frame_mask(g0, lens, 1, src.n_frames));
+                }
+                ggml_build_forward_expand(gf, src.har);
+                for (size_t i = 0; i < n_stages; ++i) {
+                    ggml_tensor * xs = gen_noise_conv(c, g0, har, i);
+                    GGML_ASSERT(xs->ne[0] == Cs[i] && xs->ne[1] == Tg[i][b]);
+                    ggml_build_forward_expand(gf, ggml_cpy(g0, xs, frames_of(g0, xs_at[i], i, b)));
+                }
+                ggml_tensor * up = gen_upsample(c, g0, x, 0);
+                GGML_ASSERT(up->ne[0] == Cs[0] && up->ne[1] == Tg[0][b]);
+                ggml_build_forward_expand(gf, ggml_cpy(g0, up, frames_of(g0, x_at, 0, b)));
+                t.insert(t.end(), { j.dec_at >= 0 ? nullptr : x_in, src.fi, src.cyc, src.gather, src.har });
+            }
+            return t;
+        },
+        4096 * B, true);
     std::vector<float> styles;
     for (size_t b = 0; b < B; ++b) {
-        const kokoro_job & j = *group[b];
-        if (j.dec_at < 0) {
-            set_input(x_in[b], j.dec.v.data());
+        const kokoro_job &   j = *group[b];
+        ggml_tensor ** const t = sg0.t.data() + 3 + per_job * b;
+        if (t[0]) {
+            std::vector<float> xv(j.dec.v);
+            xv.resize((size_t) (j.dec.C * F2g[b]), 0.0f);
+            set_input(t[0], xv.data());
         }
-        src[b].fill(model_, j.f0, (float) hp_.sample_rate);
+        gen_source src;
+        src.fi = t[1], src.cyc = t[2], src.gather = t[3];
+        src.F2 = F2g[b], src.L = F2g[b] * SAMPLES_PER_F0, src.n_frames = src.L / HOP + 1;
+        src.fill(j.f0, (float) hp_.sample_rate);
         styles.insert(styles.end(), j.style.begin(), j.style.begin() + STYLE_DIM);  // the acoustic half
     }
-    fill_cond(k, styles.data());
-    c.compute(gb0.gf);
+    fill_cond(sg0.t[0], sg0.t[1], styles.data());
+    if (captured) {
+        const float lens[2] = { (float) j0.f0.size(), (float) T.back()[0] };
+        set_input(sg0.t[2], lens);
+    }
+    c.compute(sg0);
     // The named intermediate is a batch's last sentence's, read back only if asked for.
-    if (ggml_tensor * har = src.back().har; in_device_memory(c, har)) {
-        c.keep_output_on_device("har", har->data, ggml_nelements(har) / har->ne[0], har->ne[0]);
+    if (ggml_tensor * har = sg0.t[3 + per_job * (B - 1) + 4]; in_device_memory(c, har)) {
+        c.keep_output_on_device("har", har->data, T.back()[B - 1], har->ne[0]);
         group.back()->har_kept = true;
     } else {
-        group.back()->har = read_act(har);
+        group.back()->har = read_frames(har, T.back()[B - 1]);
     }
 
     // Each stage's segments, for the kernels: a batch's, or a captured sentence's length.
@@ -2169,31 +2291,41 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
         c.profile_op("residual stacks (engine's CUDA kernels)", vs::ms_since(t0));
         c.check_abort();
 
-        // The next graph reads each sentence's result where the kernels left it.
-        auto                       gb   = c.new_graph(1024 * B);
-        ggml_context *             g    = gb.ctx.get();
-        ggml_tensor *              gain = nullptr;
-        std::vector<ggml_tensor *> audio;
-        for (size_t b = 0; b < B; ++b) {
-            ggml_tensor * x = frames_of(g, result, i, b);
-            if (i + 1 < n_stages) {
-                ggml_tensor * up = gen_upsample(c, g, x, i + 1);
-                GGML_ASSERT(up->ne[0] == Cs[i + 1] && up->ne[1] == T[i + 1][b]);
-                ggml_build_forward_expand(gb.gf, ggml_cpy(g, up, frames_of(g, x_at, i + 1, b)));
-            } else {
-                gain = gain ? gain : istft_gain_input(g);
-                audio.push_back(gen_output(c, g, x, gain, src[b].L));
-                ggml_build_forward_expand(gb.gf, audio.back());
-            }
+        // The next graph reads each sentence's result where the kernels left it. Its tensors:
+        // the lengths (captured: the sentence's frames at this stage), then each sentence's
+        // audio on the last stage.
+        const bool        last = i + 1 == n_stages;
+        vs::stage_graph & sg   = c.stage_graph(
+            VS_STAGE_GENERATOR, key(last ? "output" : "upsampling " + std::to_string(i + 1)),
+            [&](ggml_context * g, ggml_cgraph * gf) {
+                ggml_tensor *              lens = captured ? input_2d(g, 1, 1, "lengths") : nullptr;
+                std::vector<ggml_tensor *> t    = { lens };
+                for (size_t b = 0; b < B; ++b) {
+                    ggml_tensor * x    = frames_of(g, result, i, b);
+                    ggml_tensor * mask = captured ? frame_mask(g, lens, 0, Tg[i][b]) : nullptr;
+                    x                  = mask ? ggml_mul(g, x, mask) : x;
+                    if (!last) {
+                        ggml_tensor * up = gen_upsample(c, g, x, i + 1);
+                        GGML_ASSERT(up->ne[0] == Cs[i + 1] && up->ne[1] == Tg[i + 1][b]);
+                        ggml_build_forward_expand(gf, ggml_cpy(g, up, frames_of(g, x_at, i + 1, b)));
+                    } else {
+                        t.push_back(gen_output(c, g, x, F2g[b] * SAMPLES_PER_F0, mask));
+                        ggml_build_forward_expand(gf, t.back());
+                    }
+                }
+                return t;
+            },
+            1024 * B, true);
+        if (captured) {
+            const float len = (float) T[i][0];
+            set_input(sg.t[0], &len);
         }
-        c.alloc(VS_STAGE_GENERATOR, gb.gf);
-        if (gain) {
-            fill_istft_gain(model_, gain);
-        }
-        c.compute(gb.gf);
-        if (!audio.empty()) {
+        c.compute(sg);
+        if (last) {
             for (size_t b = 0; b < B; ++b) {
-                group[b]->audio = read_act(audio[b]).v;
+                std::vector<float> & audio = group[b]->audio;
+                audio.resize(group[b]->f0.size() * SAMPLES_PER_F0);
+                ggml_backend_tensor_get(sg.t[1 + b], audio.data(), 0, sizeof(float) * audio.size());
             }
             return;
         }
@@ -2244,10 +2376,16 @@ std::vector<std::vector<float>> kokoro_voice::synthesize_batch(vs_context &     
         const bool packs = runs_packed(c, jobs.size(), DEC);
         // The generator's kernels take the decoder's outputs where it leaves them on the
         // device (2 F frames a job).
+        // A sentence alone reads it at its bucket's length (run_generator_fused): room for the
+        // most frames past the last one's.
         dec_handoff handoff;
+        int64_t     past = 0;
         for (int64_t F : frames) {
             handoff.frames += 2 * F;
+            std::vector<int64_t> total;
+            past = fused_generator(c) ? std::max(past, gen_bucket(2 * F, total) - 2 * F) : 0;
         }
+        handoff.frames += past;
         for (auto [first, last] : pack_groups(frames, packs, PACK_GAP, c.limits.max_tensor_bytes)) {
             std::vector<kokoro_job *> group;
             for (size_t b = first; b < last; ++b) {
