@@ -129,6 +129,18 @@ struct lstm_dest {
     int64_t       at = 0, frames = 0;
 };
 
+// A recurrence's input computed by its projections' graph itself (run_lstm on a CUDA device,
+// one kernel call): build() adds the ops that make it, [in, N + 1] with column N zeros and
+// sequence b's frame t at column first[b] + t, and appends the tensors fill() sets (after
+// the graph's allocation, before each compute); key names its shapes.
+struct lstm_graph_input {
+    std::string                                                                               key;
+    int64_t                                                                                   N = 0;
+    std::vector<int64_t>                                                                      first;
+    std::function<ggml_tensor *(ggml_context *, ggml_cgraph *, std::vector<ggml_tensor *> &)> build;
+    std::function<void(const std::vector<ggml_tensor *> &)>                                   fill;
+};
+
 // A graph's [C, T] that set_from_lstm fills before each compute, not flagged as an input:
 // ggml's scheduler files an input in host memory and copies it to the device as the graph
 // runs, where this one it places with its consumers, on the device, for the engine's
@@ -289,8 +301,8 @@ class kokoro_voice final : public voice {
 
     std::vector<act> run_lstm(vs_context & c, int stage, const std::string & prefix,
                               const std::vector<const act *> &                  xs,
-                              const std::vector<const std::vector<int32_t> *> & rows      = {},
-                              lstm_device_out *                                 on_device = nullptr) const;
+                              const std::vector<const std::vector<int32_t> *> & rows = {},
+                              lstm_device_out * on_device = nullptr, const lstm_graph_input * in_graph = nullptr) const;
     // Sets graph inputs from a recurrence's output: gathered on the device where it was
     // left there and every destination is in that device's memory, else from ys (filled
     // from the device first where it was left there).
@@ -986,11 +998,13 @@ void scatter_steps(const float * o, int64_t t0, int64_t n, int64_t cols, int64_t
 // With `rows`, sequence b has rows[b]->size() steps, step t reading frame (*rows[b])[t] of
 // xs[b]: the prosody's frames read their tokens' rows, which are projected once a token.
 // With `on_device`, where the recurrence is one kernel call, its output stays on the device
-// (see lstm_device_out) and the acts returned have their shapes alone.
+// (see lstm_device_out) and the acts returned have their shapes alone. With `in_graph`
+// (only where the recurrence is one kernel call), the projections' graph computes the input
+// itself (lstm_graph_input) and xs give its shapes alone.
 std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::string & prefix,
                                         const std::vector<const act *> &                  xs,
                                         const std::vector<const std::vector<int32_t> *> & rows,
-                                        lstm_device_out *                                 on_device) const {
+                                        lstm_device_out * on_device, const lstm_graph_input * in_graph) const {
     ggml_tensor *    w_ih_h = model_.tensor(prefix + ".weight_ih");
     const int64_t    in = w_ih_h->ne[0], H4 = w_ih_h->ne[1], D = w_ih_h->ne[2], H = H4 / 4;
     const int64_t    B = (int64_t) xs.size();
@@ -1019,7 +1033,10 @@ std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::st
         first.push_back((int64_t) frames.size() / in);
         frames.insert(frames.end(), x->v.begin(), x->v.end());
     }
-    const int64_t      N = (int64_t) frames.size() / in;
+    if (in_graph) {
+        first = in_graph->first;
+    }
+    const int64_t      N = in_graph ? in_graph->N : (int64_t) frames.size() / in;
     std::vector<float> h((size_t) (H * cols), 0.0f), cs((size_t) (H * cols), 0.0f);
     // On a CUDA device the recurrence is one kernel of the engine's own per chunk (the
     // graph computes only the input projections); elsewhere ggml ops, step by step.
@@ -1027,31 +1044,36 @@ std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::st
     const bool    fused = c.fused_lstm(w_hh, H);
     const int64_t chunk = fused ? LSTM_CHUNK_FUSED : LSTM_CHUNK;
     const bool    kept  = on_device && fused && T <= chunk;  // output left on the device
+    GGML_ASSERT(!in_graph || (fused && T <= chunk));
     for (int64_t b = 0; !kept && b < B; ++b) {
         ys[b].v.assign((size_t) (D * H * ys[b].T), 0.0f);
     }
 
     // On CUDA, where graphs are kept by their shapes, the frames and steps of a chunk's graph
     // are rounded up (shape_bucket); the steps added gather the zeros and are not run.
-    const bool    rounds = fused && c.rounds_shapes();
+    const bool    rounds = fused && c.rounds_shapes() && !in_graph;  // (in_graph's key has its shapes)
     const int64_t Np     = rounds ? shape_bucket(N + 1) : N + 1;
-    frames.resize((size_t) (Np * in), 0.0f);
+    if (!in_graph) {
+        frames.resize((size_t) (Np * in), 0.0f);
+    }
 
     for (int64_t t0 = 0; t0 < T; t0 += chunk) {
         c.check_abort();
-        const int64_t     n  = std::min<int64_t>(chunk, T - t0);
-        const int64_t     np = rounds ? std::min<int64_t>(shape_bucket(n), chunk) : n;
-        const std::string key =
-            fused ? "lstm " + prefix + " " + std::to_string(Np) + " " + std::to_string(np) + "x" + std::to_string(B)
-                  : std::string();
-        vs::stage_graph & sg = c.stage_graph(
+        const int64_t     n   = std::min<int64_t>(chunk, T - t0);
+        const int64_t     np  = rounds ? std::min<int64_t>(shape_bucket(n), chunk) : n;
+        const std::string key = fused ? "lstm " + prefix + " " + std::to_string(Np) + " " + std::to_string(np) + "x" +
+                                            std::to_string(B) + (in_graph ? " of " + in_graph->key : std::string())
+                                      : std::string();
+        vs::stage_graph & sg  = c.stage_graph(
             stage, key,
             [&](ggml_context * g, ggml_cgraph * gf) {
                 // Input projections of every sequence's frames at once, each direction's [4H, Np]
                 // (x's column N and after zeros), side by side; the chunk's steps gathered from
                 // them in the batched step's layout [4H, np, D, B] (steps past a sequence's end:
                 // the zeros').
-                ggml_tensor * xt = input_2d(g, in, Np, "x");
+                std::vector<ggml_tensor *> made;  // in_graph's tensors to fill
+                ggml_tensor *              xt = in_graph ? in_graph->build(g, gf, made) : input_2d(g, in, Np, "x");
+                GGML_ASSERT(xt->ne[0] == in && xt->ne[1] == Np);
                 ggml_tensor * at = ggml_new_tensor_1d(g, GGML_TYPE_I32, np * cols);
                 ggml_set_input(at);
                 ggml_tensor *              w_ih = c.w(prefix + ".weight_ih"), *bias = c.w(prefix + ".bias");
@@ -1060,14 +1082,15 @@ std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::st
                 for (int64_t d = 0; d < D; ++d) {
                     ggml_tensor * w = ggml_view_2d(g, w_ih, in, H4, w_ih->nb[1], d * w_ih->nb[2]);
                     dirs.push_back(ggml_add(g, ggml_mul_mat(g, w, xt),
-                                            ggml_view_1d(g, bias, H4, d * H4 * ggml_element_size(bias))));
+                                             ggml_view_1d(g, bias, H4, d * H4 * ggml_element_size(bias))));
                 }
                 ggml_tensor * gx =
                     ggml_reshape_4d(g, ggml_get_rows(g, concat_all(g, std::move(dirs), 1), at), H4, np, D, B);
                 if (fused) {
                     ggml_set_output(gx);
                     ggml_build_forward_expand(gf, gx);
-                    return std::vector<ggml_tensor *>{ xt, at, gx };
+                    made.insert(made.begin(), { xt, at, gx });
+                    return made;
                 }
                 ggml_tensor * h0 = ggml_new_tensor_2d(g, GGML_TYPE_F32, H, cols);
                 ggml_tensor * c0 = ggml_new_tensor_2d(g, GGML_TYPE_F32, H, cols);
@@ -1103,9 +1126,13 @@ std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::st
                 }
                 return std::vector<ggml_tensor *>{ xt, at, gx, h0, c0, out, hs, cc };
             },
-            fused ? 64 : 32 * (size_t) n + 64);
+            fused ? 64 + (in_graph ? 128 * (size_t) B : 0) : 32 * (size_t) n + 64);
 
-        set_input(sg.t[0], frames.data());
+        if (in_graph) {
+            in_graph->fill(std::vector<ggml_tensor *>(sg.t.begin() + 3, sg.t.end()));
+        } else {
+            set_input(sg.t[0], frames.data());
+        }
         std::vector<int32_t> cols_of_steps((size_t) (np * cols), (int32_t) N);  // each step's column
         for (int64_t b = 0; b < B; ++b) {
             const int64_t Tb = ys[b].T;
@@ -1422,17 +1449,79 @@ void kokoro_voice::run_duration(vs_context & c, std::vector<kokoro_job> & jobs, 
         }
         return xs;
     };
+    // Where a recurrence's output stays on the device, the next one's projections graph
+    // computes the AdaLayerNorm between them itself (styled_input): one graph, and d stays
+    // on the device, but for the last layer's read back (the prosody's input).
+    std::vector<ggml_tensor *> d_out;  // that graph's tensors: each job's x, style, ones and d
+    auto styled_input = [&](std::vector<act> & hs, lstm_device_out & o, const std::string & norm) {
+        lstm_graph_input gin;
+        gin.key = norm + shapes;
+        for (size_t b = 0; b < jobs.size(); ++b) {
+            gin.first.push_back(gin.N);
+            gin.N += Ts[b];
+        }
+        const int64_t C = hs[0].C;
+        gin.build       = [&, C](ggml_context * g, ggml_cgraph * gf, std::vector<ggml_tensor *> & t) {
+            ggml_tensor * all = nullptr;
+            for (size_t b = 0; b < jobs.size(); ++b) {
+                ggml_tensor * x = lstm_input_2d(g, C, Ts[b], "x");
+                cond          k = make_cond(g, Ts[b]);
+                ggml_tensor * scale, *shift;
+                style_affine(c, g, k.s, norm, C, scale, shift);
+                ggml_tensor * y = with_style(g, ggml_add(g, ggml_mul(g, ggml_norm(g, x, 1e-5f), scale), shift), k);
+                ggml_set_output(y);
+                ggml_build_forward_expand(gf, y);
+                t.insert(t.end(), { x, k.s, k.ones, y });
+                all = all ? ggml_concat(g, all, y, 1) : y;
+            }
+            return ggml_pad(g, all, 0, 1, 0, 0);  // column N: zeros
+        };
+        gin.fill = [&](const std::vector<ggml_tensor *> & t) {
+            std::vector<ggml_tensor *> xs_t;
+            for (size_t b = 0; b < jobs.size(); ++b) {
+                xs_t.push_back(t[4 * b]);
+                fill_cond(t[4 * b + 1], t[4 * b + 2], jobs[b].style.data() + STYLE_DIM);
+            }
+            set_lstm_inputs(o, hs, xs_t);
+            d_out = t;
+        };
+        return gin;
+    };
     for (auto & j : jobs) {
         j.d = j.d_in;
     }
-    for (int l = 0; l < 3; ++l) {
-        const std::string base = PRED + "text_encoder.lstms.";
-        lstm_device_out   o;
-        std::vector<act>  hs = run_lstm(c, VS_STAGE_DURATION, base + std::to_string(2 * l), inputs(), {}, &o);
-        styled(std::move(hs), o, base + std::to_string(2 * l + 1) + ".fc");
-    }
+    const std::string base = PRED + "text_encoder.lstms.";
     lstm_device_out   o;
-    std::vector<act>  hs = run_lstm(c, VS_STAGE_DURATION, PRED + "lstm", inputs(), {}, &o);
+    std::vector<act>  hs = run_lstm(c, VS_STAGE_DURATION, base + "0", inputs(), {}, &o);
+    for (int l = 0; l < 3; ++l) {
+        const std::string norm   = base + std::to_string(2 * l + 1) + ".fc";
+        const std::string next   = l < 2 ? base + std::to_string(2 * l + 2) : PRED + "lstm";
+        const int64_t     H_next = model_.tensor(next + ".weight_ih")->ne[1] / 4;
+        if (o.out && c.fused_lstm(c.w(next + ".weight_hh"), H_next)) {
+            std::vector<act> shapes_in;  // d's shapes: the recurrence's output and the style
+            for (const act & h : hs) {
+                shapes_in.push_back({ {}, h.C + STYLE_DIM, h.T });
+            }
+            std::vector<const act *> ins;
+            for (const act & a : shapes_in) {
+                ins.push_back(&a);
+            }
+            const lstm_graph_input gin = styled_input(hs, o, norm);
+            lstm_device_out        o2;
+            std::vector<act>       hs2 = run_lstm(c, VS_STAGE_DURATION, next, ins, {}, &o2, &gin);
+            if (l == 2) {  // d, read back from that graph
+                for (size_t b = 0; b < jobs.size(); ++b) {
+                    jobs[b].d = read_frames(d_out[4 * b + 3], hs[b].T);
+                }
+            }
+            hs = std::move(hs2);
+            o  = o2;
+        } else {
+            styled(std::move(hs), o, norm);
+            o  = {};
+            hs = run_lstm(c, VS_STAGE_DURATION, next, inputs(), {}, &o);
+        }
+    }
     vs::stage_graph & sg = c.stage_graph(
         VS_STAGE_DURATION, "duration projection" + shapes + " " + std::to_string(speed),
         [&](ggml_context * g, ggml_cgraph * gf) {
@@ -1546,54 +1635,89 @@ void kokoro_voice::run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) c
 void kokoro_voice::run_text_encoder(vs_context & c, std::vector<kokoro_job> & jobs) const {
     // Each job's convolutions, all in one graph (see run_duration). Where graphs are kept by
     // their shapes, each job's tokens rounded up: the frames added are zeroed after every
-    // layer (a mask), so the convolutions read the zeros they read alone.
-    std::string                key = "text_encoder";
-    const std::vector<int64_t> Ts  = token_frames(c, jobs, key);
-    vs::stage_graph &          sg  = c.stage_graph(
-        VS_STAGE_TEXT_ENCODER, key,
-        [&](ggml_context * g, ggml_cgraph * gf) {
-            std::vector<ggml_tensor *> t;
-            for (size_t b = 0; b < jobs.size(); ++b) {
-                ggml_tensor * ids = ggml_new_tensor_1d(g, GGML_TYPE_I32, Ts[b]);
-                ggml_set_input(ids);
-                ggml_tensor * mask   = c.rounds_shapes() ? input_2d(g, 1, Ts[b], "mask") : nullptr;
-                auto          masked = [&](ggml_tensor * x) { return mask ? ggml_mul(g, x, mask) : x; };
-                ggml_tensor * x = masked(ggml_get_rows(g, c.w(TEXT + "embedding.weight"), ids));  // [512, T]
-                for (int i = 0; i < 3; ++i) {
-                    const std::string l = TEXT + "cnn." + std::to_string(i) + ".";
-                    ggml_tensor *     w = c.w(l + "0.weight");
-                    x                   = conv1d(g, x, w, c.w(l + "0.bias"), 1, (int) (w->ne[1] - 1) / 2);
-                    x                   = layer_norm(g, x, c.w(l + "1.gamma"), c.w(l + "1.beta"), 1e-5f);
-                    x                   = masked(ggml_leaky_relu(g, x, 0.2f, false));
-                }
-                ggml_set_output(x);
-                ggml_build_forward_expand(gf, x);
-                t.insert(t.end(), { ids, mask, x });
+    // layer (a mask), so the convolutions read the zeros they read alone. Where the LSTM is
+    // one kernel call, its projections graph computes them itself (lstm_graph_input): one
+    // graph, and they stay on the device.
+    std::string                key   = "text_encoder";
+    const std::vector<int64_t> Ts    = token_frames(c, jobs, key);
+    const ggml_tensor *        w_ih  = model_.tensor(TEXT + "lstm.weight_ih");
+    int64_t                    T_max = 0;
+    for (const auto & j : jobs) {
+        T_max = std::max(T_max, (int64_t) j.tokens.size());
+    }
+    const bool in_graph = c.fused_lstm(c.w(TEXT + "lstm.weight_hh"), w_ih->ne[1] / 4) && T_max <= LSTM_CHUNK_FUSED;
+    // The convolutions of every job; each job's ids, mask (or null) and output appended to t.
+    auto convs_of = [&](ggml_context * g, ggml_cgraph * gf, std::vector<ggml_tensor *> & t) {
+        for (size_t b = 0; b < jobs.size(); ++b) {
+            ggml_tensor * ids = ggml_new_tensor_1d(g, GGML_TYPE_I32, Ts[b]);
+            ggml_set_input(ids);
+            ggml_tensor * mask   = c.rounds_shapes() ? input_2d(g, 1, Ts[b], "mask") : nullptr;
+            auto          masked = [&](ggml_tensor * x) { return mask ? ggml_mul(g, x, mask) : x; };
+            ggml_tensor * x      = masked(ggml_get_rows(g, c.w(TEXT + "embedding.weight"), ids));  // [512, T]
+            for (int i = 0; i < 3; ++i) {
+                const std::string l = TEXT + "cnn." + std::to_string(i) + ".";
+                ggml_tensor *     w = c.w(l + "0.weight");
+                x                   = conv1d(g, x, w, c.w(l + "0.bias"), 1, (int) (w->ne[1] - 1) / 2);
+                x                   = layer_norm(g, x, c.w(l + "1.gamma"), c.w(l + "1.beta"), 1e-5f);
+                x                   = masked(ggml_leaky_relu(g, x, 0.2f, false));
             }
-            return t;
-        },
-        64 * jobs.size() + 256);
-    std::vector<act> convs;
-    for (size_t b = 0; b < jobs.size(); ++b) {
-        const int64_t        T = (int64_t) jobs[b].tokens.size();
-        std::vector<int32_t> ids(jobs[b].tokens);
-        ids.resize((size_t) Ts[b], 0);
-        set_input(sg.t[3 * b], ids.data());
-        if (sg.t[3 * b + 1]) {
-            std::vector<float> mask((size_t) Ts[b], 0.0f);
-            std::fill_n(mask.begin(), T, 1.0f);
-            set_input(sg.t[3 * b + 1], mask.data());
+            ggml_set_output(x);
+            ggml_build_forward_expand(gf, x);
+            t.insert(t.end(), { ids, mask, x });
+        }
+    };
+    auto fill = [&](const std::vector<ggml_tensor *> & t) {
+        for (size_t b = 0; b < jobs.size(); ++b) {
+            const int64_t        T = (int64_t) jobs[b].tokens.size();
+            std::vector<int32_t> ids(jobs[b].tokens);
+            ids.resize((size_t) Ts[b], 0);
+            set_input(t[3 * b], ids.data());
+            if (t[3 * b + 1]) {
+                std::vector<float> mask((size_t) Ts[b], 0.0f);
+                std::fill_n(mask.begin(), T, 1.0f);
+                set_input(t[3 * b + 1], mask.data());
+            }
+        }
+    };
+    std::vector<act>         convs;
+    std::vector<const act *> xs;
+    lstm_graph_input         gin;
+    if (in_graph) {
+        gin.key = key;
+        for (size_t b = 0; b < jobs.size(); ++b) {
+            gin.first.push_back(gin.N);
+            gin.N += Ts[b];
+            convs.push_back({ {}, w_ih->ne[0], (int64_t) jobs[b].tokens.size() });  // their shapes
+        }
+        gin.build = [&](ggml_context * g, ggml_cgraph * gf, std::vector<ggml_tensor *> & t) {
+            convs_of(g, gf, t);
+            ggml_tensor * all = nullptr;
+            for (size_t b = 0; b < jobs.size(); ++b) {
+                all = all ? ggml_concat(g, all, t[3 * b + 2], 1) : t[3 * b + 2];
+            }
+            return ggml_pad(g, all, 0, 1, 0, 0);  // column N: zeros
+        };
+        gin.fill = fill;
+    } else {
+        vs::stage_graph & sg = c.stage_graph(
+            VS_STAGE_TEXT_ENCODER, key,
+            [&](ggml_context * g, ggml_cgraph * gf) {
+                std::vector<ggml_tensor *> t;
+                convs_of(g, gf, t);
+                return t;
+            },
+            64 * jobs.size() + 256);
+        fill(sg.t);
+        c.compute(sg);
+        for (size_t b = 0; b < jobs.size(); ++b) {
+            convs.push_back(read_frames(sg.t[3 * b + 2], (int64_t) jobs[b].tokens.size()));
         }
     }
-    c.compute(sg);
-    for (size_t b = 0; b < jobs.size(); ++b) {
-        convs.push_back(read_frames(sg.t[3 * b + 2], (int64_t) jobs[b].tokens.size()));
-    }
-    std::vector<const act *> xs;
     for (const auto & x : convs) {
         xs.push_back(&x);
     }
-    std::vector<act> t_en = run_lstm(c, VS_STAGE_TEXT_ENCODER, TEXT + "lstm", xs);
+    std::vector<act> t_en =
+        run_lstm(c, VS_STAGE_TEXT_ENCODER, TEXT + "lstm", xs, {}, nullptr, in_graph ? &gin : nullptr);
     for (size_t b = 0; b < jobs.size(); ++b) {
         jobs[b].t_en = std::move(t_en[b]);
     }
