@@ -205,6 +205,33 @@ def test_a_take_repeated_on_cuda_is_the_same_and_only_kept_graphs_are_captured(
 
 @pytest.mark.parametrize("voice", ["piper:joe", "kokoro:jf_alpha"])
 @pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
+def test_inputs_staged_in_pinned_memory_give_the_takes_of_inputs_set_one_by_one(
+    device, voice, sentences, joe_path, monkeypatch
+):
+    """On CUDA a graph's inputs are copied on the device's stream through pinned host memory
+    without a wait each, the next compute waiting for them all. The takes must be those of
+    inputs each set and waited for (VOICESTUDIO_STAGING_KIB=0), also where that memory is so
+    small (1 KiB) that a call fills it again and again (waited for, then used from its
+    start) and grows it for larger inputs."""
+    from app.core import models
+
+    if voice.startswith("kokoro") and not models.kokoro_installed():
+        pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
+    takes = {}
+    for kib in ("0", "1", "4096"):
+        monkeypatch.setenv("VOICESTUDIO_STAGING_KIB", kib)
+        with Engine.open(voice, device=device, prewarm=False) as gpu:
+            alone = [t.audio for t in gpu.synthesize_many(sentences[:3], seed=2)]
+            batch = [t.audio for t in gpu.synthesize_many(sentences[:4], seed=2, batch=4)]
+            takes[kib] = alone + batch
+    for kib in ("1", "4096"):
+        for got, want in zip(takes[kib], takes["0"], strict=True):
+            assert len(got) == len(want) and np.isfinite(got).all(), kib
+            assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max(), kib
+
+
+@pytest.mark.parametrize("voice", ["piper:joe", "kokoro:jf_alpha"])
+@pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
 def test_a_first_take_of_the_prewarms_shapes_replays_what_it_captured(device, voice, capfd):
     """ggml captures a kept graph on its second run, milliseconds more than a replay; the
     prewarm runs its sentences twice so that a first take of their shapes captures nothing."""

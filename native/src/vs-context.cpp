@@ -230,7 +230,9 @@ void vs_context::compute(vs::stage_graph & sg) {
     if (&sg == &fresh) {  // in memory of its own, but run once
         tag_run(sg.gb.gf);
     }
-    check_computed(ggml_backend_graph_compute(backend.get(), sg.gb.gf));
+    const ggml_status st = ggml_backend_graph_compute(backend.get(), sg.gb.gf);
+    staged               = 0;  // copied: the computation waited for its stream
+    check_computed(st);
 }
 
 // ggml's CUDA backend keeps a captured graph's instance under the address of the graph's
@@ -435,7 +437,37 @@ void vs_context::compute(ggml_cgraph * gf) {
         trace->begin_graph(current_stage);
     }
     tag_run(gf);
-    check_computed(ggml_backend_sched_graph_compute(sched.get(), gf));
+    const ggml_status st = ggml_backend_sched_graph_compute(sched.get(), gf);
+    staged               = 0;  // copied: the computation waited for its stream
+    check_computed(st);
+}
+
+void vs_context::set_input(ggml_tensor * t, const void * data, size_t offset, size_t bytes) {
+    bytes                           = bytes == SIZE_MAX ? ggml_nbytes(t) - offset : bytes;
+    const ggml_backend_buffer_t buf = t->view_src ? t->view_src->buffer : t->buffer;
+    ggml_backend_buffer_type_t  pinned =
+        cuda_device >= 0 && staging_min > 0 ? ggml_backend_dev_host_buffer_type(dev) : nullptr;
+    if (!pinned || !buf || ggml_backend_buffer_is_host(buf) || bytes == 0) {
+        ggml_backend_tensor_set(t, data, offset, bytes);
+        return;
+    }
+    const size_t need = (bytes + 255) & ~(size_t) 255;
+    if (!staging || staged + need > ggml_backend_buffer_get_size(staging.get())) {
+        ggml_backend_synchronize(backend.get());  // what is staged there has been copied
+        staged = 0;
+        if (!staging || need > ggml_backend_buffer_get_size(staging.get())) {
+            staging.reset();
+            staging.reset(ggml_backend_buft_alloc_buffer(pinned, std::max(need, staging_min)));
+        }
+        if (!staging) {
+            ggml_backend_tensor_set(t, data, offset, bytes);
+            return;
+        }
+    }
+    auto * p = static_cast<uint8_t *>(ggml_backend_buffer_get_base(staging.get())) + staged;
+    std::memcpy(p, data, bytes);
+    staged += need;
+    ggml_backend_tensor_set_async(backend.get(), t, p, offset, bytes);
 }
 
 // A buffer of the device of at least `bytes` (grown, its contents lost, where smaller).
@@ -921,6 +953,9 @@ static std::unique_ptr<vs_context> make_one(vs_model & model, const vs_context_p
     ctx->tag_runs     = captures_graphs(ctx->dev);
     if (const char * mib = std::getenv("VOICESTUDIO_KEPT_GRAPHS_MIB")) {
         ctx->kept_limit = (size_t) std::strtoull(mib, nullptr, 10) << 20;
+    }
+    if (const char * kib = std::getenv("VOICESTUDIO_STAGING_KIB")) {
+        ctx->staging_min = (size_t) std::strtoull(kib, nullptr, 10) << 10;
     }
     ctx->sched.reset(ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), 32768, false, false));
     if (!worker && params.espeak_library && *params.espeak_library) {

@@ -254,6 +254,17 @@ struct vs_context {
     bool aborted() const;
     void check_abort() const;
 
+    // Sets `bytes` of graph tensor t's data from `offset` (all of it by default): on a CUDA
+    // device, for a tensor in its memory, copied through pinned host memory on the backend's
+    // stream, which the next compute waits for (no wait a tensor); elsewhere at once.
+    void set_input(ggml_tensor * t, const void * data, size_t offset = 0, size_t bytes = SIZE_MAX);
+    // The pinned memory is at least staging_min bytes (VOICESTUDIO_STAGING_KIB, 4096 by
+    // default; 0 sets every input at once), grown for a larger input; when it is full, the
+    // copies in it are waited for and it is used again from its start.
+    vs::buffer_ptr staging;
+    size_t         staging_min = size_t(4) << 20;
+    size_t         staged      = 0;  // its bytes in copies the next compute waits for
+
     // At least `bytes` of device memory, valid until the next call.
     void * device_scratch(size_t bytes);
     // A new F32 tensor [ne0, ne1] of graph context g, `offset` bytes into that memory (sized

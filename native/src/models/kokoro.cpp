@@ -174,8 +174,8 @@ act read_frames(ggml_tensor * t, int64_t T) {
     return a;
 }
 
-void set_input(ggml_tensor * t, const void * data) {
-    ggml_backend_tensor_set(t, data, 0, ggml_nbytes(t));
+void set_input(vs_context & c, ggml_tensor * t, const void * data) {
+    c.set_input(t, data);
 }
 
 // One chunk's way through the stages.
@@ -639,15 +639,15 @@ packing make_packing(ggml_context * g, int64_t B, int64_t L, ggml_tensor * style
 
 // A packing's mask [L, B] and lengths [B] (after the graph's allocation), for sentences of
 // rate * lens[b] frames in segments of L.
-void fill_packing(ggml_tensor * mask_t, ggml_tensor * inv_len_t, int64_t B, int64_t L,
+void fill_packing(vs_context & c, ggml_tensor * mask_t, ggml_tensor * inv_len_t, int64_t B, int64_t L,
                   const std::vector<int64_t> & lens, int64_t rate = 1) {
     std::vector<float> mask((size_t) (B * L), 0.0f), inv((size_t) B);
     for (int64_t b = 0; b < B; ++b) {
         std::fill_n(mask.begin() + b * L, rate * lens[(size_t) b], 1.0f);
         inv[(size_t) b] = 1.0f / (float) (rate * lens[(size_t) b]);
     }
-    set_input(mask_t, mask.data());
-    set_input(inv_len_t, inv.data());
+    set_input(c, mask_t, mask.data());
+    set_input(c, inv_len_t, inv.data());
 }
 
 // The jobs, of frames[b] frames, in graphs [first, last): packed, as many consecutive jobs
@@ -732,16 +732,16 @@ cond make_cond(ggml_context * g, int64_t max_frames, int64_t B = 1) {
 }
 
 // A cond's inputs: its style column(s) s and its row of ones.
-void fill_cond(ggml_tensor * s, ggml_tensor * ones, const float * style) {
-    set_input(s, style);  // B style halves one after another
-    if (ones->buffer) {   // a graph whose AdaINs are all adain_tc reads no ones
+void fill_cond(vs_context & c, ggml_tensor * s, ggml_tensor * ones, const float * style) {
+    set_input(c, s, style);  // B style halves one after another
+    if (ones->buffer) {      // a graph whose AdaINs are all adain_tc reads no ones
         std::vector<float> v((size_t) ggml_nelements(ones), 1.0f);
-        set_input(ones, v.data());
+        set_input(c, ones, v.data());
     }
 }
 
-void fill_cond(const cond & k, const float * style) {
-    fill_cond(k.s, k.ones, style);
+void fill_cond(vs_context & c, const cond & k, const float * style) {
+    fill_cond(c, k.s, k.ones, style);
 }
 
 // AdaIN (instance norm over time per channel, then the style's affine) as one per-channel
@@ -1131,7 +1131,7 @@ std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::st
         if (in_graph) {
             in_graph->fill(std::vector<ggml_tensor *>(sg.t.begin() + 3, sg.t.end()));
         } else {
-            set_input(sg.t[0], frames.data());
+            set_input(c, sg.t[0], frames.data());
         }
         std::vector<int32_t> cols_of_steps((size_t) (np * cols), (int32_t) N);  // each step's column
         for (int64_t b = 0; b < B; ++b) {
@@ -1144,7 +1144,7 @@ std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::st
                 }
             }
         }
-        set_input(sg.t[1], cols_of_steps.data());
+        set_input(c, sg.t[1], cols_of_steps.data());
         std::vector<float> o(kept ? 0 : (size_t) (H * cols * n));
         if (fused) {
             c.compute(sg);
@@ -1157,8 +1157,8 @@ std::vector<act> kokoro_voice::run_lstm(vs_context & c, int stage, const std::st
                 return ys;
             }
         } else {
-            set_input(sg.t[3], h.data());
-            set_input(sg.t[4], cs.data());
+            set_input(c, sg.t[3], h.data());
+            set_input(c, sg.t[4], cs.data());
             c.compute(sg);
             ggml_backend_tensor_get(sg.t[5], o.data(), 0, ggml_nbytes(sg.t[5]));
             ggml_backend_tensor_get(sg.t[6], h.data(), 0, ggml_nbytes(sg.t[6]));
@@ -1209,7 +1209,7 @@ void kokoro_voice::set_from_lstm(vs_context & c, lstm_device_out & o, std::vecto
                 std::copy_n(y.v.begin(), std::min(y.T, d.frames) * C, v.begin() + (d.at - ext.first) * C);
             }
         }
-        ggml_backend_tensor_set(t, v.data(), sizeof(float) * (size_t) (ext.first * C), sizeof(float) * v.size());
+        c.set_input(t, v.data(), sizeof(float) * (size_t) (ext.first * C), sizeof(float) * v.size());
     }
 }
 
@@ -1356,9 +1356,9 @@ void kokoro_voice::run_bert_group(vs_context & c, std::vector<kokoro_job> & jobs
         ggml_build_forward_expand(gf, xs);
         return std::vector<ggml_tensor *>{ idt, pst, sty, msk, x, xs };
     });
-    set_input(sg.t[0], ids.data());
-    set_input(sg.t[1], pos.data());
-    set_input(sg.t[2], styles.data());
+    set_input(c, sg.t[0], ids.data());
+    set_input(c, sg.t[1], pos.data());
+    set_input(c, sg.t[2], styles.data());
     if (masked) {  // each job's tokens attend to that job's; each added token to itself
         std::vector<float> m((size_t) (Tg * Tg), -INFINITY);
         int64_t            t0 = 0;
@@ -1372,7 +1372,7 @@ void kokoro_voice::run_bert_group(vs_context & c, std::vector<kokoro_job> & jobs
         for (int64_t q = T; q < Tg; ++q) {
             m[(size_t) (q * Tg + q)] = 0.0f;
         }
-        set_input(sg.t[3], m.data());
+        set_input(c, sg.t[3], m.data());
     }
     c.compute(sg);
     const act d_en = read_act(sg.t[4]), d_in = read_act(sg.t[5]);
@@ -1434,7 +1434,7 @@ void kokoro_voice::run_duration(vs_context & c, std::vector<kokoro_job> & jobs, 
         std::vector<ggml_tensor *> ts;
         for (size_t b = 0; b < jobs.size(); ++b) {
             ts.push_back(sg.t[4 * b]);
-            fill_cond(sg.t[4 * b + 1], sg.t[4 * b + 2], jobs[b].style.data() + STYLE_DIM);
+            fill_cond(c, sg.t[4 * b + 1], sg.t[4 * b + 2], jobs[b].style.data() + STYLE_DIM);
         }
         set_lstm_inputs(o, hs, ts);
         c.compute(sg);
@@ -1480,7 +1480,7 @@ void kokoro_voice::run_duration(vs_context & c, std::vector<kokoro_job> & jobs, 
             std::vector<ggml_tensor *> xs_t;
             for (size_t b = 0; b < jobs.size(); ++b) {
                 xs_t.push_back(t[4 * b]);
-                fill_cond(t[4 * b + 1], t[4 * b + 2], jobs[b].style.data() + STYLE_DIM);
+                fill_cond(c, t[4 * b + 1], t[4 * b + 2], jobs[b].style.data() + STYLE_DIM);
             }
             set_lstm_inputs(o, hs, xs_t);
             d_out = t;
@@ -1613,10 +1613,10 @@ void kokoro_voice::run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) c
             const float * s = jobs[first + (size_t) b].style.data() + STYLE_DIM;
             styles.insert(styles.end(), s, s + STYLE_DIM);
         }
-        fill_cond(sg.t[1], sg.t[2], styles.data());
+        fill_cond(c, sg.t[1], sg.t[2], styles.data());
         if (packs) {
-            fill_packing(sg.t[3], sg.t[4], B, L, lens);
-            fill_packing(sg.t[5], sg.t[6], B, 2 * L, lens, 2);
+            fill_packing(c, sg.t[3], sg.t[4], B, L, lens);
+            fill_packing(c, sg.t[5], sg.t[6], B, 2 * L, lens, 2);
         }
         std::vector<lstm_dest> dests;
         for (int64_t b = 0; b < B; ++b) {
@@ -1671,11 +1671,11 @@ void kokoro_voice::run_text_encoder(vs_context & c, std::vector<kokoro_job> & jo
             const int64_t        T = (int64_t) jobs[b].tokens.size();
             std::vector<int32_t> ids(jobs[b].tokens);
             ids.resize((size_t) Ts[b], 0);
-            set_input(t[3 * b], ids.data());
+            set_input(c, t[3 * b], ids.data());
             if (t[3 * b + 1]) {
                 std::vector<float> mask((size_t) Ts[b], 0.0f);
                 std::fill_n(mask.begin(), T, 1.0f);
-                set_input(t[3 * b + 1], mask.data());
+                set_input(c, t[3 * b + 1], mask.data());
             }
         }
     };
@@ -1783,14 +1783,14 @@ void kokoro_voice::run_decoder(vs_context & c, const std::vector<kokoro_job *> &
         styles.insert(styles.end(), j.style.begin(), j.style.begin() + STYLE_DIM);
         row += j.t_en.T;
     }
-    set_input(sg.t[0], tv.data());
-    set_input(sg.t[1], frv.data());
-    set_input(sg.t[2], f0v.data());
-    set_input(sg.t[3], nv.data());
-    fill_cond(sg.t[4], sg.t[5], styles.data());
+    set_input(c, sg.t[0], tv.data());
+    set_input(c, sg.t[1], frv.data());
+    set_input(c, sg.t[2], f0v.data());
+    set_input(c, sg.t[3], nv.data());
+    fill_cond(c, sg.t[4], sg.t[5], styles.data());
     if (packs) {
-        fill_packing(sg.t[6], sg.t[7], B, L, lens);
-        fill_packing(sg.t[8], sg.t[9], B, 2 * L, lens, 2);
+        fill_packing(c, sg.t[6], sg.t[7], B, L, lens);
+        fill_packing(c, sg.t[8], sg.t[9], B, 2 * L, lens, 2);
     }
     c.compute(sg);
     ggml_tensor * out = sg.t[10];
@@ -1927,12 +1927,12 @@ struct gen_source {
         ggml_set_output(har);
     }
 
-    void fill(const std::vector<float> & f0, float sample_rate) const {
+    void fill(vs_context & c, const std::vector<float> & f0, float sample_rate) const {
         const int64_t n = (int64_t) f0.size(), len = n * SAMPLES_PER_F0;
         GGML_ASSERT(n >= 1 && n <= F2);
         std::vector<float> f0v(f0);
         f0v.resize((size_t) F2, 0.0f);  // unvoiced
-        set_input(fi, f0v.data());
+        set_input(c, fi, f0v.data());
         // Each harmonic's phases, the last one repeated: the interpolation reads it where it
         // would clamp at the sentence's end.
         const std::vector<float> phases = harmonic_cycles(f0, sample_rate);
@@ -1941,7 +1941,7 @@ struct gen_source {
             std::copy_n(phases.begin() + k * n, n, cv.begin() + k * F2);
             std::fill(cv.begin() + k * F2 + n, cv.begin() + (k + 1) * F2, phases[(size_t) ((k + 1) * n - 1)]);
         }
-        set_input(cyc, cv.data());
+        set_input(c, cyc, cv.data());
         // Past the padding, a gap's frames are windows of the sentence's first samples again:
         // finite wherever its own are, for the mask that zeroes them.
         std::vector<int32_t> idx((size_t) (L + N_FFT));
@@ -1952,7 +1952,7 @@ struct gen_source {
                                          : t < len + N_FFT / 2 ? 2 * (len - 1) - t
                                                                : (p - len - N_FFT) % len);
         }
-        set_input(gather, idx.data());
+        set_input(c, gather, idx.data());
     }
 };
 
@@ -2051,9 +2051,9 @@ std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, 
     ggml_build_forward_expand(gb.gf, audio);
     c.alloc(VS_STAGE_GENERATOR, gb.gf);
 
-    set_input(x_in, xin.v.data());
-    src.fill(f0, (float) hp_.sample_rate);
-    fill_cond(k, style.data());
+    set_input(c, x_in, xin.v.data());
+    src.fill(c, f0, (float) hp_.sample_rate);
+    fill_cond(c, k, style.data());
     c.compute(gb.gf);
     har_out = read_act(src.har);
     return read_act(audio).v;
@@ -2308,18 +2308,18 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
         if (t[0]) {
             std::vector<float> xv(j.dec.v);
             xv.resize((size_t) (j.dec.C * F2g[b]), 0.0f);
-            set_input(t[0], xv.data());
+            set_input(c, t[0], xv.data());
         }
         gen_source src;
         src.fi = t[1], src.cyc = t[2], src.gather = t[3];
         src.F2 = F2g[b], src.L = F2g[b] * SAMPLES_PER_F0, src.n_frames = src.L / HOP + 1;
-        src.fill(j.f0, (float) hp_.sample_rate);
+        src.fill(c, j.f0, (float) hp_.sample_rate);
         styles.insert(styles.end(), j.style.begin(), j.style.begin() + STYLE_DIM);  // the acoustic half
     }
-    fill_cond(sg0.t[0], sg0.t[1], styles.data());
+    fill_cond(c, sg0.t[0], sg0.t[1], styles.data());
     if (captured) {
         const float lens[2] = { (float) j0.f0.size(), (float) T.back()[0] };
-        set_input(sg0.t[2], lens);
+        set_input(c, sg0.t[2], lens);
     }
     c.compute(sg0);
     // The named intermediate is a batch's last sentence's, read back only if asked for.
@@ -2442,7 +2442,7 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
             1024 * B, true);
         if (captured) {
             const float len = (float) T[i][0];
-            set_input(sg.t[0], &len);
+            set_input(c, sg.t[0], &len);
         }
         c.compute(sg);
         if (last) {

@@ -114,9 +114,9 @@ ggml_tensor * new_input(ggml_context * g, ggml_type type, int64_t ne0, int64_t n
 }
 
 template <typename T>
-void set_input(ggml_tensor * t, const std::vector<T> & values) {
+void set_input(vs_context & c, ggml_tensor * t, const std::vector<T> & values) {
     GGML_ASSERT(values.size() * sizeof(T) == ggml_nbytes(t));
-    ggml_backend_tensor_set(t, values.data(), 0, ggml_nbytes(t));
+    c.set_input(t, values.data());
 }
 
 template <typename T>
@@ -459,10 +459,10 @@ void piper_voice::run_encoder(vs_context & c, const std::vector<int32_t> & ids, 
         ggml_build_forward_expand(gf, logs);
         return std::vector<ggml_tensor *>{ tokens, mask, kq_mask, x, m, logs };
     });
-    set_input(sg.t[0], ids);
+    set_input(c, sg.t[0], ids);
     if (packed) {
-        set_input(sg.t[1], pk.mask());
-        set_input(sg.t[2], pk.key_mask());
+        set_input(c, sg.t[1], pk.mask());
+        set_input(c, sg.t[2], pk.key_mask());
     }
     c.compute(sg);
     hidden = get_output<float>(sg.t[3]);
@@ -605,10 +605,10 @@ std::vector<float> piper_voice::run_duration(vs_context & c, const std::vector<f
         return std::vector<ggml_tensor *>{ mask, x_in, z_in, logw };
     });
     if (packed) {
-        set_input(sg.t[0], pk.mask());
+        set_input(c, sg.t[0], pk.mask());
     }
-    set_input(sg.t[1], hidden);
-    set_input(sg.t[2], noise);
+    set_input(c, sg.t[1], hidden);
+    set_input(c, sg.t[2], noise);
     c.compute(sg);
     return get_output<float>(sg.t[3]);
 }
@@ -678,12 +678,12 @@ std::vector<float> piper_voice::run_flow(vs_context & c, const std::vector<float
         return std::vector<ggml_tensor *>{ mask, m_in, logs_in, frames, eps, z };
     });
     if (packed) {
-        set_input(sg.t[0], pk.mask());
+        set_input(c, sg.t[0], pk.mask());
     }
-    set_input(sg.t[1], m_p);
-    set_input(sg.t[2], logs_p);
-    set_input(sg.t[3], frame_to_token);
-    set_input(sg.t[4], noise);
+    set_input(c, sg.t[1], m_p);
+    set_input(c, sg.t[2], logs_p);
+    set_input(c, sg.t[3], frame_to_token);
+    set_input(c, sg.t[4], noise);
     c.compute(sg);
     return get_output<float>(sg.t[5]);
 }
