@@ -253,10 +253,13 @@ def test_a_first_take_of_the_prewarms_shapes_replays_what_it_captured(device, vo
 
 @pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
 def test_kokoro_stacks_captured_at_one_length_replay_for_the_others_of_its_bucket(device, sentences, monkeypatch):
-    """On CUDA a sentence alone runs its generator's residual stacks at its length's bucket,
-    its own length masked: run the first time a bucket comes, captured the second and
-    replayed after, for the other lengths of that bucket too. Each take must be the one the
-    same kernels give launched one by one (ggml's captures and the engine's off)."""
+    """On CUDA a sentence alone runs its generator at its length's buckets, its own length
+    masked: its residual stacks run the first time a bucket comes, captured the second and
+    replayed after, for the other lengths of that bucket too; its graphs are kept by those
+    buckets. Each take must be the one its own length's graphs and kernels give launched
+    one by one (ggml's captures and the engine's off), to its last samples: the frames past
+    a sentence's end add nothing to them (they are near silence, so an error there is
+    measured against them)."""
     from app.core import models
 
     if not models.kokoro_installed():
@@ -285,7 +288,10 @@ def test_kokoro_stacks_captured_at_one_length_replay_for_the_others_of_its_bucke
     assert sum(r == 2 for r in replayed[3:]) >= 3, replayed  # shorter ones of the same buckets
     for got, want in zip(takes, wants, strict=True):
         assert len(got.audio) == len(want.audio) and np.isfinite(got.audio).all()
-        assert np.abs(got.audio - want.audio).max() <= 1e-3 * np.abs(want.audio).max()
+        peak = np.abs(want.audio).max()
+        assert np.abs(got.audio - want.audio).max() <= 1e-4 * peak
+        tail, want_tail = got.audio[-300:], want.audio[-300:]  # the last 12.5 ms
+        assert np.abs(tail - want_tail).max() <= 0.1 * np.abs(want_tail).max() + 1e-6 * peak
 
 
 @pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])

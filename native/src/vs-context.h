@@ -214,7 +214,7 @@ struct vs_context {
     vs::gallocr_ptr shared_alloc;
     size_t          shared_bytes = 0;
     // The most graphs kept in shared memory (each holds its metadata and a capture of its own).
-    static constexpr size_t        max_shared_graphs = 48;
+    static constexpr size_t        max_shared_graphs = 96;
     std::shared_ptr<vs::meta_pool> graph_meta        = std::make_shared<vs::meta_pool>();
 
     // ggml's CUDA backend, built with CUDA graphs, captures a graph and replays it once two

@@ -1882,19 +1882,19 @@ ggml_tensor * istft_gain(vs_context & c, const vs_model & model) {
 }
 
 // The generator's harmonic source and its STFT, har [22, n_frames], in graph g for F0 frames
-// F2; its inputs are filled by fill() after the graph's allocation, for F0 frames up to F2
-// (the frames past a sentence's are a gap whose results are not its own).
+// F2; its inputs are filled by fill() after the graph's allocation. `gap`: for F0 frames up
+// to F2, those past a sentence's a gap whose results are not its own.
 struct gen_source {
-    ggml_tensor *fi = nullptr, *cyc = nullptr, *gather = nullptr, *har = nullptr;
+    ggml_tensor *fi = nullptr, *cyc = nullptr, *edges = nullptr, *edges_at = nullptr, *har = nullptr;
     int64_t      F2 = 0, L = 0, n_frames = 0;
 
     gen_source() = default;  // a kept graph's, its tensors set from the graph's
-    gen_source(vs_context & c, const vs_model & model, ggml_context * g, int64_t f0_frames) :
+    gen_source(vs_context & c, const vs_model & model, ggml_context * g, int64_t f0_frames, bool gap = false) :
         F2(f0_frames), L(f0_frames * SAMPLES_PER_F0), n_frames(L / HOP + 1) {
-        fi     = input_2d(g, F2, 1, "f0");
-        cyc    = input_2d(g, F2, N_HARMONICS, "harmonic_cycles");
-        gather = ggml_new_tensor_1d(g, GGML_TYPE_I32, L + N_FFT);  // see below
-        ggml_set_input(gather);
+        fi    = input_2d(g, F2, 1, "f0");
+        cyc   = input_2d(g, F2, N_HARMONICS, "harmonic_cycles");
+        edges = ggml_new_tensor_1d(g, GGML_TYPE_I32, N_FFT);  // see below
+        ggml_set_input(edges);
 
         // Harmonic source, as the export computes it: per harmonic its running phase in cycles
         // (harmonic_cycles, from the host), scaled to radians per upsampled sample, linearly
@@ -1909,10 +1909,20 @@ struct gen_source {
 
         // Its STFT (reflect-padded, Hann window): a DFT basis over windows of N_FFT samples
         // every HOP samples; magnitude and phase (atan of im/re, moved to the quadrant). The
-        // padded samples are gathered, which every backend can: src[N_FFT / 2 .. 1], then
-        // src, then src[L - 2 .. L - 1 - N_FFT / 2], at the sentence's own length L.
-        ggml_tensor * padded = ggml_get_rows(g, src, gather);  // [1, L + N_FFT]
-        ggml_tensor * basis  = stft_basis(c, model);
+        // padding's samples are gathered, which every backend can: the first N_FFT / 2 are
+        // src[N_FFT / 2 .. 1], the last src[len - 2 .. len - 1 - N_FFT / 2] for the sentence's
+        // own length len. With a gap they are also written right after its samples (their
+        // places, edges_at, an input), the gap's past them (unvoiced, as a pause is).
+        ggml_tensor * pad   = ggml_get_rows(g, src, edges);  // [1, N_FFT]: the two paddings
+        ggml_tensor * right = ggml_view_2d(g, pad, 1, N_FFT / 2, pad->nb[1], (N_FFT / 2) * pad->nb[1]);
+        ggml_tensor * padded =
+            ggml_concat(g, ggml_concat(g, ggml_view_2d(g, pad, 1, N_FFT / 2, pad->nb[1], 0), src, 1), right, 1);
+        if (gap) {
+            edges_at = ggml_new_tensor_1d(g, GGML_TYPE_I32, N_FFT / 2);
+            ggml_set_input(edges_at);
+            padded = ggml_set_rows(g, padded, right, edges_at);  // [1, L + N_FFT]
+        }
+        ggml_tensor * basis = stft_basis(c, model);
         ggml_tensor * frames =
             conv1d_strided(g, padded, ggml_reshape_3d(g, basis, 1, N_FFT, basis->ne[1]), nullptr, HOP, 0);
         const int64_t bins = N_FFT / 2 + 1;
@@ -1929,7 +1939,7 @@ struct gen_source {
 
     void fill(vs_context & c, const std::vector<float> & f0, float sample_rate) const {
         const int64_t n = (int64_t) f0.size(), len = n * SAMPLES_PER_F0;
-        GGML_ASSERT(n >= 1 && n <= F2);
+        GGML_ASSERT(n >= 1 && n <= F2 && (n == F2 || edges_at));
         std::vector<float> f0v(f0);
         f0v.resize((size_t) F2, 0.0f);  // unvoiced
         set_input(c, fi, f0v.data());
@@ -1942,17 +1952,16 @@ struct gen_source {
             std::fill(cv.begin() + k * F2 + n, cv.begin() + (k + 1) * F2, phases[(size_t) ((k + 1) * n - 1)]);
         }
         set_input(c, cyc, cv.data());
-        // Past the padding, a gap's frames are windows of the sentence's first samples again:
-        // finite wherever its own are, for the mask that zeroes them.
-        std::vector<int32_t> idx((size_t) (L + N_FFT));
-        for (int64_t p = 0; p < L + N_FFT; ++p) {
-            const int64_t t = p - N_FFT / 2;
-            idx[(size_t) p] = (int32_t) (t < 0                 ? -t
-                                         : t < len             ? t
-                                         : t < len + N_FFT / 2 ? 2 * (len - 1) - t
-                                                               : (p - len - N_FFT) % len);
+        std::vector<int32_t> idx(N_FFT), at(N_FFT / 2);
+        for (int i = 0; i < N_FFT / 2; ++i) {
+            idx[i]             = N_FFT / 2 - i;
+            idx[N_FFT / 2 + i] = (int32_t) (len - 2 - i);
+            at[i]              = (int32_t) (N_FFT / 2 + len + i);
         }
-        set_input(c, gather, idx.data());
+        set_input(c, edges, idx.data());
+        if (edges_at) {
+            set_input(c, edges_at, at.data());
+        }
     }
 };
 
@@ -2165,8 +2174,9 @@ ggml_tensor * frame_mask(ggml_context * g, ggml_tensor * lens, int at, int64_t n
 //   x, r, s  a stage's input (x_up + xs), a stack's copy, and the stacks' mean
 //   segs[i]  stage i's segments: first frame and count each, then each frame's segment
 //   work     snake_stack's own
-// A sentence alone, where kept graphs are captured, runs at its length's buckets (gen_bucket):
-// its graphs are kept by them, in shared memory, and its stacks captured (captures_); its own
+// A sentence alone, where kept graphs are captured, runs at its length's buckets: its stacks
+// at gen_bucket's, captured (captures_), and its graphs at its F0 frames rounded up as other
+// stages' are (shape_bucket, within the stacks' buckets), kept in shared memory. Its own
 // length is a graph input and device memory, the frames past it masked. Every sentence of
 // those buckets then runs the same graphs and launches, replayed.
 void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_job *> & group) const {
@@ -2184,8 +2194,9 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
     for (size_t i = 0; i < n_stages; ++i) {
         Cs.push_back(c.w(GEN + "noise_convs." + std::to_string(i) + ".bias")->ne[0]);
     }
-    if (captured) {
-        F2g.push_back(gen_bucket((int64_t) group[0]->f0.size(), total));
+    if (captured) {  // the graphs' frames rounded as other stages' (shape_bucket), within the stacks'
+        const int64_t F2 = (int64_t) group[0]->f0.size();
+        F2g.push_back(std::min(gen_bucket(F2, total), shape_bucket(F2)));
     }
     for (size_t b = 0; b < B; ++b) {
         const std::vector<int64_t> Tb = gen_stage_frames((int64_t) group[b]->f0.size());
@@ -2247,7 +2258,7 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
         if (!captured) {
             return std::string();
         }
-        std::string k = "generator " + what + " of";
+        std::string k = "generator " + what + " of " + std::to_string(F2g[0]) + " in";
         for (int64_t F : total) {
             k += " " + std::to_string(F);
         }
@@ -2258,11 +2269,11 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
 
     // Graph 0; its results go to the scratch. Its tensors: the style, its ones, the lengths
     // (captured: each sentence's F0 frames and STFT frames), then per sentence its input x
-    // (null where the decoder left it on the device), the source's f0, phases and gather,
-    // and har.
+    // (null where the decoder left it on the device), the source's f0, phases, padding's
+    // samples and their places (or null), and har.
     const kokoro_job & j0      = *group[0];
     std::string        key0    = key("source");
-    const size_t       per_job = 5;
+    const size_t       per_job = 6;
     if (captured && j0.dec_at >= 0) {
         char where[64];
         std::snprintf(where, sizeof(where), " reading %p",
@@ -2281,7 +2292,7 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
                 const kokoro_job & j    = *group[b];
                 ggml_tensor *      x_in = j.dec_at >= 0 ? c.handoff_tensor(g0, (size_t) j.dec_at, j.dec.C, F2g[b])
                                                         : input_2d(g0, j.dec.C, F2g[b], "x");
-                gen_source         src(c, model_, g0, F2g[b]);
+                gen_source         src(c, model_, g0, F2g[b], captured);
                 ggml_tensor *      x = x_in, *har = src.har;
                 if (captured) {
                     x   = ggml_mul(g0, x, frame_mask(g0, lens, 0, F2g[b]));
@@ -2296,7 +2307,8 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
                 ggml_tensor * up = gen_upsample(c, g0, x, 0);
                 GGML_ASSERT(up->ne[0] == Cs[0] && up->ne[1] == Tg[0][b]);
                 ggml_build_forward_expand(gf, ggml_cpy(g0, up, frames_of(g0, x_at, 0, b)));
-                t.insert(t.end(), { j.dec_at >= 0 ? nullptr : x_in, src.fi, src.cyc, src.gather, src.har });
+                t.insert(t.end(),
+                         { j.dec_at >= 0 ? nullptr : x_in, src.fi, src.cyc, src.edges, src.edges_at, src.har });
             }
             return t;
         },
@@ -2311,7 +2323,7 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
             set_input(c, t[0], xv.data());
         }
         gen_source src;
-        src.fi = t[1], src.cyc = t[2], src.gather = t[3];
+        src.fi = t[1], src.cyc = t[2], src.edges = t[3], src.edges_at = t[4];
         src.F2 = F2g[b], src.L = F2g[b] * SAMPLES_PER_F0, src.n_frames = src.L / HOP + 1;
         src.fill(c, j.f0, (float) hp_.sample_rate);
         styles.insert(styles.end(), j.style.begin(), j.style.begin() + STYLE_DIM);  // the acoustic half
@@ -2323,7 +2335,7 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
     }
     c.compute(sg0);
     // The named intermediate is a batch's last sentence's, read back only if asked for.
-    if (ggml_tensor * har = sg0.t[3 + per_job * (B - 1) + 4]; in_device_memory(c, har)) {
+    if (ggml_tensor * har = sg0.t[3 + per_job * (B - 1) + 5]; in_device_memory(c, har)) {
         c.keep_output_on_device("har", har->data, T.back()[B - 1], har->ne[0]);
         group.back()->har_kept = true;
     } else {
