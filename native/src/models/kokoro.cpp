@@ -1410,7 +1410,22 @@ void kokoro_voice::run_duration(vs_context & c, std::vector<kokoro_job> & jobs, 
         }
         set_from_lstm(c, o, hs, dests);
     };
-    // AdaLayerNorm (module `norm`) of each job's hs[b], then its style appended -> jobs[b].d.
+    // AdaLayerNorm (module `norm`) of each job's x [C, Ts[b]], then its style appended: d;
+    // each job's x, style, ones and d appended to t.
+    auto styled_ops = [&](ggml_context * g, ggml_cgraph * gf, const std::string & norm, int64_t C,
+                          std::vector<ggml_tensor *> & t) {
+        for (size_t b = 0; b < jobs.size(); ++b) {
+            ggml_tensor * x = lstm_input_2d(g, C, Ts[b], "x");
+            cond          k = make_cond(g, Ts[b]);
+            ggml_tensor * scale, *shift;
+            style_affine(c, g, k.s, norm, C, scale, shift);
+            ggml_tensor * y = with_style(g, ggml_add(g, ggml_mul(g, ggml_norm(g, x, 1e-5f), scale), shift), k);
+            ggml_set_output(y);
+            ggml_build_forward_expand(gf, y);
+            t.insert(t.end(), { x, k.s, k.ones, y });
+        }
+    };
+    // That of each job's hs[b] in a graph of its own -> jobs[b].d.
     auto styled = [&](std::vector<act> hs, lstm_device_out o, const std::string & norm) {
         const int64_t     C   = hs[0].C;
         const std::string key = "duration " + norm + shapes;
@@ -1418,16 +1433,7 @@ void kokoro_voice::run_duration(vs_context & c, std::vector<kokoro_job> & jobs, 
             VS_STAGE_DURATION, key,
             [&](ggml_context * g, ggml_cgraph * gf) {
                 std::vector<ggml_tensor *> t;
-                for (size_t b = 0; b < jobs.size(); ++b) {
-                    ggml_tensor * x = lstm_input_2d(g, C, Ts[b], "x");
-                    cond          k = make_cond(g, Ts[b]);
-                    ggml_tensor * scale, *shift;
-                    style_affine(c, g, k.s, norm, C, scale, shift);
-                    ggml_tensor * y = with_style(g, ggml_add(g, ggml_mul(g, ggml_norm(g, x, 1e-5f), scale), shift), k);
-                    ggml_set_output(y);
-                    ggml_build_forward_expand(gf, y);
-                    t.insert(t.end(), { x, k.s, k.ones, y });
-                }
+                styled_ops(g, gf, norm, C, t);
                 return t;
             },
             max_nodes);
@@ -1462,17 +1468,10 @@ void kokoro_voice::run_duration(vs_context & c, std::vector<kokoro_job> & jobs, 
         }
         const int64_t C = hs[0].C;
         gin.build       = [&, C](ggml_context * g, ggml_cgraph * gf, std::vector<ggml_tensor *> & t) {
+            styled_ops(g, gf, norm, C, t);
             ggml_tensor * all = nullptr;
             for (size_t b = 0; b < jobs.size(); ++b) {
-                ggml_tensor * x = lstm_input_2d(g, C, Ts[b], "x");
-                cond          k = make_cond(g, Ts[b]);
-                ggml_tensor * scale, *shift;
-                style_affine(c, g, k.s, norm, C, scale, shift);
-                ggml_tensor * y = with_style(g, ggml_add(g, ggml_mul(g, ggml_norm(g, x, 1e-5f), scale), shift), k);
-                ggml_set_output(y);
-                ggml_build_forward_expand(gf, y);
-                t.insert(t.end(), { x, k.s, k.ones, y });
-                all = all ? ggml_concat(g, all, y, 1) : y;
+                all = all ? ggml_concat(g, all, t[4 * b + 3], 1) : t[4 * b + 3];
             }
             return ggml_pad(g, all, 0, 1, 0, 0);  // column N: zeros
         };
