@@ -534,6 +534,8 @@ void * vs_context::blas() {
     return cuda_blas;
 }
 
+vs_context::vs_context() = default;
+
 vs_context::~vs_context() {
     vs::cuda::blas_destroy(cuda_blas);
 }

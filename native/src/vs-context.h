@@ -90,7 +90,7 @@ using graph_builder = std::function<std::vector<ggml_tensor *>(ggml_context *, g
 }  // namespace vs
 
 struct vs_context {
-    vs_context()                               = default;
+    vs_context();  // (defined with node_trace complete)
     vs_context(const vs_context &)             = delete;
     vs_context & operator=(const vs_context &) = delete;
     ~vs_context();

@@ -1,4 +1,5 @@
 // The C API's contract at its boundary: status codes, error text, cancellation.
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -6,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ggml-cpu.h"
 #include "voicestudio.h"
 #include "vs-context.h"
 
@@ -68,8 +70,69 @@ static void test_split_runs() {
     }
 }
 
+// Graphs kept in shared memory (vs_context::stage_graph with `shared`): one buffer, the
+// largest graph's, that each uses while it runs. Each graph must give its own results run
+// after the others; one that needs more than the buffer drops the others first (their
+// memory is about to be freed); one that needs more than a quarter of the kept limit is run
+// in memory of its own and not kept; dropping the last frees the buffer.
+static void test_shared_graphs() {
+    vs_context c;
+    c.backend.reset(ggml_backend_cpu_init());
+    c.dev         = ggml_backend_get_device(c.backend.get());
+    c.keep_graphs = true;
+    // y = x * k + n for a graph of n values; x = 0, 1, 2, ...
+    auto run = [&](const std::string & key, int64_t n, float k) {
+        vs::stage_graph & sg = c.stage_graph(
+            VS_STAGE_GENERATOR, key,
+            [&](ggml_context * g, ggml_cgraph * gf) {
+                ggml_tensor * x = ggml_new_tensor_1d(g, GGML_TYPE_F32, n);
+                ggml_set_input(x);
+                ggml_tensor * y = ggml_scale_bias(g, ggml_sqr(g, ggml_sqrt(g, x)), k, (float) n);
+                ggml_set_output(y);
+                ggml_build_forward_expand(gf, y);
+                return std::vector<ggml_tensor *>{ x, y };
+            },
+            64, true);
+        std::vector<float> x((size_t) n), y((size_t) n);
+        for (int64_t i = 0; i < n; ++i) {
+            x[(size_t) i] = (float) i;
+        }
+        c.set_input(sg.t[0], x.data());
+        c.compute(sg);
+        ggml_backend_tensor_get(sg.t[1], y.data(), 0, sizeof(float) * y.size());
+        bool ok = true;
+        for (int64_t i = 0; i < n; ++i) {
+            ok = ok && std::fabs(y[(size_t) i] - ((float) i * k + (float) n)) <= 1e-3f * (float) (i + n);
+        }
+        return ok;
+    };
+    auto built = [&] { return c.timings.n_graphs_built; };
+
+    EXPECT(run("a", 1000, 2.0f) && run("c", 500, 3.0f));
+    const size_t one = c.shared_bytes;
+    EXPECT(one > 0 && c.kept.count("a") && c.kept.count("c") && c.kept_bytes == one);
+    int32_t before = built();
+    EXPECT(run("a", 1000, 2.0f) && run("c", 500, 3.0f) && run("a", 1000, 2.0f));  // each again, in turn
+    EXPECT(built() == before && c.shared_bytes == one && c.kept["a"]->shared && !c.kept["a"]->alloc);
+
+    EXPECT(run("b", 8000, 0.5f));  // more than the buffer: the others dropped first
+    EXPECT(c.kept.count("b") && !c.kept.count("a") && !c.kept.count("c"));
+    EXPECT(c.shared_bytes > one && c.kept_bytes == c.shared_bytes);
+    EXPECT(run("a", 1000, 2.0f) && run("b", 8000, 0.5f));  // built again, in the larger buffer
+    EXPECT(c.shared_bytes > one && c.kept.size() == 2);
+
+    c.kept_limit = 4 * (c.shared_bytes - 1);  // b is now over a quarter of it
+    c.drop_shared_graphs();
+    EXPECT(c.kept.empty() && !c.shared_alloc && c.shared_bytes == 0 && c.kept_bytes == 0);
+    before = built();
+    EXPECT(run("b", 8000, 0.5f) && run("b", 8000, 0.5f));  // too large to keep: built each time
+    EXPECT(built() == before + 2 && c.kept.empty() && c.kept_bytes == 0);
+    EXPECT(run("a", 1000, 2.0f) && c.kept.count("a"));
+}
+
 int main() {
     test_split_runs();
+    test_shared_graphs();
 
     vs_model * model = nullptr;
     EXPECT(vs_model_load("/nonexistent/voice.gguf", vs_model_default_params(), &model) == VS_ERR_IO);
