@@ -170,10 +170,8 @@ vs::stage_graph & vs_context::stage_graph(int stage, const std::string & key, co
             shared_alloc.reset(ggml_gallocr_new(buft));
         }
         if (!shared_alloc || !ggml_gallocr_alloc_graph(shared_alloc.get(), sg->gb.gf)) {
-            drop_shared_graphs();  // none may be left in memory about to be freed
-            shared_alloc.reset();
-            kept_bytes -= shared_bytes;
-            shared_bytes = 0;
+            drop_shared_graphs();  // none may be left in memory about to be freed (the last frees it)
+            shared_alloc.reset();  // a new one none is in yet
             throw oom();
         }
         const size_t bytes = ggml_gallocr_get_buffer_size(shared_alloc.get(), 0);

@@ -139,6 +139,19 @@ struct lstm_graph_input {
     std::vector<int64_t>                                                                      first;
     std::function<ggml_tensor *(ggml_context *, ggml_cgraph *, std::vector<ggml_tensor *> &)> build;
     std::function<void(const std::vector<ggml_tensor *> &)>                                   fill;
+
+    // Sequence b's frames[b] columns one after another.
+    void lay_out(const std::vector<int64_t> & frames) {
+        for (int64_t f : frames) {
+            first.push_back(N);
+            N += f;
+        }
+    }
+
+    // The input from the sequences' [in, frames[b]] parts: joined, then column N of zeros.
+    static ggml_tensor * join(ggml_context * g, std::vector<ggml_tensor *> parts) {
+        return ggml_pad(g, concat_all(g, std::move(parts), 1), 0, 1, 0, 0);
+    }
 };
 
 // A graph's [C, T] that set_from_lstm fills before each compute, not flagged as an input:
@@ -337,6 +350,10 @@ class kokoro_voice final : public voice {
     // For a sentence alone of F2 F0 frames, where its generator runs at its buckets' lengths
     // (run_generator_fused): each stage's bucket, and the most F0 frames whose stages fit them.
     int64_t gen_bucket(int64_t F2, std::vector<int64_t> & total) const;
+    // The dilations of a residual block's six convolutions (each pair's second is 1).
+    std::array<int, 6> res_dilations() const {
+        return { hp_.res_dilations[0], 1, hp_.res_dilations[1], 1, hp_.res_dilations[2], 1 };
+    }
     // The noise branch's residual block kernel at stage i; the name of stage i's j-th block.
     int         noise_kernel(size_t i) const { return i + 1 == hp_.gen_rates.size() ? 11 : 7; }
     std::string res_prefix(size_t stage, size_t j) const;
@@ -1462,18 +1479,15 @@ void kokoro_voice::run_duration(vs_context & c, std::vector<kokoro_job> & jobs, 
     auto styled_input = [&](std::vector<act> & hs, lstm_device_out & o, const std::string & norm) {
         lstm_graph_input gin;
         gin.key = norm + shapes;
-        for (size_t b = 0; b < jobs.size(); ++b) {
-            gin.first.push_back(gin.N);
-            gin.N += Ts[b];
-        }
+        gin.lay_out(Ts);
         const int64_t C = hs[0].C;
         gin.build       = [&, C](ggml_context * g, ggml_cgraph * gf, std::vector<ggml_tensor *> & t) {
             styled_ops(g, gf, norm, C, t);
-            ggml_tensor * all = nullptr;
+            std::vector<ggml_tensor *> ds;
             for (size_t b = 0; b < jobs.size(); ++b) {
-                all = all ? ggml_concat(g, all, t[4 * b + 3], 1) : t[4 * b + 3];
+                ds.push_back(t[4 * b + 3]);
             }
-            return ggml_pad(g, all, 0, 1, 0, 0);  // column N: zeros
+            return lstm_graph_input::join(g, std::move(ds));
         };
         gin.fill = [&](const std::vector<ggml_tensor *> & t) {
             std::vector<ggml_tensor *> xs_t;
@@ -1683,18 +1697,17 @@ void kokoro_voice::run_text_encoder(vs_context & c, std::vector<kokoro_job> & jo
     lstm_graph_input         gin;
     if (in_graph) {
         gin.key = key;
+        gin.lay_out(Ts);
         for (size_t b = 0; b < jobs.size(); ++b) {
-            gin.first.push_back(gin.N);
-            gin.N += Ts[b];
             convs.push_back({ {}, w_ih->ne[0], (int64_t) jobs[b].tokens.size() });  // their shapes
         }
         gin.build = [&](ggml_context * g, ggml_cgraph * gf, std::vector<ggml_tensor *> & t) {
             convs_of(g, gf, t);
-            ggml_tensor * all = nullptr;
+            std::vector<ggml_tensor *> xs_t;
             for (size_t b = 0; b < jobs.size(); ++b) {
-                all = all ? ggml_concat(g, all, t[3 * b + 2], 1) : t[3 * b + 2];
+                xs_t.push_back(t[3 * b + 2]);
             }
-            return ggml_pad(g, all, 0, 1, 0, 0);  // column N: zeros
+            return lstm_graph_input::join(g, std::move(xs_t));
         };
         gin.fill = fill;
     } else {
@@ -2128,13 +2141,13 @@ std::vector<int64_t> kokoro_voice::gen_stage_frames(int64_t F2) const {
 }
 
 int64_t kokoro_voice::gen_bucket(int64_t F2, std::vector<int64_t> & total) const {
-    const int                  dil[6] = { hp_.res_dilations[0], 1, hp_.res_dilations[1], 1, hp_.res_dilations[2], 1 };
-    const std::vector<int64_t> T      = gen_stage_frames(F2);
+    const std::array<int, 6>   dil = res_dilations();
+    const std::vector<int64_t> T   = gen_stage_frames(F2);
     total.clear();
     for (size_t i = 0; i < T.size(); ++i) {
         std::vector<int> Ks = hp_.res_kernels;
         Ks.push_back(noise_kernel(i));
-        total.push_back(vs::cuda::snake_bucket(T[i], Ks.data(), (int) Ks.size(), dil, 6));
+        total.push_back(vs::cuda::snake_bucket(T[i], Ks.data(), (int) Ks.size(), dil.data(), 6));
     }
     auto fits = [&](int64_t n) {
         const std::vector<int64_t> Tn = gen_stage_frames(n);
@@ -2152,6 +2165,13 @@ int64_t kokoro_voice::gen_bucket(int64_t F2, std::vector<int64_t> & total) const
         }
     }
     return n;
+}
+
+// A pointer as text, for the keys of graphs that read or write that memory.
+std::string address(const void * p) {
+    char s[32];
+    std::snprintf(s, sizeof(s), "%p", p);
+    return s;
 }
 
 // [1, n]: 1 on the first `len` frames (element `at` of the graph's input lens), else 0.
@@ -2179,11 +2199,11 @@ ggml_tensor * frame_mask(ggml_context * g, ggml_tensor * lens, int at, int64_t n
 // length is a graph input and device memory, the frames past it masked. Every sentence of
 // those buckets then runs the same graphs and launches, replayed.
 void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_job *> & group) const {
-    const int           dev      = c.cuda_device;
-    const size_t        n_stages = hp_.gen_rates.size(), B = group.size();
-    const style_table & tab      = *style_table_for(c, GEN);
-    const int           dil[6]   = { hp_.res_dilations[0], 1, hp_.res_dilations[1], 1, hp_.res_dilations[2], 1 };
-    const bool          captured = B == 1 && c.tag_runs && c.keep_graphs && !c.profiling;
+    const int                dev      = c.cuda_device;
+    const size_t             n_stages = hp_.gen_rates.size(), B = group.size();
+    const style_table &      tab      = *style_table_for(c, GEN);
+    const std::array<int, 6> dil      = res_dilations();
+    const bool               captured = B == 1 && c.tag_runs && c.keep_graphs && !c.profiling;
 
     // Each stage's packing: sentence b's first frame at[i][b], its frame count T[i][b]; the
     // kernels' frames total[i]. The graphs run F2g[b] F0 frames, Tg[i][b] at stage i: a
@@ -2210,7 +2230,7 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
     }
     for (size_t i = 0; !captured && i < n_stages; ++i) {
         const int widest = std::max(noise_kernel(i), *std::max_element(hp_.res_kernels.begin(), hp_.res_kernels.end()));
-        const int64_t gap    = (int64_t) *std::max_element(dil, dil + 6) * (widest - 1) / 2;
+        const int64_t gap    = (int64_t) *std::max_element(dil.begin(), dil.end()) * (widest - 1) / 2;
         int64_t       frames = 0;
         for (size_t b = 0; b < B; ++b) {
             at[i].push_back(frames);
@@ -2231,11 +2251,11 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
     size_t              stage_bytes = 0, work_bytes = 0;
     for (size_t i = 0; i < n_stages; ++i) {
         const int64_t C = Cs[i], F = total[i];
-        int64_t       frames = vs::cuda::snake_frames(F, noise_kernel(i), dil, 6, (int) B);
-        work_bytes = std::max(work_bytes, vs::cuda::snake_scratch_bytes(C, F, noise_kernel(i), dil, 6, (int) B));
+        int64_t       frames = vs::cuda::snake_frames(F, noise_kernel(i), dil.data(), 6, (int) B);
+        work_bytes = std::max(work_bytes, vs::cuda::snake_scratch_bytes(C, F, noise_kernel(i), dil.data(), 6, (int) B));
         for (int K : hp_.res_kernels) {
-            frames     = std::max(frames, vs::cuda::snake_frames(F, K, dil, 6, (int) B));
-            work_bytes = std::max(work_bytes, vs::cuda::snake_scratch_bytes(C, F, K, dil, 6, (int) B));
+            frames     = std::max(frames, vs::cuda::snake_frames(F, K, dil.data(), 6, (int) B));
+            work_bytes = std::max(work_bytes, vs::cuda::snake_scratch_bytes(C, F, K, dil.data(), 6, (int) B));
         }
         xs_at.push_back(scratch.reserve(sizeof(float) * (size_t) (C * frames)));
         segs_at.push_back(B > 1 ? scratch.reserve(sizeof(int) * (size_t) (2 * (int64_t) B + F)) : 0);
@@ -2261,9 +2281,7 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
         for (int64_t F : total) {
             k += " " + std::to_string(F);
         }
-        char where[64];
-        std::snprintf(where, sizeof(where), " at %p", (void *) base);
-        return k + where;
+        return k + " at " + address(base);
     };
 
     // Graph 0; its results go to the scratch. Its tensors: the style, its ones, the lengths
@@ -2274,10 +2292,8 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
     std::string        key0    = key("source");
     const size_t       per_job = 6;
     if (captured && j0.dec_at >= 0) {
-        char where[64];
-        std::snprintf(where, sizeof(where), " reading %p",
-                      (void *) (static_cast<uint8_t *>(ggml_backend_buffer_get_base(c.handoff.get())) + j0.dec_at));
-        key0 += where;
+        key0 +=
+            " reading " + address(static_cast<uint8_t *>(ggml_backend_buffer_get_base(c.handoff.get())) + j0.dec_at);
     }
     vs::stage_graph & sg0 = c.stage_graph(
         VS_STAGE_GENERATOR, key0,
@@ -2322,8 +2338,7 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
             set_input(c, t[0], xv.data());
         }
         gen_source src;
-        src.fi = t[1], src.cyc = t[2], src.edges = t[3], src.edges_at = t[4];
-        src.F2 = F2g[b], src.L = F2g[b] * SAMPLES_PER_F0, src.n_frames = src.L / HOP + 1;
+        src.fi = t[1], src.cyc = t[2], src.edges = t[3], src.edges_at = t[4], src.F2 = F2g[b];
         src.fill(c, j.f0, (float) hp_.sample_rate);
         styles.insert(styles.end(), j.style.begin(), j.style.begin() + STYLE_DIM);  // the acoustic half
     }
