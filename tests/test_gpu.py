@@ -232,6 +232,32 @@ def test_inputs_staged_in_pinned_memory_give_the_takes_of_inputs_set_one_by_one(
 
 @pytest.mark.parametrize("voice", ["piper:joe", "kokoro:jf_alpha"])
 @pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
+def test_graphs_queued_without_a_wait_give_the_takes_of_graphs_waited_for(device, voice, sentences, monkeypatch):
+    """On CUDA the host queues a graph and goes on without waiting for it; ggml's stream and
+    the engine's kernels' are ordered by events, and the host waits at each stage's end. The
+    takes must be those of every graph waited for (VOICESTUDIO_GRAPH_WAIT=1): one sentence a
+    call (the same ones again, through the captured graphs), a batch, and a batch divided
+    between two workers."""
+    from app.core import models
+
+    if voice.startswith("kokoro") and not models.kokoro_installed():
+        pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
+    takes = {}
+    for wait in ("1", "0"):
+        monkeypatch.setenv("VOICESTUDIO_GRAPH_WAIT", wait)
+        with Engine.open(voice, device=device, prewarm=False) as one:
+            alone = [t.audio for _ in range(2) for t in one.synthesize_many(sentences[:4], seed=2)]
+            batch = [t.audio for t in one.synthesize_many(sentences[:6], seed=2, batch=6)]
+        with Engine.open(voice, device=device, prewarm=False, workers=2) as two:
+            split = [t.audio for t in two.synthesize_many(sentences[:6], seed=2, batch=6)]
+        takes[wait] = alone + batch + split
+    for got, want in zip(takes["0"], takes["1"], strict=True):
+        assert len(got) == len(want) and np.isfinite(got).all()
+        assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("voice", ["piper:joe", "kokoro:jf_alpha"])
+@pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
 def test_a_first_take_of_the_prewarms_shapes_replays_what_it_captured(device, voice, capfd):
     """ggml captures a kept graph on its second run, milliseconds more than a replay; the
     prewarm runs its sentences twice so that a first take of their shapes captures nothing."""

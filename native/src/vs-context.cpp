@@ -13,6 +13,19 @@
 #include "vs-cuda.h"
 #include "vs-graph.h"
 
+// ggml's event as ggml-backend-impl.h (not an installed header) lays it out: on a CUDA device
+// its context is the cudaEvent_t, which the engine's stream records and waits for
+// (vs::cuda::record, wait). Null for an event of another device.
+struct ggml_event_layout {
+    ggml_backend_dev_t device;
+    void *             context;
+};
+
+static void * cuda_event(ggml_backend_event_t e, ggml_backend_dev_t dev) {
+    const auto * l = reinterpret_cast<const ggml_event_layout *>(e);
+    return e && l->device == dev ? l->context : nullptr;
+}
+
 ggml_tensor * vs_context::w(const std::string & name) const {
     auto it = weights->tensors.find(name);
     if (it == weights->tensors.end()) {
@@ -136,6 +149,7 @@ vs::stage_graph & vs_context::stage_graph(int stage, const std::string & key, co
         on_device                = is_view(node) || ggml_backend_supports_op(backend.get(), node);
     }
     if (!on_device) {
+        drain();  // the last such graph's memory goes, which the device may still use
         fresh = std::move(*sg);
         alloc(stage, fresh.gb.gf);
         return fresh;
@@ -166,6 +180,7 @@ vs::stage_graph & vs_context::stage_graph(int stage, const std::string & key, co
             drop_kept(lru);
         }
         if (!shared_alloc || need > shared_bytes) {  // the others go first: their memory is about to be freed
+            drain();
             drop_shared_graphs();
             shared_alloc.reset(ggml_gallocr_new(buft));
         }
@@ -185,6 +200,7 @@ vs::stage_graph & vs_context::stage_graph(int stage, const std::string & key, co
         }
         sg->bytes = ggml_gallocr_get_buffer_size(sg->alloc.get(), 0);
         if (sg->bytes > kept_limit / 4) {  // too large to keep: run once in its own memory
+            drain();                       // the last such graph's memory goes
             fresh = std::move(*sg);
             return fresh;
         }
@@ -202,6 +218,7 @@ vs::stage_graph & vs_context::stage_graph(int stage, const std::string & key, co
 }
 
 void vs_context::drop_kept(std::map<std::string, std::unique_ptr<vs::stage_graph>>::iterator it) {
+    drain();  // its memory goes, and the device may still read or write it
     forget_capture(*it->second);
     kept_bytes -= it->second->bytes;
     const bool shared = it->second->shared;
@@ -231,9 +248,40 @@ void vs_context::compute(vs::stage_graph & sg) {
     if (&sg == &fresh) {  // in memory of its own, but run once
         tag_run(sg.gb.gf);
     }
-    const ggml_status st = ggml_backend_graph_compute(backend.get(), sg.gb.gf);
-    staged               = 0;  // copied: the computation waited for its stream
+    after_engine();
+    if (!queue_graphs) {
+        const ggml_status st = ggml_backend_graph_compute(backend.get(), sg.gb.gf);
+        staged               = 0;  // copied: the computation waited for its stream
+        check_computed(st);
+        return;
+    }
+    const ggml_status st = ggml_backend_graph_compute_async(backend.get(), sg.gb.gf);
+    ggml_backend_event_record(graph_done.get(), backend.get());
+    vs::cuda::wait(cuda_device, cuda_event(graph_done.get(), dev));
     check_computed(st);
+}
+
+void vs_context::after_engine() {
+    if (cuda_device < 0 || vs::cuda::queued() == engine_seen) {
+        return;
+    }
+    engine_seen = vs::cuda::queued();
+    if (void * e = cuda_event(engine_done.get(), dev)) {
+        vs::cuda::record(cuda_device, e);
+        ggml_backend_event_wait(backend.get(), engine_done.get());
+    } else {
+        vs::cuda::synchronize(cuda_device);
+    }
+}
+
+void vs_context::drain() {
+    if (cuda_device < 0 || !backend) {
+        return;
+    }
+    ggml_backend_synchronize(backend.get());
+    vs::cuda::synchronize(cuda_device);
+    staged      = 0;
+    engine_seen = UINT64_MAX;  // the next graph orders itself after whatever the engine queues next
 }
 
 // ggml's CUDA backend keeps a captured graph's instance under the address of the graph's
@@ -402,6 +450,7 @@ struct node_trace {
 }  // namespace vs
 
 void vs_context::alloc(int stage, ggml_cgraph * gf) {
+    drain();  // the scheduler may move its memory, which the device may still use
     current_stage = stage;
     if (profiling && trace) {
         trace->index_graph(gf);
@@ -438,6 +487,7 @@ void vs_context::compute(ggml_cgraph * gf) {
         trace->begin_graph(current_stage);
     }
     tag_run(gf);
+    after_engine();
     const ggml_status st = ggml_backend_sched_graph_compute(sched.get(), gf);
     staged               = 0;  // copied: the computation waited for its stream
     check_computed(st);
@@ -468,12 +518,14 @@ void vs_context::set_input(ggml_tensor * t, const void * data, size_t offset, si
     auto * p = static_cast<uint8_t *>(ggml_backend_buffer_get_base(staging.get())) + staged;
     std::memcpy(p, data, bytes);
     staged += need;
+    after_engine();  // the engine may still read or write t's memory
     ggml_backend_tensor_set_async(backend.get(), t, p, offset, bytes);
 }
 
 // A buffer of the device of at least `bytes` (grown, its contents lost, where smaller).
 static void * grown(vs_context & c, vs::buffer_ptr & buf, size_t bytes, const char * what) {
     if (!buf || ggml_backend_buffer_get_size(buf.get()) < bytes) {
+        c.drain();  // the device may still use the old one
         if (buf && (&buf == &c.scratch || &buf == &c.handoff)) {
             c.drop_shared_graphs();  // while what they read and write is there
         }
@@ -535,6 +587,10 @@ void * vs_context::blas() {
 vs_context::vs_context() = default;
 
 vs_context::~vs_context() {
+    try {
+        drain();
+    } catch (...) {
+    }
     vs::cuda::blas_destroy(cuda_blas);
 }
 
@@ -959,6 +1015,13 @@ static std::unique_ptr<vs_context> make_one(vs_model & model, const vs_context_p
     }
     if (const char * kib = std::getenv("VOICESTUDIO_STAGING_KIB")) {
         ctx->staging_min = (size_t) std::strtoull(kib, nullptr, 10) << 10;
+    }
+    if (ctx->cuda_device >= 0) {
+        ctx->graph_done.reset(ggml_backend_event_new(ctx->dev));
+        ctx->engine_done.reset(ggml_backend_event_new(ctx->dev));
+        const char * wait = std::getenv("VOICESTUDIO_GRAPH_WAIT");
+        ctx->queue_graphs = cuda_event(ctx->graph_done.get(), ctx->dev) &&
+                            cuda_event(ctx->engine_done.get(), ctx->dev) && !(wait && std::string(wait) == "1");
     }
     ctx->sched.reset(ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), 32768, false, false));
     if (!worker && params.espeak_library && *params.espeak_library) {

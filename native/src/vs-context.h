@@ -263,7 +263,21 @@ struct vs_context {
     // copies in it are waited for and it is used again from its start.
     vs::buffer_ptr staging;
     size_t         staging_min = size_t(4) << 20;
-    size_t         staged      = 0;  // its bytes in copies the next compute waits for
+    size_t         staged      = 0;  // its bytes in copies not yet waited for
+
+    // On a CUDA device a kept graph is queued on ggml's stream and the host goes on to the
+    // next one without a wait (queue_graphs; VOICESTUDIO_GRAPH_WAIT=1 waits for each, as
+    // other backends do). ggml's stream and the engine's kernels' (the calling thread's,
+    // vs-cuda.h) are ordered by events instead: a graph waits for the engine's work queued
+    // before it (after_engine), and the engine's later work, and every copy ggml makes on the
+    // calling thread's stream (ggml_backend_tensor_get and _set), wait for the graph. The host
+    // waits where it reads results, before memory the device may still use is freed or
+    // moved, and at the end of each stage (drain), whose time is then its work's.
+    bool          queue_graphs = false;
+    vs::event_ptr graph_done, engine_done;
+    uint64_t      engine_seen = UINT64_MAX;  // vs::cuda::queued() when the graphs last waited for it
+    void          after_engine();
+    void          drain();
 
     // At least `bytes` of device memory, valid until the next call.
     void * device_scratch(size_t bytes);
@@ -303,7 +317,16 @@ struct vs_context {
     void timed_stage(int stage, int chunk, const vs_synth_params & p, F && fn) {
         check_abort();
         const auto t0 = std::chrono::steady_clock::now();
-        fn();
+        try {
+            fn();
+        } catch (...) {
+            try {
+                drain();  // nothing of the stage's left running
+            } catch (...) {
+            }
+            throw;
+        }
+        drain();
         const double ms = vs::ms_since(t0);
         timings.stage_ms[stage] += ms;
         if (p.on_stage) {

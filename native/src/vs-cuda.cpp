@@ -90,6 +90,18 @@ void copy(int, void *, const void *, size_t) {
 
 void synchronize(int) {}
 
+void record(int, void *) {
+    throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
+}
+
+void wait(int, void *) {
+    throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
+}
+
+uint64_t queued() {
+    return 0;
+}
+
 int64_t snake_bucket(int64_t T, const int *, int, const int *, int) {
     return T;
 }

@@ -41,7 +41,7 @@ size_t lstm_scratch_bytes(int64_t H, int64_t n, int64_t cols);
 //         the returned pointer (dev) has them, for lstm_gather
 //   scratch (dev) lstm_scratch_bytes()
 // Synchronous, except with `out`, h and c all null: then the kernel is queued on the calling
-// thread's stream, which lstm_gather (called from the same thread) synchronizes. Throws
+// thread's stream, as snake_stack(), for lstm_gather (called from the same thread). Throws
 // vs::error(VS_ERR_COMPUTE) when CUDA reports an error.
 const float * lstm(int device, const float * gx, const void * w_hh, ggml_type type, int64_t H, int64_t n,
                    int64_t stride, int64_t cols, int64_t D, float * h, float * c, float * out, void * scratch);
@@ -56,7 +56,7 @@ struct lstm_span {
     float * dst    = nullptr;
 };
 
-// Writes each span from out (dev) [H, cols, n]; synchronous.
+// Writes each span from out (dev) [H, cols, n]; queued as snake_stack().
 void lstm_gather(int device, const float * out, int64_t H, int64_t cols, int64_t D, const lstm_span * spans,
                  size_t n_spans);
 
@@ -120,8 +120,9 @@ void   blas_destroy(void * blas);
 
 // n_pairs pairs of convolutions (convs[2 i], convs[2 i + 1]) over x (dev) [T, C], in place;
 // x has room for snake_frames() frames; scratch has snake_scratch_bytes() for seg.n
-// segments. Queued on the calling thread's stream: call synchronize() before ggml reads the
-// result. Throws vs::error(VS_ERR_COMPUTE) on a CUDA or cuBLAS error.
+// segments. Queued on the calling thread's stream: ggml's graphs read the result once they are
+// ordered after it (record(), as vs_context does) or after synchronize(). Throws vs::error(VS_ERR_COMPUTE) on a CUDA or
+// cuBLAS error.
 void snake_stack(int device, void * blas, float * x, int64_t C, int64_t T, int K, const snake_conv * convs, int n_pairs,
                  void * scratch, const snake_segments & seg = {});
 
@@ -163,6 +164,16 @@ void copy(int device, void * dst, const void * src, size_t bytes);
 
 // Waits for the calling thread's queued work; throws vs::error(VS_ERR_COMPUTE) on an error.
 void synchronize(int device);
+
+// ggml queues a graph on its backend's own stream, the engine on the calling thread's.
+// vs_context orders the two with CUDA events (ggml's events' cudaEvent_t), so that neither
+// waits on the host: record() marks the calling thread's work queued so far, wait() makes its
+// later work wait for an event ggml recorded. queued() counts the calling thread's calls
+// above that queue work (not download() or synchronize(), done when they return): where it
+// has not moved since a record(), there is nothing new to wait for.
+void     record(int device, void * event);
+void     wait(int device, void * event);
+uint64_t queued();
 
 // ---------------------------------------------------------------- Captured launches
 //

@@ -48,12 +48,16 @@ struct sched_deleter {
 struct gallocr_deleter {
     void operator()(ggml_gallocr_t a) const { ggml_gallocr_free(a); }
 };
+struct event_deleter {
+    void operator()(ggml_backend_event_t e) const { ggml_backend_event_free(e); }
+};
 using ggml_ctx_ptr = std::unique_ptr<ggml_context, ggml_ctx_deleter>;
 using gguf_ctx_ptr = std::unique_ptr<gguf_context, gguf_ctx_deleter>;
 using buffer_ptr   = std::unique_ptr<ggml_backend_buffer, buffer_deleter>;
 using backend_ptr  = std::unique_ptr<ggml_backend, backend_deleter>;
 using sched_ptr    = std::unique_ptr<ggml_backend_sched, sched_deleter>;
 using gallocr_ptr  = std::unique_ptr<ggml_gallocr, gallocr_deleter>;
+using event_ptr    = std::unique_ptr<ggml_backend_event, event_deleter>;
 
 // ---------------------------------------------------------------- devices (vs-devices.cpp)
 

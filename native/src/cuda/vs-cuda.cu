@@ -30,6 +30,9 @@ void check(cudaError_t e, const char * what) {
     }
 }
 
+// Calls on this thread that queued work on its stream (see queued()).
+thread_local uint64_t n_queued = 0;
+
 __device__ __forceinline__ float sigmoid(float x) {
     return 1.0f / (1.0f + expf(-x));
 }
@@ -613,6 +616,7 @@ const float * lstm(int device, const float * gx, const void * w_hh, ggml_type ty
                    int64_t stride, int64_t cols, int64_t D, float * h, float * c, float * out, void * scratch) {
     GGML_ASSERT(lstm_supported(type, H) && cols > 0 && n > 0 && stride >= n && !h == !c);
     check(cudaSetDevice(device), "cudaSetDevice");
+    ++n_queued;
     cudaStream_t s       = cudaStreamPerThread;
     float *      h_dev   = static_cast<float *>(scratch);
     float *      c_dev   = h_dev + H * cols;
@@ -658,6 +662,7 @@ void lstm_gather(int device, const float * out, int64_t H, int64_t cols, int64_t
                  size_t n_spans) {
     GGML_ASSERT(D >= 1 && D <= 2);
     check(cudaSetDevice(device), "cudaSetDevice");
+    ++n_queued;
     for (size_t i = 0; i < n_spans; i += GATHER_SPANS) {
         gather_spans a{};
         const int    n    = (int) std::min<size_t>(GATHER_SPANS, n_spans - i);
@@ -671,7 +676,6 @@ void lstm_gather(int device, const float * out, int64_t H, int64_t cols, int64_t
         lstm_gather_kernel<<<grid, 256, 0, cudaStreamPerThread>>>(out, (int) H, cols, (int) D, a);
         check(cudaGetLastError(), "LSTM gather launch");
     }
-    check(cudaStreamSynchronize(cudaStreamPerThread), "LSTM gather");
 }
 
 bool snake_supported(int64_t C, int K) {
@@ -714,6 +718,7 @@ void snake_stack(int device, void * blas, float * x, int64_t C, int64_t T, int K
                  void * scratch, const snake_segments & seg) {
     GGML_ASSERT(snake_supported(C, K) && T > 0 && blas && seg.n >= 1 && (seg.n == 1 || (seg.range && seg.frame)));
     check(cudaSetDevice(device), "cudaSetDevice");
+    ++n_queued;
     std::vector<int> dil;
     for (int i = 0; i < 2 * n_pairs; ++i) {
         dil.push_back(convs[i].dilation);
@@ -759,6 +764,7 @@ void leaky_stack(int device, void * blas, float * x, int64_t C, int64_t T, int K
                  float slope, const float * mask, void * scratch) {
     GGML_ASSERT(snake_supported(C, K) && T > 0 && blas);
     check(cudaSetDevice(device), "cudaSetDevice");
+    ++n_queued;
     auto       h  = static_cast<cublasHandle_t>(blas);
     half *     ph = static_cast<half *>(scratch);
     const dim3 block(SNAKE_CH, SNAKE_ROWS);
@@ -780,6 +786,7 @@ void leaky_conv_tanh(int device, const float * x, int64_t C, int64_t T, int K, f
                      const float * w, float * out) {
     GGML_ASSERT(leaky_conv_tanh_supported(C, K) && T > 0);
     check(cudaSetDevice(device), "cudaSetDevice");
+    ++n_queued;
     leaky_conv_tanh_kernel<<<(unsigned) ((T + POST_FRAMES - 1) / POST_FRAMES), POST_FRAMES, post_shared_bytes(C, K),
                              cudaStreamPerThread>>>(x, T, (int) C, K, slope, mask, w, out);
     check(cudaGetLastError(), "output kernel launch");
@@ -787,6 +794,7 @@ void leaky_conv_tanh(int device, const float * x, int64_t C, int64_t T, int K, f
 
 void upload(int device, void * dst, const void * host, size_t bytes) {
     check(cudaSetDevice(device), "cudaSetDevice");
+    ++n_queued;
     check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, cudaStreamPerThread), "upload");
 }
 
@@ -799,6 +807,7 @@ void download(int device, void * host, const void * src, size_t bytes) {
 void add(int device, float * dst, const float * a, const float * b, int64_t n) {
     GGML_ASSERT(n % 4 == 0);
     check(cudaSetDevice(device), "cudaSetDevice");
+    ++n_queued;
     add_kernel<<<elementwise_blocks(n / 4), ELEMENTWISE, 0, cudaStreamPerThread>>>(
         reinterpret_cast<float4 *>(dst), reinterpret_cast<const float4 *>(a), reinterpret_cast<const float4 *>(b),
         n / 4);
@@ -808,6 +817,7 @@ void add(int device, float * dst, const float * a, const float * b, int64_t n) {
 void accumulate(int device, float * sum, const float * x, int64_t n, float scale) {
     GGML_ASSERT(n % 4 == 0);
     check(cudaSetDevice(device), "cudaSetDevice");
+    ++n_queued;
     accumulate_kernel<<<elementwise_blocks(n / 4), ELEMENTWISE, 0, cudaStreamPerThread>>>(
         reinterpret_cast<float4 *>(sum), reinterpret_cast<const float4 *>(x), n / 4, scale);
     check(cudaGetLastError(), "accumulate kernel launch");
@@ -815,12 +825,27 @@ void accumulate(int device, float * sum, const float * x, int64_t n, float scale
 
 void copy(int device, void * dst, const void * src, size_t bytes) {
     check(cudaSetDevice(device), "cudaSetDevice");
+    ++n_queued;
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cudaStreamPerThread), "device copy");
 }
 
 void synchronize(int device) {
     check(cudaSetDevice(device), "cudaSetDevice");
     check(cudaStreamSynchronize(cudaStreamPerThread), "engine kernels");
+}
+
+void record(int device, void * event) {
+    check(cudaSetDevice(device), "cudaSetDevice");
+    check(cudaEventRecord(static_cast<cudaEvent_t>(event), cudaStreamPerThread), "event record");
+}
+
+void wait(int device, void * event) {
+    check(cudaSetDevice(device), "cudaSetDevice");
+    check(cudaStreamWaitEvent(cudaStreamPerThread, static_cast<cudaEvent_t>(event), 0), "event wait");
+}
+
+uint64_t queued() {
+    return n_queued;
 }
 
 int64_t snake_bucket(int64_t T, const int * Ks, int n_K, const int * dilations, int n) {
@@ -842,6 +867,7 @@ static void drop_exec(void * exec) {
 
 bool launch_cache::run(int device, const std::string & key, const std::function<void()> & queue) {
     check(cudaSetDevice(device), "cudaSetDevice");
+    ++n_queued;
     auto it = entries_.find(key);
     if (it == entries_.end()) {  // first seen: run, remembered
         while (!entries_.empty() && entries_.size() >= limit_) {

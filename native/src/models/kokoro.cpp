@@ -1820,8 +1820,7 @@ void kokoro_voice::run_decoder(vs_context & c, const std::vector<kokoro_job *> &
                            static_cast<const uint8_t *>(out->data) + sizeof(float) * (size_t) (2 * b * L * C_out), len);
             handoff->at += len;
         }
-        vs::cuda::synchronize(c.cuda_device);
-        return;
+        return;  // the generator's graphs wait for the copies (vs_context::after_engine)
     }
     const act o = read_act(out);
     for (int64_t b = 0; b < B; ++b) {
@@ -2437,7 +2436,9 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
         } else {
             queue();
         }
-        vs::cuda::synchronize(dev);
+        if (c.profiling || !c.queue_graphs) {  // otherwise the next graph waits for them on the device
+            vs::cuda::synchronize(dev);
+        }
         c.profile_op("residual stacks (engine's CUDA kernels)", vs::ms_since(t0));
         c.check_abort();
 
