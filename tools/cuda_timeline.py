@@ -10,7 +10,8 @@ process, the engine's too). A stage's window runs from the end of the stage befo
 its own end (the engine's ``on_stage``, marked in the timeline). Prints, per stage, summed
 over the one-a-call sentences and then for the batch: the wall time; the GPU's busy time
 (kernels, copies and memsets, overlaps counted once) and the rest, when it had nothing to
-run; the host's time inside CUDA calls and the calls that took longest. The profiler makes
+run; the host's time inside CUDA calls and the calls that took longest; with ``--kernels
+N``, the N kernels that took the GPU longest (by name, launches and ms). The profiler makes
 every CUDA call slower, so the walls are longer than ``bench``'s: compare trees and stages
 under this tool, not with ``bench``. Needs PyTorch, which the project does not depend on,
 and a CUDA device.
@@ -79,10 +80,11 @@ def union(spans: list[tuple[float, float]], t0: float, t1: float) -> float:
 
 def summarize(events: list[dict]) -> dict[str, dict[str, dict]]:
     """Per kind of call ("one a call", "batch") and stage, summed over its calls: "wall",
-    "busy" and "in_calls" (ms) and "calls" (name -> [count, ms]), from a Chrome trace's
-    complete events."""
+    "busy" and "in_calls" (ms), "calls" (name -> [count, ms]) and "kernels" (name ->
+    [launches, ms]), from a Chrome trace's complete events."""
     events = [e for e in events if e.get("ph") == "X"]
     gpu = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") in GPU_EVENTS)
+    kernels = sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"])
     calls = sorted((e for e in events if e.get("cat") in HOST_CALLS), key=lambda e: e["ts"])
     notes = sorted((e for e in events if e.get("cat") == "user_annotation"), key=lambda e: e["ts"])
     ends = [e for e in notes if e["name"].startswith("end ")]
@@ -103,16 +105,22 @@ def summarize(events: list[dict]) -> dict[str, dict[str, dict]]:
             if any(a <= e["ts"] < b for a, b in spans):
                 by_call[e["name"]][0] += 1
                 by_call[e["name"]][1] += e["dur"] / 1e3
+        by_kernel: dict[str, list] = collections.defaultdict(lambda: [0, 0.0])
+        for e in kernels:
+            if any(a <= e["ts"] < b for a, b in spans):
+                by_kernel[e["name"]][0] += 1
+                by_kernel[e["name"]][1] += e["dur"] / 1e3
         table[kind][stage] = {
             "wall": sum(b - a for a, b in spans) / 1e3,
             "busy": sum(union(gpu, a, b) for a, b in spans) / 1e3,
             "in_calls": sum(v[1] for v in by_call.values()),
             "calls": dict(by_call),
+            "kernels": dict(by_kernel),
         }
     return table
 
 
-def report(trace: Path, top: int) -> None:
+def report(trace: Path, top: int, top_kernels: int = 0) -> None:
     opener = gzip.open if trace.suffix == ".gz" else open
     with opener(trace, "rt") as f:
         table = summarize(json.load(f)["traceEvents"])
@@ -125,6 +133,8 @@ def report(trace: Path, top: int) -> None:
             print(f"{stage:<13} {row['wall']:8.1f} {row['busy']:8.1f} {idle:8.1f} {row['in_calls']:8.1f}")
             for name, (n, ms) in sorted(row["calls"].items(), key=lambda kv: -kv[1][1])[:top]:
                 print(f"    {name:<28} {n:6d} calls {ms:8.2f} ms")
+            for name, (n, ms) in sorted(row["kernels"].items(), key=lambda kv: -kv[1][1])[:top_kernels]:
+                print(f"      kernel {name[:70]:<70} {n:6d} {ms:8.2f} ms")
         print(f"{'all':<13} {wall:8.1f} {busy:8.1f} {wall - busy:8.1f} {in_calls:8.1f}")
 
 
@@ -134,16 +144,17 @@ def main() -> None:
     parser.add_argument("device")
     parser.add_argument("--batch", type=int, default=13, help="sentences a graph in the batch call")
     parser.add_argument("--top", type=int, default=3, help="CUDA calls shown for each stage")
+    parser.add_argument("--kernels", type=int, default=0, help="kernels shown for each stage")
     parser.add_argument("--trace-out", type=Path, help="keep the Chrome trace here (.json or .json.gz)")
     parser.add_argument("--trace-in", type=Path, help="report on a trace kept before, recording nothing")
     args = parser.parse_args()
     if args.trace_in:
-        report(args.trace_in, args.top)
+        report(args.trace_in, args.top, args.kernels)
         return
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "trace.json"
         record(args.voice, args.device, args.batch, trace)
-        report(trace, args.top)
+        report(trace, args.top, args.kernels)
         if args.trace_out:
             if args.trace_out.suffix == ".gz":
                 with open(trace, "rb") as src, gzip.open(args.trace_out, "wb") as dst:
