@@ -22,8 +22,8 @@ int device_of(ggml_backend_dev_t dev);
 // Whether lstm() takes recurrent weights of this type and hidden size.
 bool lstm_supported(ggml_type type, int64_t H);
 
-// Whether lstm() on `device` runs one cluster of blocks a column (sm_90 and later, where the
-// build has code for it) rather than one block a column.
+// Whether lstm() on `device` runs one cluster of blocks a column (H = 256 on sm_90 and later,
+// where the build has code for it: the weights in registers) rather than one block a column.
 bool lstm_uses_clusters(int device, ggml_type type, int64_t H);
 
 // Device memory lstm() needs for n steps over `cols` columns.
