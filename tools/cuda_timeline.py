@@ -13,7 +13,11 @@ over the one-a-call sentences and then for the batch: the wall time; the GPU's b
 run; the host's time inside CUDA calls and the calls that took longest; with ``--kernels
 N``, the N kernels that took the GPU longest (by name, launches and ms). The profiler makes
 every CUDA call slower, so the walls are longer than ``bench``'s: compare trees and stages
-under this tool, not with ``bench``. Needs PyTorch, which the project does not depend on,
+under this tool, not with ``bench``. A round's one-a-call sentences come after the batch of the
+round before, and after a batch some kept graphs are captured again (on an H200, 10 ggml
+captures in the round after a batch, none in a round after one a call): the profiled round
+counts those instantiations (``cudaGraphInstantiate`` among the generator's calls), which a
+``bench`` of sentences alone does not make. Needs PyTorch, which the project does not depend on,
 and a CUDA device.
 """
 
