@@ -180,8 +180,7 @@ vs::stage_graph & vs_context::stage_graph(int stage, const std::string & key, co
             drop_kept(lru);
         }
         if (!shared_alloc || need > shared_bytes) {  // the others go first: their memory is about to be freed
-            drain();
-            drop_shared_graphs();
+            drop_shared_graphs();                    // (each waited for: drop_kept)
             shared_alloc.reset(ggml_gallocr_new(buft));
         }
         if (!shared_alloc || !ggml_gallocr_alloc_graph(shared_alloc.get(), sg->gb.gf)) {

@@ -120,9 +120,9 @@ void   blas_destroy(void * blas);
 
 // n_pairs pairs of convolutions (convs[2 i], convs[2 i + 1]) over x (dev) [T, C], in place;
 // x has room for snake_frames() frames; scratch has snake_scratch_bytes() for seg.n
-// segments. Queued on the calling thread's stream: ggml's graphs read the result once they are
-// ordered after it (record(), as vs_context does) or after synchronize(). Throws vs::error(VS_ERR_COMPUTE) on a CUDA or
-// cuBLAS error.
+// segments. Queued on the calling thread's stream: ggml's graphs read the result once they
+// are ordered after it (record(), as vs_context does) or after synchronize(). Throws
+// vs::error(VS_ERR_COMPUTE) on a CUDA or cuBLAS error.
 void snake_stack(int device, void * blas, float * x, int64_t C, int64_t T, int K, const snake_conv * convs, int n_pairs,
                  void * scratch, const snake_segments & seg = {});
 
