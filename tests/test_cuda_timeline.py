@@ -1,5 +1,6 @@
 """tools/cuda_timeline.py's accounting of a CUPTI timeline: each stage's window, the GPU's
-busy time in it (overlapping kernels counted once) and the host's time in CUDA calls."""
+busy time in it (overlapping kernels counted once), its kernels by name and the host's time
+in CUDA calls."""
 
 import importlib.util
 from pathlib import Path
@@ -47,5 +48,8 @@ def test_each_stage_gets_the_gpu_time_and_cuda_calls_inside_its_window(timeline)
     assert bert["calls"] == {"cudaLaunchKernel": [2, pytest.approx(0.005)]}
     assert gen["wall"] == pytest.approx(0.060) and gen["busy"] == pytest.approx(0.030)
     assert gen["in_calls"] == pytest.approx(0.010)
+    # Kernels by name (a launch belongs to the window it starts in; copies are not kernels).
+    assert bert["kernels"] == {"a": [1, pytest.approx(0.010)], "b": [1, pytest.approx(0.015)]}
+    assert gen["kernels"] == {"c": [1, pytest.approx(0.010)]}
     assert table["batch"]["bert"]["wall"] == pytest.approx(0.050)
     assert table["batch"]["bert"]["busy"] == pytest.approx(0.010)
