@@ -602,6 +602,11 @@ int main() {
         ok = check_segments(blas, 32, K, { 613, 9, 4099, 40 }) && ok;
         ok = check_segments(blas, 128, K, { 700 }) && ok;  // one segment, with its gap
     }
+    // A lane two float4s of a row (two statistics columns), and rows that 32 lanes do not divide.
+    ok = check(blas, 256, 613, 7) && ok;
+    ok = check(blas, 96, 2100, 3) && ok;
+    ok = check_segments(blas, 256, 7, { 300, 1500, 20 }) && ok;
+    ok = check_segments(blas, 96, 11, { 90, 1100 }) && ok;
     ok = check_captured(blas, 64, 7, { 300, 295, 290 }) && ok;
     ok = check_captured(blas, 32, 3, { 1000, 1152, 961 }) && ok;  // the bucket's length itself
     ok = check_captured(blas, 32, 11, { 100, 110, 95 }) && ok;
@@ -611,6 +616,8 @@ int main() {
         ok = check_leaky(blas, 64, 613, K, true) && ok;
         ok = check_leaky(blas, 32, 4099, K, true) && ok;
     }
+    ok = check_leaky(blas, 96, 613, 5, true) && ok;
+    ok = check_leaky(blas, 256, 1000, 3, true) && ok;
     for (int64_t T : { 5, 1000, 70001 }) {  // shorter than the kernel, within a block, many blocks
         ok = check_post(32, T, 7) && ok;
     }

@@ -310,11 +310,13 @@ void launch_cluster(cudaStream_t s, const float * gx, const void * w_hh, int64_t
 
 // ---------------------------------------------------------------- Snake residual stacks
 
-constexpr int SNAKE_CH    = 32;  // channels a block (a warp's lanes)
-constexpr int SNAKE_ROWS  = 8;   // frames a block row (its warps)
-constexpr int STAT_GROUPS = 64;  // partial sums a channel (a grid row each), summed in order
+constexpr int SNAKE_CH    = 32;   // channels a stack's C is a multiple of
+constexpr int SNAKE_ROWS  = 8;    // frames a block row (its warps)
+constexpr int STAT_GROUPS = 128;  // partial sums a channel (a grid row each), summed in order
 constexpr int MAX_GRID_Y  = 65535;
 constexpr int ELEMENTWISE = 256;
+constexpr int ROW_BLOCKS  = 4096;  // most blocks of a row kernel (they stride on)
+constexpr int VEC_ROWS    = 4;     // rows whose float4s a thread of a row kernel loads at once
 
 void check_blas(cublasStatus_t st, const char * what) {
     if (st != CUBLAS_STATUS_SUCCESS) {
@@ -349,9 +351,58 @@ size_t aligned(size_t bytes) {
     return (bytes + 255) & ~(size_t) 255;
 }
 
+// The AdaIN statistics' block columns: 32 float4s (128 channels) each.
+int64_t stat_columns(int64_t C) {
+    return (C / 4 + 31) / 32;
+}
+
+// Channels c4 * 4 .. c4 * 4 + 3 of a row (16-byte aligned: C is a multiple of 4).
+__device__ __forceinline__ float4 ld4(const float * row, int c4) {
+    return reinterpret_cast<const float4 *>(row)[c4];
+}
+
+__device__ __forceinline__ float4 ldcg4(const float * row, int c4) {
+    return __ldcg(reinterpret_cast<const float4 *>(row) + c4);
+}
+
+__device__ __forceinline__ void st4(float * row, int c4, float4 v) {
+    reinterpret_cast<float4 *>(row)[c4] = v;
+}
+
+// As F16, rounded to nearest (as __float2half), in one 8-byte store.
+__device__ __forceinline__ void st_half4(half * row, int c4, float4 v) {
+    const __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
+    uint2         u;
+    u.x                                = *reinterpret_cast<const unsigned *>(&a);
+    u.y                                = *reinterpret_cast<const unsigned *>(&b);
+    reinterpret_cast<uint2 *>(row)[c4] = u;
+}
+
+__device__ __forceinline__ float4 add4(float4 a, float4 b) {
+    return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+
+__device__ __forceinline__ float4 sub4(float4 a, float4 b) {
+    return make_float4(a.x - b.x, a.y - b.y, a.z - b.z, a.w - b.w);
+}
+
+__device__ __forceinline__ float4 mul4(float4 a, float4 b) {
+    return make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w);
+}
+
+// Snake of u with its channel's alpha: u + sin^2(alpha u) / alpha (the sine's fast intrinsic).
+__device__ __forceinline__ float snake(float u, float al) {
+    const float sn = __sinf(al * u);
+    return fmaf(sn * sn, 1.0f / al, u);
+}
+
+__device__ __forceinline__ float leaky(float u, float slope) {
+    return u > 0.0f ? u : slope * u;
+}
+
 // The AdaIN's device scratch: partial sums [segments][STAT_GROUPS][C] of v and v^2, the
-// coefficients [segments][2 C] and a counter [segments][C / SNAKE_CH] of each column's blocks
-// done (zero between launches).
+// coefficients [segments][2 C] and a counter [segments][stat_columns(C)] of each column's
+// blocks done (zero between launches).
 struct adain_scratch {
     float *    sums       = nullptr;
     float *    squares    = nullptr;
@@ -364,7 +415,7 @@ struct adain_scratch {
 size_t adain_layout(int64_t C, int segments, uint8_t * base = nullptr, adain_scratch * st = nullptr) {
     const size_t partial = aligned(sizeof(float) * STAT_GROUPS * C * segments);
     const size_t coef    = aligned(sizeof(float) * 2 * C * segments);
-    const size_t done    = sizeof(unsigned) * (C / SNAKE_CH) * segments;
+    const size_t done    = sizeof(unsigned) * stat_columns(C) * segments;
     if (st) {
         st->sums       = reinterpret_cast<float *>(base);
         st->squares    = reinterpret_cast<float *>(base + partial);
@@ -375,8 +426,9 @@ size_t adain_layout(int64_t C, int segments, uint8_t * base = nullptr, adain_scr
     return 2 * partial + coef + aligned(done);
 }
 
-// A channel's statistics and the AdaIN as y = a x + b in one launch. Block (bx, g, seg) sums,
-// over frames g * ROWS + r (r < ROWS), then every STAT_GROUPS * ROWS frames on, v and v^2 with
+// A channel's statistics and the AdaIN as y = a x + b in one launch. A thread takes four
+// channels (a float4), a block row of 32 lanes 128 of them. Block (bx, g, seg) sums, over
+// frames g * ROWS + r (r < ROWS), then every STAT_GROUPS * ROWS frames on, v and v^2 with
 // v = x[t][c] - x[0][c] (shifted by the channel's first value, so that v^2's sum does not lose
 // the variance to a large mean), over segment seg's frames (see snake_segments). The last of a
 // column's STAT_GROUPS blocks to finish (counted in `done`, which it sets back to zero) adds
@@ -386,31 +438,35 @@ __global__ void adain_stats(const float * __restrict__ x, int64_t T, int C, cons
                             float * __restrict__ sums, float * __restrict__ squares, unsigned * __restrict__ done,
                             const float * __restrict__ scale, const float * __restrict__ shift, int64_t stride,
                             float * __restrict__ coef) {
-    __shared__ float rows[2][SNAKE_ROWS][SNAKE_CH + 1];
-    __shared__ bool  last;
-    const int        c = blockIdx.x * SNAKE_CH + threadIdx.x, grp = blockIdx.y, seg = blockIdx.z;
+    __shared__ float4 rows[2][SNAKE_ROWS][32];
+    __shared__ bool   last;
+    const int         c4 = blockIdx.x * 32 + threadIdx.x, grp = blockIdx.y, seg = blockIdx.z;
+    const bool        on = c4 < C / 4;
     if (range) {
         x += (int64_t) range[2 * seg] * C;
         T = range[2 * seg + 1];
     }
-    const float first = x[c];
-    float       acc = 0.0f, acc2 = 0.0f;
-    for (int64_t t = (int64_t) grp * SNAKE_ROWS + threadIdx.y; t < T; t += (int64_t) STAT_GROUPS * SNAKE_ROWS) {
-        const float v = x[t * C + c] - first;
-        acc += v;
-        acc2 += v * v;
+    const float4 first = on ? ld4(x, c4) : float4{};
+    float4       acc = {}, acc2 = {};
+    if (on) {
+#pragma unroll 4
+        for (int64_t t = (int64_t) grp * SNAKE_ROWS + threadIdx.y; t < T; t += (int64_t) STAT_GROUPS * SNAKE_ROWS) {
+            const float4 v = sub4(ld4(x + t * C, c4), first);
+            acc            = add4(acc, v);
+            acc2           = add4(acc2, mul4(v, v));
+        }
     }
     rows[0][threadIdx.y][threadIdx.x] = acc;
     rows[1][threadIdx.y][threadIdx.x] = acc2;
     __syncthreads();
     sums += (size_t) seg * STAT_GROUPS * C;
     squares += (size_t) seg * STAT_GROUPS * C;
-    if (threadIdx.y < 2) {
-        float s = 0.0f;
+    if (threadIdx.y < 2 && on) {
+        float4 s = {};
         for (int r = 0; r < SNAKE_ROWS; ++r) {
-            s += rows[threadIdx.y][r][threadIdx.x];
+            s = add4(s, rows[threadIdx.y][r][threadIdx.x]);
         }
-        (threadIdx.y == 0 ? sums : squares)[(size_t) grp * C + c] = s;
+        st4(threadIdx.y == 0 ? sums + (size_t) grp * C : squares + (size_t) grp * C, c4, s);
         __threadfence();
     }
     __syncthreads();
@@ -422,54 +478,137 @@ __global__ void adain_stats(const float * __restrict__ x, int64_t T, int C, cons
         }
     }
     __syncthreads();
-    if (!last || threadIdx.y != 0) {
+    if (!last) {
         return;
     }
+    // The last block: each row adds STAT_GROUPS / ROWS groups in order, then row 0 the rows.
     __threadfence();
-    float s = 0.0f, q = 0.0f;
-    for (int i = 0; i < STAT_GROUPS; ++i) {
-        s += __ldcg(sums + (size_t) i * C + c);
-        q += __ldcg(squares + (size_t) i * C + c);
+    constexpr int per = STAT_GROUPS / SNAKE_ROWS;
+    float4        s = {}, q = {};
+    if (on) {
+        for (int i = threadIdx.y * per; i < (threadIdx.y + 1) * per; ++i) {
+            s = add4(s, ldcg4(sums + (size_t) i * C, c4));
+            q = add4(q, ldcg4(squares + (size_t) i * C, c4));
+        }
     }
-    const float d = s / (float) T, var = fmaxf(q / (float) T - d * d, 0.0f), mean = first + d;
-    const float a                      = scale[seg * stride + c] * rsqrtf(var + 1e-5f);
-    coef[(size_t) seg * 2 * C + c]     = a;
-    coef[(size_t) seg * 2 * C + C + c] = shift[seg * stride + c] - mean * a;
+    rows[0][threadIdx.y][threadIdx.x] = s;
+    rows[1][threadIdx.y][threadIdx.x] = q;
+    __syncthreads();
+    if (threadIdx.y != 0 || !on) {
+        return;
+    }
+    s = q = float4{};
+    for (int r = 0; r < SNAKE_ROWS; ++r) {
+        s = add4(s, rows[0][r][threadIdx.x]);
+        q = add4(q, rows[1][r][threadIdx.x]);
+    }
+    const float sv[4] = { s.x, s.y, s.z, s.w }, qv[4] = { q.x, q.y, q.z, q.w };
+    const float fv[4] = { first.x, first.y, first.z, first.w };
+    for (int j = 0; j < 4; ++j) {
+        const int   c = 4 * c4 + j;
+        const float d = sv[j] / (float) T, var = fmaxf(qv[j] / (float) T - d * d, 0.0f), mean = fv[j] + d;
+        const float a                      = scale[seg * stride + c] * rsqrtf(var + 1e-5f);
+        coef[(size_t) seg * 2 * C + c]     = a;
+        coef[(size_t) seg * 2 * C + C + c] = shift[seg * stride + c] - mean * a;
+    }
+}
+
+// How a row kernel's threads take rows of C floats, four channels (a float4) a thread: a
+// warp's lanes go `lanes` to a row (C / 4 where that divides 32, else 32; a lane takes
+// channels lane, lane + lanes, ... of the row's float4s) and so 32 / lanes rows at once,
+// VEC_ROWS times over (their loads in flight together): rows r0 + k * rpw, k < VEC_ROWS,
+// then `step` rows on.
+struct row_split {
+    int     C4, lanes, rpw, lane;
+    int64_t r0, step;
+
+    __device__ explicit row_split(int C) {
+        C4                 = C / 4;
+        lanes              = C4 < 32 && 32 % C4 == 0 ? C4 : 32;
+        rpw                = 32 / lanes;
+        const int64_t warp = ((int64_t) blockIdx.x * blockDim.x + threadIdx.x) / 32;
+        lane               = (int) (threadIdx.x % 32) % lanes;
+        r0                 = warp * VEC_ROWS * rpw + (int) (threadIdx.x % 32) / lanes;
+        step               = (int64_t) gridDim.x * (blockDim.x / 32) * VEC_ROWS * rpw;
+    }
+};
+
+// A row kernel's blocks for `rows` rows of C floats (at most ROW_BLOCKS: they stride on).
+unsigned row_blocks(int64_t C, int64_t rows) {
+    const int64_t C4 = C / 4, rpw = C4 < 32 && 32 % C4 == 0 ? 32 / C4 : 1;
+    const int64_t per = (int64_t) (ELEMENTWISE / 32) * VEC_ROWS * rpw;
+    return (unsigned) std::clamp<int64_t>((rows + per - 1) / per, 1, ROW_BLOCKS);
 }
 
 // Snake(AdaIN(x)) as F16 into the dilation's phases of the padded input (zeros around x):
-// padded frame p = q + d i goes to phase q (blockIdx.z), position i. With segments (`frame`
+// padded frame p = q + d i goes to phase q (blockIdx.y), position i. With segments (`frame`
 // not null), each frame's AdaIN is its segment's and Snake's output is zero in the gaps;
 // with one segment's range and no frame map, zero outside the range. The
 // sine is the fast intrinsic: its error, which grows with the argument, stays below F16's
 // rounding of the output (test-cuda-snake checks against the host's sin).
-__global__ void snake_phases(const float * __restrict__ x, int64_t T, int C, const int * __restrict__ frame,
-                             const int * __restrict__ range, const float * __restrict__ coef,
-                             const float * __restrict__ alpha, int64_t pad, int d, int64_t S, half * __restrict__ out) {
-    const int     c = blockIdx.x * SNAKE_CH + threadIdx.x, q = blockIdx.z;
-    const float   al = alpha[c], inv = 1.0f / al;
-    half *        o  = out + (size_t) q * S * C + c;
-    const int64_t lo = !frame && range ? range[0] : 0, hi = !frame && range ? lo + range[1] : T;
-    for (int64_t i = (int64_t) blockIdx.y * SNAKE_ROWS + threadIdx.y; i < S; i += (int64_t) gridDim.y * SNAKE_ROWS) {
-        const int64_t t   = q + d * i - pad;
-        const int     seg = t >= lo && t < hi && t < T ? (frame ? frame[t] : 0) : -1;
-        float         v   = 0.0f;
-        if (seg >= 0) {
-            const float * k = coef + (size_t) seg * 2 * C;
-            const float   u = fmaf(k[c], x[t * C + c], k[C + c]), sn = __sinf(al * u);
-            v = fmaf(sn * sn, inv, u);
+__global__ void __launch_bounds__(ELEMENTWISE, 4)
+    snake_phases(const float * __restrict__ x, int64_t T, int C, const int * __restrict__ frame,
+                 const int * __restrict__ range, const float * __restrict__ coef, const float * __restrict__ alpha,
+                 int64_t pad, int d, int64_t S, half * __restrict__ out) {
+    const row_split rs(C);
+    const int       q  = blockIdx.y;
+    half *          o  = out + (size_t) q * S * C;
+    const int64_t   lo = !frame && range ? range[0] : 0, hi = !frame && range ? lo + range[1] : T;
+    for (int64_t r0 = rs.r0; r0 < S; r0 += rs.step) {
+        for (int c4 = rs.lane; c4 < rs.C4; c4 += rs.lanes) {
+            float4 u[VEC_ROWS];
+            int    seg[VEC_ROWS];
+#pragma unroll
+            for (int k = 0; k < VEC_ROWS; ++k) {
+                const int64_t i = r0 + (int64_t) k * rs.rpw, t = q + d * i - pad;
+                const bool    in = i < S && t >= 0 && t < T;
+                u[k]             = in ? ld4(x + t * C, c4) : float4{};
+                seg[k]           = in && t >= lo && t < hi ? (frame ? frame[t] : 0) : -1;
+            }
+            const float4 al = ld4(alpha, c4);
+#pragma unroll
+            for (int k = 0; k < VEC_ROWS; ++k) {
+                const int64_t i = r0 + (int64_t) k * rs.rpw;
+                if (i >= S) {
+                    continue;
+                }
+                float4 v = {};
+                if (seg[k] >= 0) {
+                    const float * kc = coef + (size_t) seg[k] * 2 * C;
+                    const float4  a = ld4(kc, c4), b = ld4(kc + C, c4);
+                    v = make_float4(snake(fmaf(a.x, u[k].x, b.x), al.x), snake(fmaf(a.y, u[k].y, b.y), al.y),
+                                    snake(fmaf(a.z, u[k].z, b.z), al.z), snake(fmaf(a.w, u[k].w, b.w), al.w));
+                }
+                st_half4(o + i * C, c4, v);
+            }
         }
-        o[i * C] = __float2half(v);
     }
 }
 
 // x[t][c] += b0[c] + b1[c] + b2[c] for t < T (null biases left out).
-__global__ void add_biases(float * __restrict__ x, int64_t T, int C, const float * __restrict__ b0,
-                           const float * __restrict__ b1, const float * __restrict__ b2) {
-    const int   c   = blockIdx.x * SNAKE_CH + threadIdx.x;
-    const float sum = (b0 ? b0[c] : 0.0f) + (b1 ? b1[c] : 0.0f) + (b2 ? b2[c] : 0.0f);
-    for (int64_t t = (int64_t) blockIdx.y * SNAKE_ROWS + threadIdx.y; t < T; t += (int64_t) gridDim.y * SNAKE_ROWS) {
-        x[t * C + c] += sum;
+__global__ void __launch_bounds__(ELEMENTWISE, 4)
+    add_biases(float * __restrict__ x, int64_t T, int C, const float * __restrict__ b0, const float * __restrict__ b1,
+               const float * __restrict__ b2) {
+    const row_split rs(C);
+    for (int64_t r0 = rs.r0; r0 < T; r0 += rs.step) {
+        for (int c4 = rs.lane; c4 < rs.C4; c4 += rs.lanes) {
+            float4 sum = b0 ? ld4(b0, c4) : float4{};
+            sum        = b1 ? add4(sum, ld4(b1, c4)) : sum;
+            sum        = b2 ? add4(sum, ld4(b2, c4)) : sum;
+            float4 u[VEC_ROWS];
+#pragma unroll
+            for (int k = 0; k < VEC_ROWS; ++k) {
+                const int64_t t = r0 + (int64_t) k * rs.rpw;
+                u[k]            = t < T ? ld4(x + t * C, c4) : float4{};
+            }
+#pragma unroll
+            for (int k = 0; k < VEC_ROWS; ++k) {
+                const int64_t t = r0 + (int64_t) k * rs.rpw;
+                if (t < T) {
+                    st4(x + t * C, c4, add4(u[k], sum));
+                }
+            }
+        }
     }
 }
 
@@ -490,11 +629,10 @@ void phase_gemms(cublasHandle_t h, const void * w, const half * ph, float * out,
     }
 }
 
-// The grid of a phase kernel: a block a SNAKE_CH channels and SNAKE_ROWS positions at a time,
-// a grid layer (z) a dilation phase.
+// The grid of a phase kernel: a row kernel's blocks over a phase's positions, a grid row (y)
+// a dilation phase.
 dim3 phase_grid(int64_t C, const conv_geom & g, int d) {
-    return dim3((unsigned) (C / SNAKE_CH),
-                (unsigned) std::min<int64_t>((g.S + SNAKE_ROWS - 1) / SNAKE_ROWS, MAX_GRID_Y), (unsigned) d);
+    return dim3(row_blocks(C, g.S), (unsigned) d);
 }
 
 // One convolution of a pair without its bias: out = conv(Snake(AdaIN(in))), or out += that
@@ -504,11 +642,10 @@ void snake_conv_step(cudaStream_t s, cublasHandle_t h, const float * in, float *
                      half * ph) {
     const int       d = cv.dilation;
     const conv_geom g = geom(T, K, d, seg.n > 1);
-    const dim3      block(SNAKE_CH, SNAKE_ROWS);
-    adain_stats<<<dim3((unsigned) (C / SNAKE_CH), STAT_GROUPS, (unsigned) seg.n), block, 0, s>>>(
+    adain_stats<<<dim3((unsigned) stat_columns(C), STAT_GROUPS, (unsigned) seg.n), dim3(32, SNAKE_ROWS), 0, s>>>(
         in, T, (int) C, seg.range, st.sums, st.squares, st.done, cv.scale, cv.shift, seg.style_stride, st.coef);
-    snake_phases<<<phase_grid(C, g, d), block, 0, s>>>(in, T, (int) C, seg.frame, seg.range, st.coef, cv.alpha, g.pad,
-                                                       d, g.S, ph);
+    snake_phases<<<phase_grid(C, g, d), ELEMENTWISE, 0, s>>>(in, T, (int) C, seg.frame, seg.range, st.coef, cv.alpha,
+                                                             g.pad, d, g.S, ph);
     check(cudaGetLastError(), "Snake kernels launch");
     phase_gemms(h, cv.w, ph, out, C, K, d, g, accumulate ? 1.0f : 0.0f);
 }
@@ -516,20 +653,40 @@ void snake_conv_step(cudaStream_t s, cublasHandle_t h, const float * in, float *
 // LeakyReLU(x) times the frame's mask as F16 into the dilation's phases of the padded input
 // (as snake_phases), and the bias added to x where it has a frame: in place, each value
 // read before it is written, by the same thread.
-__global__ void leaky_phases(float * x, int64_t T, int C, float slope, const float * __restrict__ mask, int64_t pad,
-                             int d, int64_t S, half * __restrict__ out, const float * __restrict__ bias) {
-    const int   c = blockIdx.x * SNAKE_CH + threadIdx.x, q = blockIdx.z;
-    const float bc = bias[c];
-    half *      o  = out + (size_t) q * S * C + c;
-    for (int64_t i = (int64_t) blockIdx.y * SNAKE_ROWS + threadIdx.y; i < S; i += (int64_t) gridDim.y * SNAKE_ROWS) {
-        const int64_t t = q + d * i - pad;
-        float         v = 0.0f;
-        if (t >= 0 && t < T) {
-            const float u = x[t * C + c];
-            v             = (u > 0.0f ? u : slope * u) * (mask ? mask[t] : 1.0f);
-            x[t * C + c]  = u + bc;
+__global__ void __launch_bounds__(ELEMENTWISE)
+    leaky_phases(float * x, int64_t T, int C, float slope, const float * __restrict__ mask, int64_t pad, int d,
+                 int64_t S, half * __restrict__ out, const float * __restrict__ bias) {
+    const row_split rs(C);
+    const int       q = blockIdx.y;
+    half *          o = out + (size_t) q * S * C;
+    for (int64_t r0 = rs.r0; r0 < S; r0 += rs.step) {
+        for (int c4 = rs.lane; c4 < rs.C4; c4 += rs.lanes) {
+            float4 u[VEC_ROWS];
+            float  m[VEC_ROWS];
+#pragma unroll
+            for (int k = 0; k < VEC_ROWS; ++k) {
+                const int64_t i = r0 + (int64_t) k * rs.rpw, t = q + d * i - pad;
+                const bool    in = i < S && t >= 0 && t < T;
+                u[k]             = in ? ld4(x + t * C, c4) : float4{};
+                m[k]             = in ? (mask ? mask[t] : 1.0f) : 0.0f;
+            }
+            const float4 bc = ld4(bias, c4);
+#pragma unroll
+            for (int k = 0; k < VEC_ROWS; ++k) {
+                const int64_t i = r0 + (int64_t) k * rs.rpw, t = q + d * i - pad;
+                if (i >= S) {
+                    continue;
+                }
+                float4 v = {};
+                if (t >= 0 && t < T) {
+                    const float4 w = u[k];
+                    v = make_float4(leaky(w.x, slope) * m[k], leaky(w.y, slope) * m[k], leaky(w.z, slope) * m[k],
+                                    leaky(w.w, slope) * m[k]);
+                    st4(x + t * C, c4, add4(w, bc));
+                }
+                st_half4(o + i * C, c4, v);
+            }
         }
-        o[i * C] = __float2half(v);
     }
 }
 
@@ -781,9 +938,8 @@ void snake_stack(int device, void * blas, float * x, int64_t C, int64_t T, int K
         snake_conv_step(cudaStreamPerThread, h, x, y, false, C, T, K, convs[2 * i], seg, st, ph);
         snake_conv_step(cudaStreamPerThread, h, y, x, true, C, T, K, convs[2 * i + 1], seg, st, ph);
     }
-    const dim3 grid((unsigned) (C / SNAKE_CH), (unsigned) std::min<int64_t>((T + SNAKE_ROWS - 1) / SNAKE_ROWS, 4096));
     for (int i = 0; i < n_pairs; i += 3) {
-        add_biases<<<grid, dim3(SNAKE_CH, SNAKE_ROWS), 0, cudaStreamPerThread>>>(
+        add_biases<<<row_blocks(C, T), ELEMENTWISE, 0, cudaStreamPerThread>>>(
             x, T, (int) C, convs[2 * i + 1].bias, i + 1 < n_pairs ? convs[2 * i + 3].bias : nullptr,
             i + 2 < n_pairs ? convs[2 * i + 5].bias : nullptr);
     }
@@ -803,14 +959,13 @@ void leaky_stack(int device, void * blas, float * x, int64_t C, int64_t T, int K
     GGML_ASSERT(snake_supported(C, K) && T > 0 && blas);
     check(cudaSetDevice(device), "cudaSetDevice");
     ++n_queued;
-    auto       h  = static_cast<cublasHandle_t>(blas);
-    half *     ph = static_cast<half *>(scratch);
-    const dim3 block(SNAKE_CH, SNAKE_ROWS);
+    auto   h  = static_cast<cublasHandle_t>(blas);
+    half * ph = static_cast<half *>(scratch);
     for (int i = 0; i < n; ++i) {
         const int       d = convs[i].dilation;
         const conv_geom g = geom(T, K, d);
-        leaky_phases<<<phase_grid(C, g, d), block, 0, cudaStreamPerThread>>>(x, T, (int) C, slope, mask, g.pad, d, g.S,
-                                                                             ph, convs[i].bias);
+        leaky_phases<<<phase_grid(C, g, d), ELEMENTWISE, 0, cudaStreamPerThread>>>(x, T, (int) C, slope, mask, g.pad, d,
+                                                                                   g.S, ph, convs[i].bias);
         check(cudaGetLastError(), "LeakyReLU kernel launch");
         phase_gemms(h, convs[i].w, ph, x, C, K, d, g, 1.0f);
     }
