@@ -552,6 +552,11 @@ static ggml_tensor * tensor_in(vs_context & c, const vs::buffer_ptr & buf, ggml_
     return t;
 }
 
+bool vs::in_device_memory(const vs_context & c, const ggml_tensor * t) {
+    return t->buffer && ggml_backend_buffer_get_type(t->buffer) == ggml_backend_dev_buffer_type(c.dev) &&
+           !ggml_backend_buffer_is_host(t->buffer) && ggml_is_contiguous(t);
+}
+
 void * vs_context::device_scratch(size_t bytes) {
     return grown(*this, scratch, bytes, "scratch");
 }

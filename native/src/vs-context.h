@@ -337,6 +337,9 @@ struct vs_context {
 
 namespace vs {
 
+// Whether t is in device memory of c's device (where the engine's kernels can use it).
+bool in_device_memory(const vs_context & c, const ggml_tensor * t);
+
 class voice {
   public:
     virtual ~voice() = default;

@@ -88,6 +88,14 @@ void copy(int, void *, const void *, size_t) {
     throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
 }
 
+void clear(int, void *, size_t) {
+    throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
+}
+
+void gaussian(int, uint64_t, float *, int64_t, float) {
+    throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
+}
+
 void synchronize(int) {}
 
 void record(int, void *) {

@@ -161,6 +161,12 @@ void download(int device, void * host, const void * src, size_t bytes);
 void add(int device, float * dst, const float * a, const float * b, int64_t n);
 void accumulate(int device, float * sum, const float * x, int64_t n, float scale);
 void copy(int device, void * dst, const void * src, size_t bytes);
+// bytes of zeros at dst (dev); queued as snake_stack().
+void clear(int device, void * dst, size_t bytes);
+// n values of standard normal noise stream `key` times `scale` into out (dev), each as the
+// host draws it (gaussian_pair in vs-impl.h, to the last bits of the float functions);
+// queued as snake_stack().
+void gaussian(int device, uint64_t key, float * out, int64_t n, float scale);
 
 // Waits for the calling thread's queued work; throws vs::error(VS_ERR_COMPUTE) on an error.
 void synchronize(int device);

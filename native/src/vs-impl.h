@@ -7,6 +7,8 @@
 #include <gguf.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -16,7 +18,35 @@
 
 #include "voicestudio.h"
 
+#if defined(__CUDACC__)
+#define VS_HOST_DEVICE __host__ __device__
+#else
+#define VS_HOST_DEVICE
+#endif
+
 namespace vs {
+
+// splitmix64's finalizer.
+VS_HOST_DEVICE inline uint64_t mix64(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// Values 2 p and 2 p + 1 of stream `key` of standard normal noise times `scale`: a
+// counter-based generator (Box-Muller over one hash a pair), so that any value depends on
+// its stream and place alone, drawn the same on the host and in a CUDA kernel (the same
+// float functions; they may differ in their last bits).
+VS_HOST_DEVICE inline void gaussian_pair(uint64_t key, uint64_t p, float scale, float & a, float & b) {
+    const uint64_t h  = mix64(key ^ mix64(p));
+    const float    u1 = (float) ((h >> 40) + 1) * (1.0f / 16777216.0f);  // (0, 1]
+    const float    u2 = (float) (h & 0xFFFFFF) * (1.0f / 16777216.0f);   // [0, 1)
+    const float    r  = scale * sqrtf(-2.0f * logf(u1));
+    const float    th = 6.28318530718f * u2;
+    a                 = r * cosf(th);
+    b                 = r * sinf(th);
+}
 
 // Thrown inside the engine; the C boundary turns it into a status code.
 struct error : std::runtime_error {

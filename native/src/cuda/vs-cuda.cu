@@ -775,6 +775,20 @@ __global__ void lstm_gather_kernel(const float * __restrict__ out, int H, int64_
     }
 }
 
+// Pairs of noise (gaussian_pair), a thread a pair at a time.
+__global__ void gaussian_kernel(uint64_t key, float * __restrict__ out, int64_t n, float scale) {
+    const int64_t pairs = (n + 1) / 2;
+    for (int64_t p = blockIdx.x * (int64_t) blockDim.x + threadIdx.x; p < pairs;
+         p += (int64_t) gridDim.x * blockDim.x) {
+        float a = 0.0f, b = 0.0f;
+        gaussian_pair(key, (uint64_t) p, scale, a, b);
+        out[2 * p] = a;
+        if (2 * p + 1 < n) {
+            out[2 * p + 1] = b;
+        }
+    }
+}
+
 unsigned elementwise_blocks(int64_t n4) {
     return (unsigned) std::min<int64_t>((n4 + ELEMENTWISE - 1) / ELEMENTWISE, 8192);
 }
@@ -1020,6 +1034,22 @@ void copy(int device, void * dst, const void * src, size_t bytes) {
     check(cudaSetDevice(device), "cudaSetDevice");
     ++n_queued;
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cudaStreamPerThread), "device copy");
+}
+
+void clear(int device, void * dst, size_t bytes) {
+    check(cudaSetDevice(device), "cudaSetDevice");
+    ++n_queued;
+    check(cudaMemsetAsync(dst, 0, bytes, cudaStreamPerThread), "clear");
+}
+
+void gaussian(int device, uint64_t key, float * out, int64_t n, float scale) {
+    check(cudaSetDevice(device), "cudaSetDevice");
+    ++n_queued;
+    const int64_t pairs = (n + 1) / 2;
+    if (pairs > 0) {
+        gaussian_kernel<<<elementwise_blocks(pairs), ELEMENTWISE, 0, cudaStreamPerThread>>>(key, out, n, scale);
+        check(cudaGetLastError(), "noise kernel launch");
+    }
 }
 
 void synchronize(int device) {

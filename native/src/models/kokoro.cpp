@@ -209,12 +209,6 @@ struct dec_handoff {
     size_t  at     = 0;
 };
 
-// Whether t is in device memory of c's device (where the engine's kernels can use it).
-bool in_device_memory(const vs_context & c, const ggml_tensor * t) {
-    return t->buffer && ggml_backend_buffer_get_type(t->buffer) == ggml_backend_dev_buffer_type(c.dev) &&
-           !ggml_backend_buffer_is_host(t->buffer) && ggml_is_contiguous(t);
-}
-
 // Each job's tokens as frames of a graph: rounded up to shape_bucket's lengths where graphs
 // are kept by their shapes (the frames added are zeros in, dropped out), each appended to
 // the graph's key.

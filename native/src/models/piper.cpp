@@ -42,6 +42,15 @@ constexpr int64_t PACK_TOKENS = 8192;
 // as itself: no gaps, no masks. `bucketed` rounds the slot (or the total) up to its
 // shape_bucket, so that graphs kept by their shapes serve other sentences too: the frames
 // added at the end are masked as gaps are.
+// Standard normal noise (defined below).
+void gaussian_fill(uint64_t key, float * out, size_t n, float scale, int n_threads);
+
+// n values of noise stream `key` at float `at` of a tensor.
+struct noise_span {
+    uint64_t key = 0;
+    int64_t  at = 0, n = 0;
+};
+
 struct packing {
     std::vector<int64_t> start, len;
     int64_t              total = 0, slot = 0;
@@ -333,7 +342,7 @@ class piper_voice final : public voice {
                                     const std::vector<float> & noise);
     // frame_to_token: each packed frame's packed token (T of them); pk packs the frames.
     std::vector<float> run_flow(vs_context & c, const std::vector<float> & m_p, const std::vector<float> & logs_p,
-                                const std::vector<int32_t> & frame_to_token, const std::vector<float> & noise,
+                                const std::vector<int32_t> & frame_to_token, const std::vector<noise_span> & noise,
                                 float noise_scale, int64_t T, const packing & pk);
     std::vector<float> run_decoder(vs_context & c, const std::vector<float> & z, const packing & pk);
     // The same with the residual blocks in the engine's CUDA kernels (vs::cuda::leaky_stack),
@@ -639,7 +648,7 @@ ggml_tensor * piper_voice::wavenet(vs_context & c, ggml_context * g, ggml_tensor
 
 std::vector<float> piper_voice::run_flow(vs_context & c, const std::vector<float> & m_p,
                                          const std::vector<float> & logs_p, const std::vector<int32_t> & frame_to_token,
-                                         const std::vector<float> & noise, float noise_scale, int64_t T,
+                                         const std::vector<noise_span> & noise, float noise_scale, int64_t T,
                                          const packing & pk) {
     const int64_t     F = (int64_t) frame_to_token.size(), C = hp_.inter, half = C / 2;
     const bool        packed = pk.packed();
@@ -683,7 +692,21 @@ std::vector<float> piper_voice::run_flow(vs_context & c, const std::vector<float
     set_input(c, sg.t[1], m_p);
     set_input(c, sg.t[2], logs_p);
     set_input(c, sg.t[3], frame_to_token);
-    set_input(c, sg.t[4], noise);
+    // The noise, zeros elsewhere: on a CUDA device drawn where the graph reads it (on the
+    // host it was most of a batch's flow stage).
+    ggml_tensor * eps = sg.t[4];
+    if (c.cuda_device >= 0 && in_device_memory(c, eps)) {
+        vs::cuda::clear(c.cuda_device, eps->data, ggml_nbytes(eps));
+        for (const noise_span & sp : noise) {
+            vs::cuda::gaussian(c.cuda_device, sp.key, static_cast<float *>(eps->data) + sp.at, sp.n, 1.0f);
+        }
+    } else {
+        std::vector<float> v((size_t) ggml_nelements(eps), 0.0f);
+        for (const noise_span & sp : noise) {
+            gaussian_fill(sp.key, v.data() + sp.at, (size_t) sp.n, 1.0f, c.n_threads);
+        }
+        set_input(c, eps, v);
+    }
     c.compute(sg);
     return get_output<float>(sg.t[5]);
 }
@@ -954,27 +977,18 @@ std::vector<float> piper_voice::run_decoder(vs_context & c, const std::vector<fl
     return audio;
 }
 
-uint64_t mix64(uint64_t z) {  // splitmix64's finalizer
-    z += 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-// Standard normal noise: value i of stream `key` depends on nothing else (a counter-based
-// generator, Box-Muller over one hash a pair), so long runs are drawn on several threads
-// and a stage that scales its noise by zero draws none, changing nothing after it.
+// Standard normal noise, n values of stream `key` (gaussian_pair: each depends on nothing
+// else), so long runs are drawn on several threads, a CUDA device draws them where the
+// graph reads them (vs::cuda::gaussian), and a stage that scales its noise by zero draws
+// none, changing nothing after it.
 void gaussian_fill(uint64_t key, float * out, size_t n, float scale, int n_threads) {
     auto pairs = [&](size_t p0, size_t p1) {
         for (size_t p = p0; p < p1; ++p) {
-            const uint64_t h  = mix64(key ^ mix64(p));
-            const float    u1 = (float) ((h >> 40) + 1) * (1.0f / 16777216.0f);  // (0, 1]
-            const float    u2 = (float) (h & 0xFFFFFF) * (1.0f / 16777216.0f);   // [0, 1)
-            const float    r  = scale * std::sqrt(-2.0f * std::log(u1));
-            const float    th = 6.28318530718f * u2;
-            out[2 * p]        = r * std::cos(th);
+            float a = 0.0f, b = 0.0f;
+            gaussian_pair(key, p, scale, a, b);
+            out[2 * p] = a;
             if (2 * p + 1 < n) {
-                out[2 * p + 1] = r * std::sin(th);
+                out[2 * p + 1] = b;
             }
         }
     };
@@ -1212,17 +1226,16 @@ void piper_voice::run_group(vs_context & c, std::vector<job> & jobs, size_t firs
         for (size_t i = first; i < last; ++i) {
             frames_of.push_back((int64_t) jobs[i].frame_to_token.size());
         }
-        const packing        frm(frames_of, flow_gap(), false, bucketed);
-        std::vector<int32_t> frame_to_token((size_t) frm.total, 0);  // gap frames are masked
-        std::vector<float>   eps((size_t) (C * frm.total), 0.0f);
+        const packing           frm(frames_of, flow_gap(), false, bucketed);
+        std::vector<int32_t>    frame_to_token((size_t) frm.total, 0);  // gap frames are masked
+        std::vector<noise_span> eps;
         for (size_t i = 0; i < n; ++i) {
             const job & j = jobs[first + i];
             for (int64_t f = 0; f < frm.len[i]; ++f) {
                 frame_to_token[frm.start[i] + f] = (int32_t) tok.start[i] + j.frame_to_token[f];
             }
             if (noise_scale != 0.0f) {  // else z is the means: no noise to draw
-                gaussian_fill(mix64(j.key ^ 3u), eps.data() + frm.start[i] * C, (size_t) (C * frm.len[i]), 1.0f,
-                              c.n_threads);
+                eps.push_back({ mix64(j.key ^ 3u), frm.start[i] * C, C * frm.len[i] });
             }
         }
         const std::vector<float> z = run_flow(c, m_p, logs_p, frame_to_token, eps, noise_scale, tok.total, frm);
