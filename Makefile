@@ -15,7 +15,7 @@ GGML_CMAKE_ARGS := -DGGML_LLAMAFILE=ON $(if $(filter cuda,$(GPU)),-DGGML_CUDA=ON
 STAMP    := $(VENV)/.deps-stamp-$(or $(GPU),cpu)-$(shell echo '$(GGML_CMAKE_ARGS)' | cksum | cut -d' ' -f1)
 
 CPP_SOURCES = $(wildcard native/include/*.h native/src/*.h native/src/*.cpp native/src/models/*.cpp native/src/cuda/*.cu native/tools/*.cpp \
-	native/tests/*.c native/tests/*.cpp native/python/*.cpp)
+	native/tests/*.h native/tests/*.c native/tests/*.cpp native/python/*.cpp)
 
 # Vulkan headers for ggml's Vulkan backend where the system's are too old (Debian 12's):
 # Debian 13's libvulkan-dev, unpacked here (headers only; the loader stays the system's).

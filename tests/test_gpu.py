@@ -359,6 +359,34 @@ def test_kokoro_outputs_left_on_the_device_read_back_as_ggml_ops_give_them(devic
 
 
 @pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
+def test_kokoro_outputs_of_a_batch_across_workers_are_its_last_sentences(device, sentences):
+    """With workers, a call's outputs are its last sentence's, made by the last worker in its
+    own device memory and copied on the device into the engine's. Read back from another
+    thread, as the studio's window reads them, they must be one worker's of the same pair,
+    and a later call's must replace them."""
+    import threading
+
+    from app.core import models
+
+    if not models.kokoro_installed():
+        pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
+    voice, names = "kokoro:jf_alpha", ("decoder", "har")
+    pair, other = sentences[1:3], sentences[3:5]
+    with Engine.open(voice, device=device) as one, Engine.open(voice, device=device, workers=4) as four:
+        one.synthesize_many(pair, batch=2, seed=5)
+        want = {name: one.output(name) for name in names}
+        for batch in (other, pair):  # the second call's outputs replace the first's
+            four.synthesize_many(batch * 4, batch=8, seed=5)
+        got = {}
+        reader = threading.Thread(target=lambda: got.update({name: four.output(name) for name in names}))
+        reader.start()
+        reader.join()
+    for name in names:
+        assert want[name] is not None and got[name].shape == want[name].shape, name
+        assert np.abs(got[name] - want[name]).max() <= 1e-3 * np.abs(want[name]).max(), name
+
+
+@pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
 def test_kokoro_kept_graphs_on_a_gpu_give_the_takes_of_graphs_built_for_them(device, monkeypatch):
     from test_kept_graphs import assert_kokoro_kept_like_fresh, kokoro_calls
 

@@ -754,16 +754,27 @@ void vs_context::absorb(vs_context & worker, bool last) {
     }
     worker.op_profile.clear();
     if (last) {
-        // The worker's device outputs are read back now: its buffers are its own.
-        std::vector<std::string> names;
-        for (const auto & [name, d] : worker.device_outputs) {
-            names.push_back(name);
-        }
-        for (const std::string & name : names) {
-            worker.output(name);
-        }
+        // The worker's buffers are its own: its device outputs are copied on the device into
+        // this context's kept_outputs (read back only if asked for, as this context's own),
+        // and waited for, since another thread may ask.
         outputs = std::move(worker.outputs);
         device_outputs.clear();
+        size_t bytes = 0;
+        for (const auto & [name, d] : worker.device_outputs) {
+            bytes += (sizeof(float) * (size_t) (d.rows * d.cols) + 255) & ~(size_t) 255;
+        }
+        if (bytes > 0) {
+            auto * dst = static_cast<uint8_t *>(grown(*this, kept_outputs, bytes, "named outputs"));
+            size_t at  = 0;
+            for (const auto & [name, d] : worker.device_outputs) {
+                const size_t n   = sizeof(float) * (size_t) (d.rows * d.cols);
+                const auto * src = static_cast<const uint8_t *>(ggml_backend_buffer_get_base(d.buf->get()));
+                vs::cuda::copy(cuda_device, dst + at, src + d.offset, n);
+                set_device_output(name, kept_outputs, at, d.rows, d.cols);
+                at += (n + 255) & ~(size_t) 255;
+            }
+            vs::cuda::synchronize(cuda_device);
+        }
     }
     worker.clear_results();
 }

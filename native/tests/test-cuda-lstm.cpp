@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "cuda-test.h"
 #include "vs-cuda.h"
 
 namespace {
@@ -101,9 +102,7 @@ bool check(ggml_type type, int64_t H, int64_t n, int64_t D, int64_t B, int64_t s
 }  // namespace
 
 int main() {
-    int n_dev = 0;
-    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
-        std::printf("no CUDA device: skipped\n");
+    if (!cuda_device_present()) {
         return 77;
     }
     bool           ok = true;

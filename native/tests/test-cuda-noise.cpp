@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "cuda-test.h"
 #include "vs-cuda.h"
 #include "vs-impl.h"
 
@@ -53,9 +54,7 @@ bool check(uint64_t key, int64_t n, float scale) {
 }  // namespace
 
 int main() {
-    int n_dev = 0;
-    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
-        std::printf("no CUDA device: skipped\n");
+    if (!cuda_device_present()) {
         return 77;
     }
     bool ok = true;

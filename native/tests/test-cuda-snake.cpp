@@ -17,6 +17,7 @@
 #include <random>
 #include <vector>
 
+#include "cuda-test.h"
 #include "vs-cuda.h"
 
 namespace {
@@ -588,9 +589,7 @@ bool check_post(int64_t C, int64_t T, int K) {
 }  // namespace
 
 int main() {
-    int n_dev = 0;
-    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
-        std::printf("no CUDA device: skipped\n");
+    if (!cuda_device_present()) {
         return 77;
     }
     void * blas = vs::cuda::blas_create(0);
