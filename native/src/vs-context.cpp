@@ -759,19 +759,18 @@ void vs_context::absorb(vs_context & worker, bool last) {
         // and waited for, since another thread may ask.
         outputs = std::move(worker.outputs);
         device_outputs.clear();
-        size_t bytes = 0;
+        vs::scratch_layout  layout;
+        std::vector<size_t> at;
         for (const auto & [name, d] : worker.device_outputs) {
-            bytes += (sizeof(float) * (size_t) (d.rows * d.cols) + 255) & ~(size_t) 255;
+            at.push_back(layout.reserve(sizeof(float) * (size_t) (d.rows * d.cols)));
         }
-        if (bytes > 0) {
-            auto * dst = static_cast<uint8_t *>(grown(*this, kept_outputs, bytes, "named outputs"));
-            size_t at  = 0;
+        if (layout.bytes > 0) {
+            auto * dst = static_cast<uint8_t *>(grown(*this, kept_outputs, layout.bytes, "named outputs"));
+            size_t k   = 0;
             for (const auto & [name, d] : worker.device_outputs) {
-                const size_t n   = sizeof(float) * (size_t) (d.rows * d.cols);
                 const auto * src = static_cast<const uint8_t *>(ggml_backend_buffer_get_base(d.buf->get()));
-                vs::cuda::copy(cuda_device, dst + at, src + d.offset, n);
-                set_device_output(name, kept_outputs, at, d.rows, d.cols);
-                at += (n + 255) & ~(size_t) 255;
+                vs::cuda::copy(cuda_device, dst + at[k], src + d.offset, sizeof(float) * (size_t) (d.rows * d.cols));
+                set_device_output(name, kept_outputs, at[k++], d.rows, d.cols);
             }
             vs::cuda::synchronize(cuda_device);
         }
