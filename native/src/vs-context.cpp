@@ -75,6 +75,23 @@ ggml_tensor * vs_context::swapped_weight(const std::string & name) {
     });
 }
 
+ggml_tensor * vs_context::channel_padded_weight(const std::string & name, int64_t multiple) {
+    const ggml_tensor * src = model->tensor(name);
+    const int64_t       A = src->ne[0], A2 = (A + multiple - 1) / multiple * multiple;
+    if (A2 == A || (src->type != GGML_TYPE_F32 && src->type != GGML_TYPE_F16)) {
+        return w(name);
+    }
+    const size_t  es   = ggml_type_size(src->type);
+    const int64_t rows = ggml_nrows(src);
+    return derived_tensor(name + ".padded", src->type, { A2, src->ne[1], src->ne[2], src->ne[3] }, [&](uint8_t * out) {
+        const auto * in = static_cast<const uint8_t *>(src->data);
+        std::memset(out, 0, (size_t) (A2 * rows) * es);
+        for (int64_t r = 0; r < rows; ++r) {
+            std::memcpy(out + (size_t) (r * A2) * es, in + (size_t) (r * A) * es, (size_t) A * es);
+        }
+    });
+}
+
 vs::meta_pool::handle vs::meta_pool::take(const std::shared_ptr<meta_pool> & pool, size_t n) {
     auto & fr   = pool->free_;
     auto   best = fr.end();

@@ -171,6 +171,11 @@ struct vs_context {
     // Weight `name` [A, B, ...] on this context's device with its first two axes swapped
     // ([B, A, ...]), made once from the file's copy; null for types other than F32 and F16.
     ggml_tensor * swapped_weight(const std::string & name);
+    // Weight `name` [A, ...] on this context's device with A rounded up to a multiple of
+    // `multiple` (the new entries zero), made once; the weight itself where A is one (or
+    // its type is neither F32 nor F16): a GEMM whose rows are a multiple of 8 halves long
+    // gets cuBLAS's kernels for 16-byte aligned operands, not those for 4-byte ones.
+    ggml_tensor * channel_padded_weight(const std::string & name, int64_t multiple = 8);
     // A tensor on this context's device made once (under `key`) by `fill` writing its bytes.
     ggml_tensor * derived_tensor(const std::string & key, ggml_type type, const std::array<int64_t, 4> & ne,
                                  const std::function<void(uint8_t *)> & fill);

@@ -80,28 +80,34 @@ ggml_tensor * phases_gemm(ggml_context * ctx, ggml_tensor * phases, int64_t J, i
 
 }  // namespace
 
-int64_t phase_columns(int64_t n) {
+int64_t phase_columns(int64_t n, bool fine) {
     int64_t b = 1;
     while (b < n) {
         b *= 2;
     }
-    return b;
+    if (!fine || b <= 16) {
+        return b;
+    }
+    const int64_t step = b / 16;  // b / 2 < n <= b: eight steps an octave
+    return (n + step - 1) / step * step;
 }
 
 ggml_tensor * conv1d_phases(ggml_context * ctx, ggml_tensor * xt, int64_t pad_before, int64_t T_out, ggml_tensor * w,
-                            ggml_tensor * b, int dilation) {
-    const int64_t C = w->ne[0], K = w->ne[1], d = dilation;
-    GGML_ASSERT(xt->type == GGML_TYPE_F32 && xt->ne[1] == C && K > 1);
+                            ggml_tensor * b, int dilation, bool fine_columns) {
+    const int64_t C = w->ne[0], K = w->ne[1], d = dilation, IC = xt->ne[1];
+    GGML_ASSERT(xt->type == GGML_TYPE_F32 && IC <= C && K > 1);
     const int64_t per_phase = (T_out + d - 1) / d;  // outputs of each dilation phase
-    const int64_t J         = phase_columns((per_phase + K - 1) / K);
+    const int64_t J         = phase_columns((per_phase + K - 1) / K, fine_columns);
     const int64_t S         = J * K + K - 1;  // input frames of each dilation phase
     const int64_t T_in      = d * S;          // padded input frames
     const int64_t T         = std::min(xt->ne[0], T_in - pad_before);
-    // Zeros around the input, then its frames by phase as [C, S, d] F16: padded in [T, C],
-    // made F16, then moved by ggml's tiled transposes (a dilation's phases first become
-    // [S, d, C], then the whole [C, S * d]).
-    ggml_tensor * xv = ggml_view_2d(ctx, xt, T, C, xt->nb[1], 0);
-    xv = ggml_pad_ext(ctx, xv, (int) pad_before, (int) (T_in - pad_before - T), 0, 0, 0, 0, 0, 0);  // [T_in, C]
+    // Zeros around the input (and in the channels past its IC, which weights padded to
+    // C read: channel_padded_weight), then its frames by phase as [C, S, d] F16: padded in
+    // [T, C], made F16, then moved by ggml's tiled transposes (a dilation's phases first
+    // become [S, d, C], then the whole [C, S * d]).
+    ggml_tensor * xv = ggml_view_2d(ctx, xt, T, IC, xt->nb[1], 0);
+    xv = ggml_pad_ext(ctx, xv, (int) pad_before, (int) (T_in - pad_before - T), 0, (int) (C - IC), 0, 0, 0,
+                      0);  // [T_in, C]
     xv = ggml_cast(ctx, xv, GGML_TYPE_F16);
     if (d > 1) {
         xv = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, xv, d, S, C), 1, 0, 2, 3));  // [S, d, C]
@@ -112,10 +118,10 @@ ggml_tensor * conv1d_phases(ggml_context * ctx, ggml_tensor * xt, int64_t pad_be
 }
 
 ggml_tensor * conv1d_phases_ct(ggml_context * ctx, ggml_tensor * x, int64_t pad_before, int64_t T_out, ggml_tensor * w,
-                               ggml_tensor * b) {
+                               ggml_tensor * b, bool fine_columns) {
     const int64_t C = w->ne[0], K = w->ne[1];
     GGML_ASSERT(x->type == GGML_TYPE_F32 && x->ne[0] == C && K > 1);
-    const int64_t J  = phase_columns((T_out + K - 1) / K);
+    const int64_t J  = phase_columns((T_out + K - 1) / K, fine_columns);
     const int64_t S  = J * K + K - 1;  // padded input frames
     const int64_t T  = std::min(x->ne[1], S - pad_before);
     ggml_tensor * xv = ggml_view_2d(ctx, x, C, T, x->nb[1], 0);

@@ -53,21 +53,26 @@ int64_t conv1d_frames_needed(int64_t T_out, int64_t K, int dilation);
 // t = q + d * (r + K * j) then reads K adjacent frames of phase q, so each (window phase r,
 // dilation phase q) pair is a matrix whose columns j are disjoint windows of K * IC values:
 // a GEMM with the taps inside the contraction. Its [OC, J, K, d] result goes back to time
-// order in the bias add. Returns a contiguous [OC, T_out].
+// order in the bias add. Returns a contiguous [OC, T_out]. w [C, K, OC] may have more input
+// channels than xt (C < IC + 8, the extra ones' weights zero: channel_padded_weight): the
+// copy holds zeros there. J is phase_columns(n, fine_columns).
 ggml_tensor * conv1d_phases(ggml_context * ctx, ggml_tensor * xt, int64_t pad_before, int64_t T_out, ggml_tensor * w,
-                            ggml_tensor * b, int dilation);
+                            ggml_tensor * b, int dilation, bool fine_columns = false);
 
 // The same, undilated, from x [IC, T] (channels along ne0, F32): the padded input made F16
 // is itself the one phase, so no transpose.
 ggml_tensor * conv1d_phases_ct(ggml_context * ctx, ggml_tensor * x, int64_t pad_before, int64_t T_out, ggml_tensor * w,
-                               ggml_tensor * b);
+                               ggml_tensor * b, bool fine_columns = false);
 
-// conv1d_phases' columns for n windows a phase: n rounded up to a power of two. The first
-// call of each GEMM shape is slow (about half a millisecond on an H100), and the windows
-// follow the sentence's length; rounded, a convolution sees a few shapes, which the prewarm's
-// sentences of several lengths have called (kokoro_voice::prewarm_phonemes). The extra
-// columns read zeros and their outputs are dropped.
-int64_t phase_columns(int64_t n);
+// conv1d_phases' columns for n windows a phase: n rounded up to a power of two, or with
+// `fine` to eight steps an octave. The first call of each GEMM shape is slow (about half a
+// millisecond on an H100), and the windows follow the sentence's length; rounded to powers
+// of two, a sentence's convolutions see a few shapes, which the prewarm's sentences of
+// several lengths have called (kokoro_voice::prewarm_phonemes). A batch packed along time
+// runs shapes of its own anyway, and there a power of two can nearly double a GEMM; eight
+// steps an octave waste at most an eighth. The extra columns read zeros and their outputs
+// are dropped.
+int64_t phase_columns(int64_t n, bool fine = false);
 
 // Whether conv1d_phases takes these weights and dilation on this thread's graphs (F16, off
 // the CPU, K > 1; dilated where the device's matmuls take its [., ., K, d] batches).

@@ -2,6 +2,7 @@
 #include <ggml-backend.h>
 #include <ggml-cpu.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -95,27 +96,39 @@ ggml_tensor * f16_weights(ggml_context * ctx, std::vector<float> & w, int IC, in
 // (conv1d_phases_ct, undilated), time_along_ne0 from [T, C] (as Kokoro's GPU graphs pass it).
 enum class layout { plain, phases_ct, time_along_ne0 };
 
+// With pad_ic, conv1d_phases reads weights of IC + pad_ic input channels, the extra ones
+// zero (as channel_padded_weight makes them); with fine, its columns by eight steps an octave.
 void test_conv1d(int IC, int OC, int K, int T, int dilation, int pad, ggml_type wtype = GGML_TYPE_F32,
-                 layout how = layout::plain) {
+                 layout how = layout::plain, int pad_ic = 0, bool fine = false) {
     auto      x = random_vec(IC * T), w = random_vec(OC * IC * K), b = random_vec(OC);
     const int T_out = T + 2 * pad - dilation * (K - 1);
     auto      got   = run([&](ggml_context * ctx) {
         ggml_tensor * wt = wtype == GGML_TYPE_F16 ? f16_weights(ctx, w, IC, K, OC) : input(ctx, w, { IC, K, OC });
         ggml_tensor * xt = input(ctx, x, { IC, T });
         if (how == layout::time_along_ne0) {
+            if (pad_ic > 0) {  // rows of IC + pad_ic values, the last pad_ic zero
+                ggml_tensor * wp  = ggml_new_tensor_3d(ctx, GGML_TYPE_F16, IC + pad_ic, K, OC);
+                auto *        dst = (ggml_fp16_t *) wp->data;
+                std::fill_n(dst, ggml_nelements(wp), ggml_fp32_to_fp16(0.0f));
+                for (int r = 0; r < K * OC; ++r) {
+                    std::copy_n((const ggml_fp16_t *) wt->data + r * IC, IC, dst + r * (IC + pad_ic));
+                }
+                wt = wp;
+            }
             return vs::conv1d_phases(ctx, ggml_cont(ctx, ggml_transpose(ctx, xt)), pad, T_out, wt,
-                                            input(ctx, b, { OC }), dilation);
+                                            input(ctx, b, { OC }), dilation, fine);
         }
         if (how == layout::phases_ct) {
             return vs::conv1d_phases_ct(ctx, xt, pad, T_out, wt, input(ctx, b, { OC }));
         }
         return vs::conv1d(ctx, xt, wt, input(ctx, b, { OC }), dilation, pad);
     });
-    char      name[64];
-    snprintf(name, sizeof name, "conv1d %s k%d d%d p%d T%d%s", ggml_type_name(wtype), K, dilation, pad, T,
+    char      name[96];
+    snprintf(name, sizeof name, "conv1d %s k%d d%d p%d T%d%s%s%s", ggml_type_name(wtype), K, dilation, pad, T,
              how == layout::time_along_ne0 ? " [T, C]"
              : how == layout::phases_ct    ? " phases"
-                                           : "");
+                                           : "",
+             pad_ic > 0 ? " channels padded" : "", fine ? " fine columns" : "");
     // F16 weights: the input is rounded to F16 as well.
     expect_close(name, got, reference_conv1d(x, w, b, IC, OC, K, T, T_out, dilation, -pad),
                  wtype == GGML_TYPE_F16 ? 2e-2 : 1e-4);
@@ -233,9 +246,24 @@ void test_step_on_every_device() {
     }
 }
 
+// A batch's columns waste at most an eighth; a sentence's stay powers of two (the prewarm's).
+void test_phase_columns() {
+    const int64_t n[] = { 1, 3, 16, 17, 67, 129, 534, 1042, 2081, 4096, 4097 };
+    bool          ok  = true;
+    for (int64_t v : n) {
+        const int64_t pow2 = vs::phase_columns(v), fine = vs::phase_columns(v, true);
+        ok = ok && pow2 >= v && (pow2 & (pow2 - 1)) == 0 && pow2 < 2 * v + 1;
+        ok = ok && fine >= v && fine <= pow2 && (v <= 16 || fine <= v + v / 8 + 1);
+    }
+    ok = ok && vs::phase_columns(1042, true) == 1152 && vs::phase_columns(1042) == 2048;
+    printf("%s phase_columns: powers of two, and eight steps an octave for a batch\n", ok ? "ok  " : "FAIL");
+    failures += ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main() {
+    test_phase_columns();
     test_step_on_every_device();
     test_conv1d(8, 6, 1, 17, 1, 0);
     test_conv1d(8, 6, 3, 17, 1, 1);
@@ -269,9 +297,13 @@ int main() {
     test_conv1d(12, 9, 7, 91, 1, 3, GGML_TYPE_F16, layout::time_along_ne0);
     test_conv1d(12, 9, 7, 90, 3, 9, GGML_TYPE_F16, layout::time_along_ne0);
     test_conv1d(6, 5, 3, 40, 1, 0, GGML_TYPE_F16, layout::time_along_ne0);
-    test_conv1d(32, 22, 7, 301, 1, 3, GGML_TYPE_F16, layout::phases_ct);  // conv_post's taps and outputs
-    test_conv1d(12, 9, 7, 28, 1, 3, GGML_TYPE_F16, layout::phases_ct);    // outputs a multiple of K
-    test_conv1d(8, 6, 3, 17, 1, 0, GGML_TYPE_F16, layout::phases_ct);     // no padding
+    test_conv1d(10, 8, 3, 60, 1, 1, GGML_TYPE_F16, layout::time_along_ne0, 6);         // Kokoro's 1090 -> 1096
+    test_conv1d(6, 5, 3, 1601, 1, 1, GGML_TYPE_F16, layout::time_along_ne0, 2, true);  // 534 windows: 576 columns
+    test_conv1d(8, 6, 5, 1300, 3, 6, GGML_TYPE_F16, layout::time_along_ne0, 0, true);  // dilated
+    test_conv1d(8, 6, 3, 200, 1, 1, GGML_TYPE_F16, layout::time_along_ne0, 0, true);   // 67 windows: 72 columns
+    test_conv1d(32, 22, 7, 301, 1, 3, GGML_TYPE_F16, layout::phases_ct);               // conv_post's taps and outputs
+    test_conv1d(12, 9, 7, 28, 1, 3, GGML_TYPE_F16, layout::phases_ct);                 // outputs a multiple of K
+    test_conv1d(8, 6, 3, 17, 1, 0, GGML_TYPE_F16, layout::phases_ct);                  // no padding
     vs::set_graph_device_is_cpu(true);
     // The probe that keeps conv1d_phases off devices whose matmul reads its windows wrong.
     ggml_backend_t cpu     = ggml_backend_cpu_init();

@@ -336,8 +336,8 @@ class kokoro_voice final : public voice {
     void               run_generator_fused(vs_context & c, const std::vector<kokoro_job *> & group) const;
     ggml_tensor *      gen_noise_conv(vs_context & c, ggml_context * g, ggml_tensor * har, size_t i) const;
     ggml_tensor *      gen_upsample(vs_context & c, ggml_context * g, ggml_tensor * x, size_t i) const;
-    ggml_tensor *      gen_output(vs_context & c, ggml_context * g, ggml_tensor * x, int64_t L,
-                                  ggml_tensor * mask = nullptr) const;
+    ggml_tensor * gen_output(vs_context & c, ggml_context * g, ggml_tensor * x, int64_t L, ggml_tensor * mask = nullptr,
+                             bool fine_columns = false) const;
     // Each generator stage's frames for F0 frames F2 (its upsamplings' transposed
     // convolutions; the last stage's reflection pad adds one).
     std::vector<int64_t> gen_stage_frames(int64_t F2) const;
@@ -874,17 +874,18 @@ ggml_tensor * adain_snake_tc(vs_context & c, ggml_context * g, ggml_tensor * x, 
 }
 
 // Conv1d (PyTorch semantics) of xt [T, IC] (time along ne0) -> [OC, T']: with F16 weights
-// conv1d_phases (no im2col matrix), else ggml's im2col in the layout it was made for,
-// padding and dilation inside the op, against the weights with their first two axes swapped
-// ([K, IC, OC], made once per context). Where that copy cannot be made or the matrix would
-// be too large, conv1d of a transposed copy.
+// conv1d_phases (no im2col matrix; the weights' input channels padded to a multiple of 8;
+// `fine_columns` for a batch's packing: phase_columns), else ggml's im2col in the layout
+// it was made for, padding and dilation inside the op, against the weights with their
+// first two axes swapped ([K, IC, OC], made once per context). Where that copy cannot be
+// made or the matrix would be too large, conv1d of a transposed copy.
 ggml_tensor * conv1d_tc(vs_context & c, ggml_context * g, ggml_tensor * xt, const std::string & w_name, ggml_tensor * b,
-                        int dilation, int padding) {
+                        int dilation, int padding, bool fine_columns = false) {
     ggml_tensor * w  = c.w(w_name);
     const int64_t IC = w->ne[0], K = w->ne[1], OC = w->ne[2];
     const int64_t T_out = xt->ne[0] + 2 * padding - dilation * (K - 1);
-    if (phases_apply(w, dilation)) {
-        return conv1d_phases(g, xt, padding, T_out, w, b, dilation);
+    if (phases_apply(w, dilation)) {  // its rows a multiple of 8 halves (channel_padded_weight)
+        return conv1d_phases(g, xt, padding, T_out, c.channel_padded_weight(w_name), b, dilation, fine_columns);
     }
     ggml_tensor * ws =
         (size_t) (IC * K * T_out) * sizeof(uint16_t) <= std::min(MAX_IM2COL_TC_BYTES, c.limits.max_tensor_bytes)
@@ -917,26 +918,38 @@ ggml_tensor * depthwise_upsample(ggml_context * g, ggml_tensor * x, ggml_tensor 
     return ggml_reshape_2d(g, y, C, 2 * T);
 }
 
+// The same of xt [T, C] (time along ne0) -> [2T, C]: even and odd frames side by side
+// along ne0, then read as one row a channel.
+ggml_tensor * depthwise_upsample_tc(ggml_context * g, ggml_tensor * xt, ggml_tensor * w, ggml_tensor * b) {
+    const int64_t T = xt->ne[0], C = xt->ne[1];
+    auto          tap  = [&](int k) { return ggml_reshape_2d(g, ggml_view_1d(g, w, C, k * w->nb[1]), 1, C); };
+    ggml_tensor * bt   = ggml_reshape_2d(g, b, 1, C);
+    ggml_tensor * even = ggml_add(g, ggml_mul(g, xt, tap(1)), bt);
+    ggml_tensor * xp   = ggml_pad_ext(g, xt, 0, 1, 0, 0, 0, 0, 0, 0);  // [T + 1, C]: frame T zeros
+    ggml_tensor * next = ggml_view_2d(g, xp, T, C, xp->nb[1], sizeof(float));
+    ggml_tensor * odd  = ggml_add(g, ggml_add(g, ggml_mul(g, xt, tap(2)), ggml_mul(g, next, tap(0))), bt);
+    ggml_tensor * y    = ggml_concat(g, ggml_reshape_3d(g, even, 1, T, C), ggml_reshape_3d(g, odd, 1, T, C), 0);
+    return ggml_reshape_2d(g, y, 2 * T, C);
+}
+
 // StyleTTS 2's AdainResBlk1d (LeakyReLU 0.2, optional 2x upsampling), scaled by 1/sqrt(2).
 ggml_tensor * kokoro_voice::adain_res_block(vs_context & c, ggml_context * g, ggml_tensor * x, const cond & k,
                                             const std::string & pre, bool upsample) const {
     ggml_tensor * r = nullptr;
-    if (c.device_graphs) {  // in [T, C] in between (see adain_tc)
-        ggml_tensor * t  = adain_leaky_tc(c, g, x, k, pre + "norm1.fc", 0.2f);
-        cond          k2 = k;  // after the upsampling, in a packing: its twice as long segments
+    if (c.device_graphs) {                             // in [T, C] in between (see adain_tc)
+        const bool    fine = k.pack && k.pack->B > 1;  // a batch's shapes (phase_columns)
+        ggml_tensor * t    = adain_leaky_tc(c, g, x, k, pre + "norm1.fc", 0.2f);
+        cond          k2   = k;  // after the upsampling, in a packing: its twice as long segments
         if (upsample) {
-            t = depthwise_upsample(g, ggml_cont(g, ggml_transpose(g, t)), c.w(pre + "pool.weight"),
-                                   c.w(pre + "pool.bias"));
+            t = depthwise_upsample_tc(g, t, c.w(pre + "pool.weight"), c.w(pre + "pool.bias"));
             if (k.pack) {
                 k2.pack = k.pack2;
-                t       = ggml_mul(g, t, k2.pack->mask_ct);
+                t       = ggml_mul(g, t, ggml_reshape_2d(g, k2.pack->mask, k2.pack->B * k2.pack->L, 1));
             }
-            r = conv1d(g, t, c.w(pre + "conv1.weight"), c.w(pre + "conv1.bias"), 1, 1);
-        } else {
-            r = conv1d_tc(c, g, t, pre + "conv1.weight", c.w(pre + "conv1.bias"), 1, 1);
         }
+        r = conv1d_tc(c, g, t, pre + "conv1.weight", c.w(pre + "conv1.bias"), 1, 1, fine);
         t = adain_leaky_tc(c, g, r, k2, pre + "norm2.fc", 0.2f);
-        r = conv1d_tc(c, g, t, pre + "conv2.weight", c.w(pre + "conv2.bias"), 1, 1);
+        r = conv1d_tc(c, g, t, pre + "conv2.weight", c.w(pre + "conv2.bias"), 1, 1, fine);
     } else {
         r = ggml_leaky_relu(g, adain(c, g, x, k, pre + "norm1.fc"), 0.2f, false);
         if (upsample) {
@@ -947,11 +960,14 @@ ggml_tensor * kokoro_voice::adain_res_block(vs_context & c, ggml_context * g, gg
         r = conv1d(g, r, c.w(pre + "conv2.weight"), c.w(pre + "conv2.bias"), 1, 1);
     }
 
-    ggml_tensor * sc = upsample ? upsample2(g, x) : x;
+    // The shortcut: the 1x1 convolution (no bias) before the frames are repeated, on half
+    // as many frames as after.
+    ggml_tensor * sc = x;
     auto          it = c.weights->tensors.find(pre + "conv1x1.weight");
     if (it != c.weights->tensors.end()) {
         sc = conv1d(g, sc, it->second, nullptr, 1, 0);
     }
+    sc = upsample ? upsample2(g, sc) : sc;
     return ggml_scale(g, ggml_add(g, r, sc), 1.0f / std::sqrt(2.0f));
 }
 
@@ -2001,15 +2017,16 @@ ggml_tensor * kokoro_voice::gen_upsample(vs_context & c, ggml_context * g, ggml_
 }
 
 // The generator's last steps: conv_post to magnitude and phase, the inverse STFT -> audio [L].
-// With `mask` [1, n_frames], the frames it zeroes add nothing to the audio.
-ggml_tensor * kokoro_voice::gen_output(vs_context & c, ggml_context * g, ggml_tensor * x, int64_t L,
-                                       ggml_tensor * mask) const {
+// With `mask` [1, n_frames], the frames it zeroes add nothing to the audio. `fine_columns`:
+// conv_post's GEMM rounded as a batch's (phase_columns).
+ggml_tensor * kokoro_voice::gen_output(vs_context & c, ggml_context * g, ggml_tensor * x, int64_t L, ggml_tensor * mask,
+                                       bool fine_columns) const {
     const int64_t bins     = N_FFT / 2 + 1;
     const int64_t n_frames = L / HOP + 1;
     x                      = ggml_leaky_relu(g, x, 0.01f, false);
     ggml_tensor * w_post   = c.w(GEN + "conv_post.weight");
     ggml_tensor * b_post   = c.w(GEN + "conv_post.bias");
-    x                      = phases_apply(w_post, 1) ? conv1d_phases_ct(g, x, 3, x->ne[1], w_post, b_post)
+    x                      = phases_apply(w_post, 1) ? conv1d_phases_ct(g, x, 3, x->ne[1], w_post, b_post, fine_columns)
                                                      : conv1d(g, x, w_post, b_post, 1, 3);  // [22, n_frames]
     ggml_tensor * spec     = ggml_exp(g, channels(g, x, 0, bins));
     ggml_tensor * phase    = ggml_sin(g, channels(g, x, bins, bins));
@@ -2454,7 +2471,7 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
                         GGML_ASSERT(up->ne[0] == Cs[i + 1] && up->ne[1] == Tg[i + 1][b]);
                         ggml_build_forward_expand(gf, ggml_cpy(g, up, frames_of(g, x_at, i + 1, b)));
                     } else {
-                        t.push_back(gen_output(c, g, x, F2g[b] * SAMPLES_PER_F0, mask));
+                        t.push_back(gen_output(c, g, x, F2g[b] * SAMPLES_PER_F0, mask, B > 1));
                         ggml_build_forward_expand(gf, t.back());
                     }
                 }
