@@ -1310,12 +1310,33 @@ void kokoro_voice::run_bert_group(vs_context & c, std::vector<kokoro_job> & jobs
     ids.resize((size_t) Tg, 0);
     pos.resize((size_t) Tg, 0);
     styles.resize((size_t) (Tg * STYLE_DIM), 0.0f);
-    const std::string key = "bert " + std::to_string(Tg) + (masked ? " masked" : "");
-    vs::stage_graph & sg  = c.stage_graph(VS_STAGE_BERT, key, [&](ggml_context * g, ggml_cgraph * gf) {
+    // On a CUDA device, more than one job: the attention job by job, each padded to the
+    // longest's La tokens (the scores B La^2, not T^2 with most of them masked): the
+    // projections' columns gathered into [3 Hd, La, B], the outputs gathered back.
+    const int64_t B  = (int64_t) (last - first);
+    int64_t       La = 0;
+    for (size_t b = first; b < last; ++b) {
+        La = std::max<int64_t>(La, (int64_t) jobs[b].tokens.size());
+    }
+    La                       = c.rounds_shapes() ? shape_bucket(La) : La;
+    const bool        by_job = B > 1 && c.cuda_device >= 0;
+    const std::string key    = "bert " + std::to_string(Tg) + (masked ? " masked" : "") +
+                            (by_job ? " by job " + std::to_string(B) + "x" + std::to_string(La) : "");
+    vs::stage_graph & sg = c.stage_graph(VS_STAGE_BERT, key, [&](ggml_context * g, ggml_cgraph * gf) {
         ggml_tensor * idt = ggml_new_tensor_1d(g, GGML_TYPE_I32, Tg);
         ggml_tensor * pst = ggml_new_tensor_1d(g, GGML_TYPE_I32, Tg);
         ggml_tensor * sty = input_2d(g, STYLE_DIM, Tg, "styles");  // each token's job's style
-        ggml_tensor * msk = masked ? input_2d(g, Tg, Tg, "mask") : nullptr;
+        ggml_tensor * msk = nullptr, *gather = nullptr, *scatter = nullptr;
+        if (by_job) {  // the keys past each job's tokens masked; its columns' places and back
+            msk = ggml_new_tensor_4d(g, GGML_TYPE_F32, La, La, 1, B);
+            ggml_set_input(msk);
+            gather  = ggml_new_tensor_1d(g, GGML_TYPE_I32, La * B);
+            scatter = ggml_new_tensor_1d(g, GGML_TYPE_I32, Tg);
+            ggml_set_input(gather);
+            ggml_set_input(scatter);
+        } else if (masked) {
+            msk = input_2d(g, Tg, Tg, "mask");
+        }
         ggml_set_input(idt);
         ggml_set_input(pst);
 
@@ -1324,7 +1345,7 @@ void kokoro_voice::run_bert_group(vs_context & c, std::vector<kokoro_job> & jobs
         x                 = ggml_add(g, x, ggml_get_rows(g, c.w(BERT + "embeddings.position_embeddings.weight"), pst));
         x                 = ggml_add(g, x, ggml_view_1d(g, typ, typ->ne[0], 0));
         x = layer_norm(g, x, c.w(BERT + "embeddings.LayerNorm.weight"), c.w(BERT + "embeddings.LayerNorm.bias"),
-                        1e-12f);
+                       1e-12f);
         x = linear(c, g, x, BERT + "embedding_hidden_mapping_in");  // [768, T]
 
         const float gelu_c = std::sqrt(2.0f / (float) M_PI);
@@ -1338,30 +1359,48 @@ void kokoro_voice::run_bert_group(vs_context & c, std::vector<kokoro_job> & jobs
         const bool gelu_op = ggml_backend_dev_type(c.dev) != GGML_BACKEND_DEVICE_TYPE_CPU;
         for (int il = 0; il < hp_.n_bert_layers; ++il) {
             ggml_tensor *q, *k, *v;
-            if (qkv_w) {
-                ggml_tensor * qkv  = ggml_add(g, ggml_mul_mat(g, qkv_w, x), qkv_b);  // [3 * Hd, T]
-                auto          part = [&](int i) {
-                    return ggml_view_3d(g, qkv, BERT_HEAD_DIM, nh, Tg, BERT_HEAD_DIM * sizeof(float), qkv->nb[1],
-                                                  i * Hd * sizeof(float));
+            if (by_job) {
+                ggml_tensor * qkv  = ggml_get_rows(g, ggml_add(g, ggml_mul_mat(g, qkv_w, x), qkv_b), gather);
+                auto          part = [&](int i) {  // [d, h, La, B] -> [d, La, h, B]
+                    return ggml_permute(g,
+                                                 ggml_view_4d(g, qkv, BERT_HEAD_DIM, nh, La, B, BERT_HEAD_DIM * sizeof(float),
+                                                              qkv->nb[1], La * qkv->nb[1], i * Hd * sizeof(float)),
+                                                 0, 2, 1, 3);
                 };
-                q = part(0);
-                k = part(1);
-                v = part(2);
+                ggml_tensor * kq = ggml_mul_mat(g, part(1), part(0));  // [Lk, Lq, h, B]
+                kq               = ggml_soft_max_ext(g, kq, msk, 1.0f / std::sqrt((float) BERT_HEAD_DIM), 0.0f);
+                ggml_tensor * vt = ggml_cont(g, ggml_permute(g, part(2), 1, 0, 2, 3));  // [La, d, h, B]
+                ggml_tensor * o  = ggml_mul_mat(g, vt, kq);                             // [d, Lq, h, B]
+                o                = ggml_reshape_2d(g, ggml_cont(g, ggml_permute(g, o, 0, 2, 1, 3)), Hd, La * B);
+                o                = linear(c, g, ggml_get_rows(g, o, scatter), LAYER + "attention.dense");  // [Hd, Tg]
+                x                = layer_norm(g, ggml_add(g, x, o), c.w(LAYER + "attention.LayerNorm.weight"),
+                                              c.w(LAYER + "attention.LayerNorm.bias"), 1e-12f);
             } else {
-                q = ggml_reshape_3d(g, linear(c, g, x, LAYER + "attention.query"), BERT_HEAD_DIM, nh, Tg);
-                k = ggml_reshape_3d(g, linear(c, g, x, LAYER + "attention.key"), BERT_HEAD_DIM, nh, Tg);
-                v = ggml_reshape_3d(g, linear(c, g, x, LAYER + "attention.value"), BERT_HEAD_DIM, nh, Tg);
+                if (qkv_w) {
+                    ggml_tensor * qkv  = ggml_add(g, ggml_mul_mat(g, qkv_w, x), qkv_b);  // [3 * Hd, T]
+                    auto          part = [&](int i) {
+                        return ggml_view_3d(g, qkv, BERT_HEAD_DIM, nh, Tg, BERT_HEAD_DIM * sizeof(float), qkv->nb[1],
+                                                     i * Hd * sizeof(float));
+                    };
+                    q = part(0);
+                    k = part(1);
+                    v = part(2);
+                } else {
+                    q = ggml_reshape_3d(g, linear(c, g, x, LAYER + "attention.query"), BERT_HEAD_DIM, nh, Tg);
+                    k = ggml_reshape_3d(g, linear(c, g, x, LAYER + "attention.key"), BERT_HEAD_DIM, nh, Tg);
+                    v = ggml_reshape_3d(g, linear(c, g, x, LAYER + "attention.value"), BERT_HEAD_DIM, nh, Tg);
+                }
+                q                = ggml_permute(g, q, 0, 2, 1, 3);                // [d, T, h]
+                k                = ggml_permute(g, k, 0, 2, 1, 3);                // [d, T, h]
+                v                = ggml_cont(g, ggml_permute(g, v, 1, 2, 0, 3));  // [T, d, h]
+                ggml_tensor * kq = ggml_mul_mat(g, k, q);                         // [Tk, Tq, h]
+                kq               = ggml_soft_max_ext(g, kq, msk, 1.0f / std::sqrt((float) BERT_HEAD_DIM), 0.0f);
+                ggml_tensor * o  = ggml_mul_mat(g, v, kq);  // [d, Tq, h]
+                o                = ggml_reshape_2d(g, ggml_cont(g, ggml_permute(g, o, 0, 2, 1, 3)), Hd, Tg);
+                o                = linear(c, g, o, LAYER + "attention.dense");
+                x                = layer_norm(g, ggml_add(g, x, o), c.w(LAYER + "attention.LayerNorm.weight"),
+                                              c.w(LAYER + "attention.LayerNorm.bias"), 1e-12f);
             }
-            q                = ggml_permute(g, q, 0, 2, 1, 3);                // [d, T, h]
-            k                = ggml_permute(g, k, 0, 2, 1, 3);                // [d, T, h]
-            v                = ggml_cont(g, ggml_permute(g, v, 1, 2, 0, 3));  // [T, d, h]
-            ggml_tensor * kq = ggml_mul_mat(g, k, q);                         // [Tk, Tq, h]
-            kq               = ggml_soft_max_ext(g, kq, msk, 1.0f / std::sqrt((float) BERT_HEAD_DIM), 0.0f);
-            ggml_tensor * o  = ggml_mul_mat(g, v, kq);  // [d, Tq, h]
-            o                = ggml_reshape_2d(g, ggml_cont(g, ggml_permute(g, o, 0, 2, 1, 3)), Hd, Tg);
-            o                = linear(c, g, o, LAYER + "attention.dense");
-            x                = layer_norm(g, ggml_add(g, x, o), c.w(LAYER + "attention.LayerNorm.weight"),
-                                           c.w(LAYER + "attention.LayerNorm.bias"), 1e-12f);
             // FFN with the tanh GELU ("gelu_new").
             ggml_tensor * f = linear(c, g, x, LAYER + "ffn");
             if (gelu_op) {
@@ -1373,7 +1412,7 @@ void kokoro_voice::run_bert_group(vs_context & c, std::vector<kokoro_job> & jobs
             }
             f = linear(c, g, f, LAYER + "ffn_output");
             x = layer_norm(g, ggml_add(g, x, f), c.w(LAYER + "full_layer_layer_norm.weight"),
-                            c.w(LAYER + "full_layer_layer_norm.bias"), 1e-12f);
+                           c.w(LAYER + "full_layer_layer_norm.bias"), 1e-12f);
         }
         x                = linear(c, g, x, "bert_encoder");  // [512, T]
         ggml_tensor * xs = ggml_concat(g, x, sty, 0);        // [640, T]
@@ -1381,12 +1420,30 @@ void kokoro_voice::run_bert_group(vs_context & c, std::vector<kokoro_job> & jobs
         ggml_set_output(xs);
         ggml_build_forward_expand(gf, x);
         ggml_build_forward_expand(gf, xs);
-        return std::vector<ggml_tensor *>{ idt, pst, sty, msk, x, xs };
+        return std::vector<ggml_tensor *>{ idt, pst, sty, msk, x, xs, gather, scatter };
     });
     set_input(c, sg.t[0], ids.data());
     set_input(c, sg.t[1], pos.data());
     set_input(c, sg.t[2], styles.data());
-    if (masked) {  // each job's tokens attend to that job's; each added token to itself
+    if (by_job) {  // job b's token l at column b La + l; a padding column reads its job's first
+        std::vector<float>   m((size_t) (La * La * B), -INFINITY);
+        std::vector<int32_t> ga((size_t) (La * B)), sc((size_t) Tg, 0);
+        int64_t              t0 = 0;
+        for (int64_t b = 0; b < B; ++b) {
+            const int64_t n = (int64_t) jobs[first + (size_t) b].tokens.size();
+            for (int64_t q = 0; q < La; ++q) {
+                std::fill_n(m.begin() + (b * La + q) * La, n, 0.0f);
+                ga[(size_t) (b * La + q)] = (int32_t) (t0 + (q < n ? q : 0));
+            }
+            for (int64_t l = 0; l < n; ++l) {
+                sc[(size_t) (t0 + l)] = (int32_t) (b * La + l);
+            }
+            t0 += n;
+        }
+        set_input(c, sg.t[3], m.data());
+        set_input(c, sg.t[6], ga.data());
+        set_input(c, sg.t[7], sc.data());
+    } else if (masked) {  // each job's tokens attend to that job's; each added token to itself
         std::vector<float> m((size_t) (Tg * Tg), -INFINITY);
         int64_t            t0 = 0;
         for (size_t b = first; b < last; ++b) {
@@ -1902,15 +1959,32 @@ ggml_tensor * istft_gain(vs_context & c, const vs_model & model) {
     });
 }
 
+// Magnitude and phase (atan of im/re, moved to the quadrant) of STFT frames [22, n] (rows
+// re_0..re_10, im_0..im_10) -> har [22, n]: frame by frame, so one chain serves any number
+// of sentences' frames side by side.
+ggml_tensor * har_of(ggml_context * g, ggml_tensor * frames) {
+    const int64_t bins = N_FFT / 2 + 1;
+    ggml_tensor * re   = channels(g, frames, 0, bins);
+    ggml_tensor * im   = channels(g, frames, bins, bins);
+    ggml_tensor * mag  = ggml_sqrt(g, ggml_add(g, ggml_sqr(g, re), ggml_sqr(g, im)));
+    ggml_tensor * at   = atan_all(g, ggml_div(g, im, re));
+    // re < 0: + pi if im > 0, else - pi.
+    ggml_tensor * quad = ggml_mul(g, step_above_zero(g, ggml_neg(g, re)),
+                                  ggml_scale_bias(g, step_above_zero(g, im), 2.0f * (float) M_PI, -(float) M_PI));
+    return ggml_concat(g, mag, ggml_add(g, at, quad), 0);
+}
+
 // The generator's harmonic source and its STFT, har [22, n_frames], in graph g for F0 frames
 // F2; its inputs are filled by fill() after the graph's allocation. `gap`: for F0 frames up
-// to F2, those past a sentence's a gap whose results are not its own.
+// to F2, those past a sentence's a gap whose results are not its own. `with_har` false: the
+// STFT's frames only (`frames`), for har_of over a batch's at once.
 struct gen_source {
-    ggml_tensor *fi = nullptr, *cyc = nullptr, *edges = nullptr, *edges_at = nullptr, *har = nullptr;
+    ggml_tensor *fi = nullptr, *cyc = nullptr, *edges = nullptr, *edges_at = nullptr, *frames = nullptr, *har = nullptr;
     int64_t      F2 = 0, L = 0, n_frames = 0;
 
     gen_source() = default;  // a kept graph's, its tensors set from the graph's
-    gen_source(vs_context & c, const vs_model & model, ggml_context * g, int64_t f0_frames, bool gap = false) :
+    gen_source(vs_context & c, const vs_model & model, ggml_context * g, int64_t f0_frames, bool gap = false,
+               bool with_har = true) :
         F2(f0_frames), L(f0_frames * SAMPLES_PER_F0), n_frames(L / HOP + 1) {
         fi    = input_2d(g, F2, 1, "f0");
         cyc   = input_2d(g, F2, N_HARMONICS, "harmonic_cycles");
@@ -1929,7 +2003,7 @@ struct gen_source {
         ggml_tensor * src  = ggml_tanh(g, linear(c, g, sine, GEN + "m_source.l_linear"));  // [1, L]
 
         // Its STFT (reflect-padded, Hann window): a DFT basis over windows of N_FFT samples
-        // every HOP samples; magnitude and phase (atan of im/re, moved to the quadrant). The
+        // every HOP samples; magnitude and phase (har_of). The
         // padding's samples are gathered, which every backend can: the first N_FFT / 2 are
         // src[N_FFT / 2 .. 1], the last src[len - 2 .. len - 1 - N_FFT / 2] for the sentence's
         // own length len. With a gap they are also written right after its samples (their
@@ -1944,18 +2018,11 @@ struct gen_source {
             padded = ggml_set_rows(g, padded, right, edges_at);  // [1, L + N_FFT]
         }
         ggml_tensor * basis = stft_basis(c, model);
-        ggml_tensor * frames =
-            conv1d_strided(g, padded, ggml_reshape_3d(g, basis, 1, N_FFT, basis->ne[1]), nullptr, HOP, 0);
-        const int64_t bins = N_FFT / 2 + 1;
-        ggml_tensor * re   = channels(g, frames, 0, bins);
-        ggml_tensor * im   = channels(g, frames, bins, bins);
-        ggml_tensor * mag  = ggml_sqrt(g, ggml_add(g, ggml_sqr(g, re), ggml_sqr(g, im)));
-        ggml_tensor * at   = atan_all(g, ggml_div(g, im, re));
-        // re < 0: + pi if im > 0, else - pi.
-        ggml_tensor * quad = ggml_mul(g, step_above_zero(g, ggml_neg(g, re)),
-                                      ggml_scale_bias(g, step_above_zero(g, im), 2.0f * (float) M_PI, -(float) M_PI));
-        har                = ggml_concat(g, mag, ggml_add(g, at, quad), 0);  // [22, n_frames]
-        ggml_set_output(har);
+        frames = conv1d_strided(g, padded, ggml_reshape_3d(g, basis, 1, N_FFT, basis->ne[1]), nullptr, HOP, 0);
+        if (with_har) {
+            har = har_of(g, frames);  // [22, n_frames]
+            ggml_set_output(har);
+        }
     }
 
     void fill(vs_context & c, const std::vector<float> & f0, float sample_rate) const {
@@ -2313,11 +2380,44 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
             ggml_tensor *              lens = captured ? input_2d(g0, 2, 1, "lengths") : nullptr;
             std::vector<ggml_tensor *> t    = { k.s, k.ones, lens };
             ggml_build_forward_expand(gf, ggml_cpy(g0, k.styles, c.scratch_tensor(g0, styles_at, rows, (int64_t) B)));
+            // Each sentence's source and STFT; in a batch, magnitude and phase once over
+            // all their frames side by side (har_of: some forty kernels, not forty a sentence).
+            std::vector<gen_source> srcs;
+            ggml_tensor *           last_noise    = nullptr;  // [C, frames]: a batch's, side by side
+            int64_t                 frames_before = 0;
+            for (size_t b = 0; b < B; ++b) {
+                srcs.emplace_back(c, model_, g0, F2g[b], captured, B == 1);
+            }
+            if (B > 1) {
+                std::vector<ggml_tensor *> parts;
+                for (const gen_source & src : srcs) {
+                    parts.push_back(src.frames);
+                }
+                while (parts.size() > 1) {  // concatenated pairwise: each frame copied log2(B) times
+                    std::vector<ggml_tensor *> next;
+                    for (size_t i = 0; i < parts.size(); i += 2) {
+                        next.push_back(i + 1 < parts.size() ? ggml_concat(g0, parts[i], parts[i + 1], 1) : parts[i]);
+                    }
+                    parts = std::move(next);
+                }
+                ggml_tensor * har_all = har_of(g0, parts[0]);  // [22, the sentences' frames]
+                ggml_set_output(har_all);
+                // The last stage's noise convolution, where it is frame by frame (one tap,
+                // Kokoro's), over them all too.
+                if (c.w(GEN + "noise_convs." + std::to_string(n_stages - 1) + ".weight")->ne[1] == 1) {
+                    last_noise = gen_noise_conv(c, g0, har_all, n_stages - 1);
+                }
+                size_t off = 0;
+                for (gen_source & src : srcs) {
+                    src.har = ggml_view_2d(g0, har_all, har_all->ne[0], src.n_frames, har_all->nb[1], off);
+                    off += src.n_frames * har_all->nb[1];
+                }
+            }
             for (size_t b = 0; b < B; ++b) {
                 const kokoro_job & j    = *group[b];
                 ggml_tensor *      x_in = j.dec_at >= 0 ? c.handoff_tensor(g0, (size_t) j.dec_at, j.dec.C, F2g[b])
                                                         : input_2d(g0, j.dec.C, F2g[b], "x");
-                gen_source         src(c, model_, g0, F2g[b], captured);
+                const gen_source & src  = srcs[b];
                 ggml_tensor *      x = x_in, *har = src.har;
                 if (captured) {
                     x   = ggml_mul(g0, x, frame_mask(g0, lens, 0, F2g[b]));
@@ -2325,10 +2425,14 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
                 }
                 ggml_build_forward_expand(gf, src.har);
                 for (size_t i = 0; i < n_stages; ++i) {
-                    ggml_tensor * xs = gen_noise_conv(c, g0, har, i);
+                    ggml_tensor * xs = last_noise && i + 1 == n_stages
+                                           ? ggml_view_2d(g0, last_noise, last_noise->ne[0], src.n_frames,
+                                                          last_noise->nb[1], (size_t) frames_before * last_noise->nb[1])
+                                           : gen_noise_conv(c, g0, har, i);
                     GGML_ASSERT(xs->ne[0] == Cs[i] && xs->ne[1] == Tg[i][b]);
                     ggml_build_forward_expand(gf, ggml_cpy(g0, xs, frames_of(g0, xs_at[i], i, b)));
                 }
+                frames_before += src.n_frames;
                 ggml_tensor * up = gen_upsample(c, g0, x, 0);
                 GGML_ASSERT(up->ne[0] == Cs[0] && up->ne[1] == Tg[0][b]);
                 ggml_build_forward_expand(gf, ggml_cpy(g0, up, frames_of(g0, x_at, 0, b)));
