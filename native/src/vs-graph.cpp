@@ -105,10 +105,10 @@ ggml_tensor * conv1d_phases(ggml_context * ctx, ggml_tensor * xt, int64_t pad_be
     // C read: channel_padded_weight), then its frames by phase as [C, S, d] F16: padded in
     // [T, C], made F16, then moved by ggml's tiled transposes (a dilation's phases first
     // become [S, d, C], then the whole [C, S * d]).
-    ggml_tensor * xv = ggml_view_2d(ctx, xt, T, IC, xt->nb[1], 0);
-    xv = ggml_pad_ext(ctx, xv, (int) pad_before, (int) (T_in - pad_before - T), 0, (int) (C - IC), 0, 0, 0,
-                      0);  // [T_in, C]
-    xv = ggml_cast(ctx, xv, GGML_TYPE_F16);
+    ggml_tensor * xv    = ggml_view_2d(ctx, xt, T, IC, xt->nb[1], 0);
+    const int     after = (int) (T_in - pad_before - T);
+    xv                  = ggml_pad_ext(ctx, xv, (int) pad_before, after, 0, (int) (C - IC), 0, 0, 0, 0);  // [T_in, C]
+    xv                  = ggml_cast(ctx, xv, GGML_TYPE_F16);
     if (d > 1) {
         xv = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, xv, d, S, C), 1, 0, 2, 3));  // [S, d, C]
         xv = ggml_reshape_2d(ctx, xv, S * d, C);

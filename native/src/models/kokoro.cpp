@@ -606,7 +606,7 @@ style_table make_style_table(vs_context & c, const vs_model & m, const std::stri
 struct packing {
     int64_t       B = 0, L = 0;
     ggml_tensor * mask    = nullptr;  // [L, B, 1]: 1 on a sentence's frames, 0 in its gap
-    ggml_tensor * mask_ct = nullptr;  // the same as [1, B * L], for activations [C, T]
+    ggml_tensor * mask_t  = nullptr;  // the same as [B * L, 1], for activations [T, C]
     ggml_tensor * inv_len = nullptr;  // [1, B, 1]: 1 / the sentence's frames
     ggml_tensor * styles  = nullptr;  // [B, rows]: the style table's rows, transposed
 };
@@ -644,7 +644,7 @@ packing make_packing(ggml_context * g, int64_t B, int64_t L, ggml_tensor * style
     p.styles  = styles_t;
     ggml_set_input(p.mask);
     ggml_set_input(p.inv_len);
-    p.mask_ct = ggml_reshape_2d(g, p.mask, 1, B * L);
+    p.mask_t = ggml_reshape_2d(g, p.mask, B * L, 1);
     return p;
 }
 
@@ -944,7 +944,7 @@ ggml_tensor * kokoro_voice::adain_res_block(vs_context & c, ggml_context * g, gg
             t = depthwise_upsample_tc(g, t, c.w(pre + "pool.weight"), c.w(pre + "pool.bias"));
             if (k.pack) {
                 k2.pack = k.pack2;
-                t       = ggml_mul(g, t, ggml_reshape_2d(g, k2.pack->mask, k2.pack->B * k2.pack->L, 1));
+                t       = ggml_mul(g, t, k2.pack->mask_t);
             }
         }
         r = conv1d_tc(c, g, t, pre + "conv1.weight", c.w(pre + "conv1.bias"), 1, 1, fine);
@@ -2003,8 +2003,8 @@ struct gen_source {
         ggml_tensor * src  = ggml_tanh(g, linear(c, g, sine, GEN + "m_source.l_linear"));  // [1, L]
 
         // Its STFT (reflect-padded, Hann window): a DFT basis over windows of N_FFT samples
-        // every HOP samples; magnitude and phase (har_of). The
-        // padding's samples are gathered, which every backend can: the first N_FFT / 2 are
+        // every HOP samples, then magnitude and phase (har_of). The padding's samples are
+        // gathered, which every backend can: the first N_FFT / 2 are
         // src[N_FFT / 2 .. 1], the last src[len - 2 .. len - 1 - N_FFT / 2] for the sentence's
         // own length len. With a gap they are also written right after its samples (their
         // places, edges_at, an input), the gap's past them (unvoiced, as a pause is).
@@ -2383,8 +2383,8 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
             // Each sentence's source and STFT; in a batch, magnitude and phase once over
             // all their frames side by side (har_of: some forty kernels, not forty a sentence).
             std::vector<gen_source> srcs;
-            ggml_tensor *           last_noise    = nullptr;  // [C, frames]: a batch's, side by side
-            int64_t                 frames_before = 0;
+            ggml_tensor *           last_noise = nullptr;  // [C, frames]: a batch's, side by side
+            std::vector<size_t>     first(B);              // sentence b's first frame there
             for (size_t b = 0; b < B; ++b) {
                 srcs.emplace_back(c, model_, g0, F2g[b], captured, B == 1);
             }
@@ -2407,10 +2407,10 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
                 if (c.w(GEN + "noise_convs." + std::to_string(n_stages - 1) + ".weight")->ne[1] == 1) {
                     last_noise = gen_noise_conv(c, g0, har_all, n_stages - 1);
                 }
-                size_t off = 0;
-                for (gen_source & src : srcs) {
-                    src.har = ggml_view_2d(g0, har_all, har_all->ne[0], src.n_frames, har_all->nb[1], off);
-                    off += src.n_frames * har_all->nb[1];
+                for (size_t b = 0; b < B; ++b) {
+                    first[b]    = b == 0 ? 0 : first[b - 1] + (size_t) srcs[b - 1].n_frames;
+                    srcs[b].har = ggml_view_2d(g0, har_all, har_all->ne[0], srcs[b].n_frames, har_all->nb[1],
+                                               first[b] * har_all->nb[1]);
                 }
             }
             for (size_t b = 0; b < B; ++b) {
@@ -2427,12 +2427,11 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
                 for (size_t i = 0; i < n_stages; ++i) {
                     ggml_tensor * xs = last_noise && i + 1 == n_stages
                                            ? ggml_view_2d(g0, last_noise, last_noise->ne[0], src.n_frames,
-                                                          last_noise->nb[1], (size_t) frames_before * last_noise->nb[1])
+                                                          last_noise->nb[1], first[b] * last_noise->nb[1])
                                            : gen_noise_conv(c, g0, har, i);
                     GGML_ASSERT(xs->ne[0] == Cs[i] && xs->ne[1] == Tg[i][b]);
                     ggml_build_forward_expand(gf, ggml_cpy(g0, xs, frames_of(g0, xs_at[i], i, b)));
                 }
-                frames_before += src.n_frames;
                 ggml_tensor * up = gen_upsample(c, g0, x, 0);
                 GGML_ASSERT(up->ne[0] == Cs[0] && up->ne[1] == Tg[0][b]);
                 ggml_build_forward_expand(gf, ggml_cpy(g0, up, frames_of(g0, x_at, 0, b)));
