@@ -1358,49 +1358,40 @@ void kokoro_voice::run_bert_group(vs_context & c, std::vector<kokoro_job> & jobs
         }
         const bool gelu_op = ggml_backend_dev_type(c.dev) != GGML_BACKEND_DEVICE_TYPE_CPU;
         for (int il = 0; il < hp_.n_bert_layers; ++il) {
-            ggml_tensor *q, *k, *v;
-            if (by_job) {
-                ggml_tensor * qkv  = ggml_get_rows(g, ggml_add(g, ggml_mul_mat(g, qkv_w, x), qkv_b), gather);
-                auto          part = [&](int i) {  // [d, h, La, B] -> [d, La, h, B]
-                    return ggml_permute(g,
-                                                 ggml_view_4d(g, qkv, BERT_HEAD_DIM, nh, La, B, BERT_HEAD_DIM * sizeof(float),
-                                                              qkv->nb[1], La * qkv->nb[1], i * Hd * sizeof(float)),
-                                                 0, 2, 1, 3);
-                };
-                ggml_tensor * kq = ggml_mul_mat(g, part(1), part(0));  // [Lk, Lq, h, B]
-                kq               = ggml_soft_max_ext(g, kq, msk, 1.0f / std::sqrt((float) BERT_HEAD_DIM), 0.0f);
-                ggml_tensor * vt = ggml_cont(g, ggml_permute(g, part(2), 1, 0, 2, 3));  // [La, d, h, B]
-                ggml_tensor * o  = ggml_mul_mat(g, vt, kq);                             // [d, Lq, h, B]
-                o                = ggml_reshape_2d(g, ggml_cont(g, ggml_permute(g, o, 0, 2, 1, 3)), Hd, La * B);
-                o                = linear(c, g, ggml_get_rows(g, o, scatter), LAYER + "attention.dense");  // [Hd, Tg]
-                x                = layer_norm(g, ggml_add(g, x, o), c.w(LAYER + "attention.LayerNorm.weight"),
-                                              c.w(LAYER + "attention.LayerNorm.bias"), 1e-12f);
-            } else {
-                if (qkv_w) {
-                    ggml_tensor * qkv  = ggml_add(g, ggml_mul_mat(g, qkv_w, x), qkv_b);  // [3 * Hd, T]
-                    auto          part = [&](int i) {
-                        return ggml_view_3d(g, qkv, BERT_HEAD_DIM, nh, Tg, BERT_HEAD_DIM * sizeof(float), qkv->nb[1],
-                                                     i * Hd * sizeof(float));
-                    };
-                    q = part(0);
-                    k = part(1);
-                    v = part(2);
-                } else {
-                    q = ggml_reshape_3d(g, linear(c, g, x, LAYER + "attention.query"), BERT_HEAD_DIM, nh, Tg);
-                    k = ggml_reshape_3d(g, linear(c, g, x, LAYER + "attention.key"), BERT_HEAD_DIM, nh, Tg);
-                    v = ggml_reshape_3d(g, linear(c, g, x, LAYER + "attention.value"), BERT_HEAD_DIM, nh, Tg);
+            // q, k, v [d, h, S, n]: n groups of S tokens attending within their group (by job:
+            // a job's columns gathered; else all tokens, masked as `msk` says).
+            const int64_t S = by_job ? La : Tg, n = by_job ? B : 1;
+            ggml_tensor * q, *k, *v;
+            if (qkv_w) {
+                ggml_tensor * qkv = ggml_add(g, ggml_mul_mat(g, qkv_w, x), qkv_b);  // [3 * Hd, T]
+                if (by_job) {
+                    qkv = ggml_get_rows(g, qkv, gather);  // [3 * Hd, La * B]
                 }
-                q                = ggml_permute(g, q, 0, 2, 1, 3);                // [d, T, h]
-                k                = ggml_permute(g, k, 0, 2, 1, 3);                // [d, T, h]
-                v                = ggml_cont(g, ggml_permute(g, v, 1, 2, 0, 3));  // [T, d, h]
-                ggml_tensor * kq = ggml_mul_mat(g, k, q);                         // [Tk, Tq, h]
-                kq               = ggml_soft_max_ext(g, kq, msk, 1.0f / std::sqrt((float) BERT_HEAD_DIM), 0.0f);
-                ggml_tensor * o  = ggml_mul_mat(g, v, kq);  // [d, Tq, h]
-                o                = ggml_reshape_2d(g, ggml_cont(g, ggml_permute(g, o, 0, 2, 1, 3)), Hd, Tg);
-                o                = linear(c, g, o, LAYER + "attention.dense");
-                x                = layer_norm(g, ggml_add(g, x, o), c.w(LAYER + "attention.LayerNorm.weight"),
-                                              c.w(LAYER + "attention.LayerNorm.bias"), 1e-12f);
+                auto part = [&](int i) {
+                    return ggml_view_4d(g, qkv, BERT_HEAD_DIM, nh, S, n, BERT_HEAD_DIM * sizeof(float), qkv->nb[1],
+                                        S * qkv->nb[1], i * Hd * sizeof(float));
+                };
+                q = part(0);
+                k = part(1);
+                v = part(2);
+            } else {
+                q = ggml_reshape_4d(g, linear(c, g, x, LAYER + "attention.query"), BERT_HEAD_DIM, nh, S, n);
+                k = ggml_reshape_4d(g, linear(c, g, x, LAYER + "attention.key"), BERT_HEAD_DIM, nh, S, n);
+                v = ggml_reshape_4d(g, linear(c, g, x, LAYER + "attention.value"), BERT_HEAD_DIM, nh, S, n);
             }
+            q                = ggml_permute(g, q, 0, 2, 1, 3);                // [d, S, h, n]
+            k                = ggml_permute(g, k, 0, 2, 1, 3);                // [d, S, h, n]
+            v                = ggml_cont(g, ggml_permute(g, v, 1, 2, 0, 3));  // [S, d, h, n]
+            ggml_tensor * kq = ggml_mul_mat(g, k, q);                         // [Sk, Sq, h, n]
+            kq               = ggml_soft_max_ext(g, kq, msk, 1.0f / std::sqrt((float) BERT_HEAD_DIM), 0.0f);
+            ggml_tensor * o  = ggml_mul_mat(g, v, kq);  // [d, Sq, h, n]
+            o                = ggml_reshape_2d(g, ggml_cont(g, ggml_permute(g, o, 0, 2, 1, 3)), Hd, S * n);
+            if (by_job) {
+                o = ggml_get_rows(g, o, scatter);  // [Hd, Tg]
+            }
+            o = linear(c, g, o, LAYER + "attention.dense");
+            x = layer_norm(g, ggml_add(g, x, o), c.w(LAYER + "attention.LayerNorm.weight"),
+                           c.w(LAYER + "attention.LayerNorm.bias"), 1e-12f);
             // FFN with the tanh GELU ("gelu_new").
             ggml_tensor * f = linear(c, g, x, LAYER + "ffn");
             if (gelu_op) {
