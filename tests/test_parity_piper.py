@@ -23,12 +23,13 @@ def test_audio_matches_reference(engine, reference, sentences):
 
 @pytest.fixture(scope="module")
 def reference_with_stages(reference):
-    """The reference graph with its encoder statistics and durations exposed as outputs."""
+    """The reference graph with its encoder statistics, durations and flow output exposed as outputs."""
     model = onnx.load(str(reference.onnx_path))
     producers = {out: node for node in model.graph.node for out in node.output}
     ceil = next(n for n in model.graph.node if n.op_type == "Ceil")
     split = next(n for n in model.graph.node if n.op_type == "Split" and n.name.startswith("/enc_p/"))
-    stages = {"w": ceil.input[0], "m_p": split.output[0], "logs_p": split.output[1]}
+    conv_pre = next(n for n in model.graph.node if n.name == "/dec/conv_pre/Conv")
+    stages = {"w": ceil.input[0], "m_p": split.output[0], "logs_p": split.output[1], "z": conv_pre.input[0]}
     assert producers[stages["w"]].op_type == "Mul"
     for name in stages.values():
         model.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
@@ -55,6 +56,10 @@ def test_stages_match_reference(engine, reference, reference_with_stages):
     np.testing.assert_allclose(engine.output("logs_p"), out[stages["logs_p"]][0].T, atol=1e-3, err_msg="encoder logs_p")
     durations = np.exp(engine.output("logw")[:, 0])
     np.testing.assert_allclose(durations, out[stages["w"]].reshape(-1), rtol=1e-3, err_msg="duration predictor")
+    # The flow's output, the decoder's input (noise off: the flow alone moves it from m_p).
+    z = out[stages["z"]][0].T  # [frames, C]
+    assert engine.output("z").shape == z.shape
+    np.testing.assert_allclose(engine.output("z"), z, atol=1e-4 * np.abs(z).max(), err_msg="flow z")
 
 
 def test_length_scale_matches_reference(engine, reference):

@@ -218,6 +218,27 @@ def test_batch_gives_the_same_audio(engine):
     assert np.array_equal(a.audio, b.audio) and b.timings["chunks"] == 2
 
 
+def test_gpu_graphs_on_the_cpu_give_the_cpu_graphs_flow_and_audio(joe_path, monkeypatch):
+    """The graphs built for a GPU (im2col matrices, 1x1 convolutions straight from their input)
+    run here on the CPU backend: on the same phonemes, noise off, they give the CPU graphs' flow
+    output and audio."""
+    from app.core import models
+
+    if models.installed_weights("piper:joe") not in (None, "f32"):
+        pytest.skip("piper:joe is installed with other than F32 weights")
+    text = "The quick brown fox, at last, jumps over the lazy dog."
+    outs = {}
+    for graphs in ("0", "1"):
+        monkeypatch.setenv("VOICESTUDIO_DEVICE_GRAPHS", graphs)
+        with Engine.open("piper:joe", device="cpu", threads=2) as e:
+            take = e.synthesize(phonemes="\n".join(e.phonemize(text)), noise_scale=0.0, noise_w=0.0)
+            outs[graphs] = (e.output("z"), take.audio)
+    (z_cpu, audio_cpu), (z_dev, audio_dev) = outs["0"], outs["1"]
+    assert z_dev.shape == z_cpu.shape and len(audio_dev) == len(audio_cpu)
+    np.testing.assert_allclose(z_dev, z_cpu, atol=1e-4 * np.abs(z_cpu).max())
+    np.testing.assert_allclose(audio_dev, audio_cpu, atol=1e-3)
+
+
 def test_gpu_graphs_pack_a_batch_and_each_sentence_sounds_as_alone(joe_path, monkeypatch):
     """Off the CPU a batch's sentences share each stage's graph, laid end to end with masked
     gaps and attention kept to each sentence. The CPU backend runs those graphs here (CI has

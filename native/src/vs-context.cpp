@@ -92,6 +92,33 @@ ggml_tensor * vs_context::channel_padded_weight(const std::string & name, int64_
     });
 }
 
+ggml_tensor * vs_context::reversed_weight(const std::string & name, int axis) {
+    const ggml_tensor * src  = model->tensor(name);
+    const ggml_type     type = src->type == GGML_TYPE_F16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
+    const int64_t       n    = ggml_nelements(src);
+    GGML_ASSERT(axis >= 0 && axis < GGML_MAX_DIMS);
+    int64_t stride = 1;  // elements between neighbours along `axis`
+    for (int a = 0; a < axis; ++a) {
+        stride *= src->ne[a];
+    }
+    const int64_t len = src->ne[axis];
+    return derived_tensor(name + ".reversed" + std::to_string(axis), type,
+                          { src->ne[0], src->ne[1], src->ne[2], src->ne[3] }, [&](uint8_t * out) {
+                              std::vector<float> as_f32;
+                              const auto *       in = static_cast<const uint8_t *>(src->data);
+                              if (src->type != type) {  // quantized or other: dequantized first
+                                  as_f32.resize(n);
+                                  ggml_get_type_traits(src->type)->to_float(src->data, as_f32.data(), n);
+                                  in = reinterpret_cast<const uint8_t *>(as_f32.data());
+                              }
+                              const size_t es = ggml_type_size(type);
+                              for (int64_t i = 0; i < n; ++i) {
+                                  const int64_t at = (i / stride) % len;
+                                  std::memcpy(out + (i + (len - 1 - 2 * at) * stride) * es, in + i * es, es);
+                              }
+                          });
+}
+
 vs::meta_pool::handle vs::meta_pool::take(const std::shared_ptr<meta_pool> & pool, size_t n) {
     auto & fr   = pool->free_;
     auto   best = fr.end();

@@ -176,6 +176,9 @@ struct vs_context {
     // its type is neither F32 nor F16): a GEMM whose rows are a multiple of 8 halves long
     // gets cuBLAS's kernels for 16-byte aligned operands, not those for 4-byte ones.
     ggml_tensor * channel_padded_weight(const std::string & name, int64_t multiple = 8);
+    // Weight `name` on this context's device with its entries along `axis` in reverse order,
+    // made once; F16 stays F16, other types become F32.
+    ggml_tensor * reversed_weight(const std::string & name, int axis);
     // A tensor on this context's device made once (under `key`) by `fill` writing its bytes.
     ggml_tensor * derived_tensor(const std::string & key, ggml_type type, const std::array<int64_t, 4> & ne,
                                  const std::function<void(uint8_t *)> & fill);

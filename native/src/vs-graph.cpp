@@ -270,6 +270,10 @@ ggml_tensor * conv1d_window(ggml_context * ctx, ggml_tensor * xp, int64_t start,
         return y;
     }
     ggml_tensor * w2 = ggml_reshape_2d(ctx, w, IC * K, OC);
+    if (!g_device_is_cpu && K == 1) {  // the input is its own im2col matrix
+        ggml_tensor * y = ggml_mul_mat(ctx, w2, ggml_view_2d(ctx, xp, IC, T_out, fb, start * fb));
+        return b ? ggml_add(ctx, y, b) : y;
+    }
     if (!g_device_is_cpu) {
         ggml_tensor * x = ggml_view_2d(ctx, xp, IC, T_out + (K - 1) * dilation, fb, start * fb);
         ggml_tensor * y = ggml_mul_mat(ctx, w2, im2col(ctx, x, w, 1, dilation));  // [OC, T_out]
@@ -318,32 +322,32 @@ ggml_tensor * conv1d_depthwise(ggml_context * ctx, ggml_tensor * x, ggml_tensor 
 
 ggml_tensor * conv_transpose1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int stride,
                                int padding, int64_t zeros_before, int64_t zeros_after) {
-    return conv_transpose1d_zero_tail(ctx, pad_time(ctx, x, 0, 1), w, b, stride, padding, zeros_before, zeros_after);
+    return conv_transpose1d_zero_edges(ctx, pad_time(ctx, x, 1, 1), w, b, stride, padding, zeros_before, zeros_after);
 }
 
-ggml_tensor * conv_transpose1d_zero_tail(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b,
-                                         int stride, int padding, int64_t zeros_before, int64_t zeros_after) {
-    const int64_t IC = w->ne[0], OC = w->ne[1], K = w->ne[2], T = x->ne[1] - 1, s = stride;
-    GGML_ASSERT(K == 2 * s && padding <= s);
-    // Every tap of every output channel at once: cols[oc + OC*k, t] = sum_ic w[ic, oc, k] x[ic, t].
-    // The zero step lets the first half (which carries the bias) reach the last frame.
-    ggml_tensor * cols = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w, IC, OC * K), x);  // [OC*K, T+1]
-    // Input step t writes taps k < s to frames t*s + k and taps k >= s to (t+1)*s + (k - s):
-    // two halves, each a run of s frames per step. Output frame u is full frame u + padding.
+ggml_tensor * conv_transpose1d_zero_edges(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b,
+                                          int stride, int padding, int64_t zeros_before, int64_t zeros_after) {
+    const int64_t IC = w->ne[0], OC = w->ne[1], K = w->ne[2], T = x->ne[1] - 2, s = stride;
+    GGML_ASSERT(K == 2 * s && padding <= s && T > 0);
+    // Every tap of every output channel at once: cols[oc + OC*k, j] = sum_ic w[ic, oc, k] x[ic, j],
+    // column j holding input step j - 1 (columns 0 and T + 1 are the zero steps).
+    ggml_tensor * cols = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w, IC, OC * K), x);  // [OC*K, T+2]
+    // Input step t writes taps k < s to frames t*s + k and taps k >= s to (t+1)*s + (k - s), so
+    // the block of s frames j*s .. j*s + s - 1 (j = 0 .. T) is the first half of step j plus the
+    // second half of step j - 1: two views of cols one column apart, added in one pass. The
+    // zero steps stand in for step -1 (block 0) and step T (block T).
     const size_t  es     = ggml_element_size(cols);
     const size_t  fb     = OC * es;  // bytes per frame
-    const int64_t T_out  = T * s + K - s - 2 * padding;
-    ggml_tensor * first  = ggml_view_3d(ctx, cols, OC, s, T + 1, fb, cols->nb[1], 0);
-    ggml_tensor * second = ggml_view_3d(ctx, cols, OC, s, T, fb, cols->nb[1], s * fb);
-    // First half and bias: frame u is its element u + padding.
-    first           = ggml_reshape_2d(ctx, b ? ggml_add(ctx, first, b) : ggml_cont(ctx, first), OC, s * (T + 1));
-    first           = ggml_view_2d(ctx, first, OC, T_out, fb, padding * fb);
-    ggml_tensor * y = pad_time(ctx, first, zeros_before, zeros_after);
-    // Second half: frame u is its element u - (s - padding); the rest falls past the end.
-    second = ggml_reshape_2d(ctx, ggml_cont(ctx, second), OC, s * T);
-    second = ggml_view_2d(ctx, second, OC, T_out - (s - padding), fb, 0);
-    return ggml_acc_inplace(ctx, y, second, y->nb[1], ggml_nbytes(y), ggml_nbytes(y),
-                            (zeros_before + s - padding) * fb);
+    ggml_tensor * first  = ggml_view_3d(ctx, cols, OC, s, T + 1, fb, cols->nb[1], cols->nb[1]);
+    ggml_tensor * second = ggml_view_3d(ctx, cols, OC, s, T + 1, fb, cols->nb[1], s * fb);
+    ggml_tensor * y      = ggml_add(ctx, first, second);  // [OC, s, T+1], contiguous
+    if (b) {
+        y = ggml_add(ctx, y, b);
+    }
+    // Output frame u is full frame u + padding.
+    const int64_t T_out = T * s + K - s - 2 * padding;
+    y                   = ggml_view_2d(ctx, ggml_reshape_2d(ctx, y, OC, s * (T + 1)), OC, T_out, fb, padding * fb);
+    return zeros_before > 0 || zeros_after > 0 ? pad_time(ctx, y, zeros_before, zeros_after) : y;
 }
 
 ggml_tensor * layer_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * gamma, ggml_tensor * beta, float eps) {

@@ -87,9 +87,10 @@ ggml_tensor * conv1d_depthwise(ggml_context * ctx, ggml_tensor * x, ggml_tensor 
 ggml_tensor * conv_transpose1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int stride,
                                int padding, int64_t zeros_before = 0, int64_t zeros_after = 0);
 
-// The same from x: [IC, T + 1] whose last step is already zero (a view into a zero margin).
-ggml_tensor * conv_transpose1d_zero_tail(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b,
-                                         int stride, int padding, int64_t zeros_before, int64_t zeros_after);
+// The same from x: [IC, T + 2] whose first and last steps are already zero (a view that
+// reaches one frame into zero margins on each side).
+ggml_tensor * conv_transpose1d_zero_edges(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b,
+                                          int stride, int padding, int64_t zeros_before, int64_t zeros_after);
 
 // Convolution with a stride: x [IC, T] -> [OC, (T + 2p - K) / stride + 1]; w [IC, K, OC].
 ggml_tensor * conv1d_strided(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int stride,

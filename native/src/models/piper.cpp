@@ -631,13 +631,18 @@ ggml_tensor * piper_voice::wavenet(vs_context & c, ggml_context * g, ggml_tensor
         const int         pad  = (hp_.wn_kernel * dilation - dilation) / 2;
         ggml_tensor *     x_in = conv1d(g, masked(g, x, mask), c.w(prefix + "in_layers." + l + ".weight"),
                                         c.w(prefix + "in_layers." + l + ".bias"), dilation, pad);  // [2H, T]
-        ggml_tensor *     acts = ggml_mul(g, ggml_tanh(g, channels(g, x_in, 0, hp_.hidden)),
-                                          ggml_sigmoid(g, channels(g, x_in, hp_.hidden, hp_.hidden)));
-        ggml_tensor *     rs   = conv1d(g, acts, c.w(prefix + "res_skip_layers." + l + ".weight"),
-                                        c.w(prefix + "res_skip_layers." + l + ".bias"), 1, 0);
+        // The gate: tanh of the first half times the sigmoid of the second, each over all of
+        // x_in (unary ops take contiguous inputs) and multiplied as views.
+        const size_t  half = hp_.hidden * x_in->nb[0];
+        ggml_tensor * acts =
+            ggml_mul(g, ggml_view_2d(g, ggml_tanh(g, x_in), hp_.hidden, x_in->ne[1], x_in->nb[1], 0),
+                     ggml_view_2d(g, ggml_sigmoid(g, x_in), hp_.hidden, x_in->ne[1], x_in->nb[1], half));
+        ggml_tensor * rs = conv1d(g, acts, c.w(prefix + "res_skip_layers." + l + ".weight"),
+                                  c.w(prefix + "res_skip_layers." + l + ".bias"), 1, 0);
         if (i < hp_.wn_layers - 1) {
-            x                  = ggml_add(g, x, channels(g, rs, 0, hp_.hidden));
-            ggml_tensor * skip = channels(g, rs, hp_.hidden, hp_.hidden);
+            // The residual half and the skip half, read as views.
+            x                  = ggml_add(g, x, ggml_view_2d(g, rs, hp_.hidden, rs->ne[1], rs->nb[1], 0));
+            ggml_tensor * skip = ggml_view_2d(g, rs, hp_.hidden, rs->ne[1], rs->nb[1], half);
             out                = out ? ggml_add(g, out, skip) : skip;
         } else {
             out = out ? ggml_add(g, out, rs) : rs;
@@ -671,15 +676,29 @@ std::vector<float> piper_voice::run_flow(vs_context & c, const std::vector<float
         ggml_tensor * z    = ggml_add(g, m, ggml_mul(g, eps, ggml_scale(g, ggml_exp(g, logs), noise_scale)));
         ggml_set_name(z, "z_p");
 
+        // Each coupling layer runs after a flip of the channels. The flips are not made: z
+        // holds the channels in reverse order after an odd number of them, and there a
+        // coupling layer reads its input half (the first half of the flipped channels) as
+        // z's second half and writes its output half as z's first, with pre's input channels
+        // and post's output channels reversed to match.
+        bool reversed = false;
         for (auto it = hp_.flow_ids.rbegin(); it != hp_.flow_ids.rend(); ++it) {
             const std::string f = "flow.flows." + std::to_string(*it) + ".";
-            z                   = flip_channels(g, z, rev);
-            ggml_tensor * x0    = channels(g, z, 0, half);
-            ggml_tensor * x1    = channels(g, z, half, half);
-            ggml_tensor * h     = conv1d(g, x0, c.w(f + "pre.weight"), c.w(f + "pre.bias"), 1, 0);
+            reversed            = !reversed;
+            const size_t  nb1   = z->nb[1];
+            ggml_tensor * lo    = ggml_view_2d(g, z, half, F, nb1, 0);
+            ggml_tensor * hi    = ggml_view_2d(g, z, half, F, nb1, half * z->nb[0]);
+            ggml_tensor * h     = conv1d(g, ggml_cont(g, reversed ? hi : lo),
+                                     reversed ? c.reversed_weight(f + "pre.weight", 0) : c.w(f + "pre.weight"),
+                                         c.w(f + "pre.bias"), 1, 0);
             h                   = wavenet(c, g, h, f + "enc.", mask);
-            ggml_tensor * mean  = conv1d(g, h, c.w(f + "post.weight"), c.w(f + "post.bias"), 1, 0);
-            z                   = ggml_concat(g, x0, ggml_sub(g, x1, mean), 0);
+            ggml_tensor * mean  = reversed ? conv1d(g, h, c.reversed_weight(f + "post.weight", 2),
+                                                    c.reversed_weight(f + "post.bias", 0), 1, 0)
+                                           : conv1d(g, h, c.w(f + "post.weight"), c.w(f + "post.bias"), 1, 0);
+            z = reversed ? ggml_concat(g, ggml_sub(g, lo, mean), hi, 0) : ggml_concat(g, lo, ggml_sub(g, hi, mean), 0);
+        }
+        if (reversed) {
+            z = flip_channels(g, z, rev);
         }
         ggml_set_name(z, "z");
         ggml_set_output(z);
@@ -930,8 +949,8 @@ std::vector<float> piper_voice::run_decoder(vs_context & c, const std::vector<fl
         x = ggml_leaky_relu(g, x, 0.1f, false);
         x = i == 0 ? conv_transpose1d(g, x, c.w(u + "weight"), c.w(u + "bias"), s, (hp_.ups_kernels[i] - s) / 2, margin,
                                       after)
-                   : conv_transpose1d_zero_tail(g, x, c.w(u + "weight"), c.w(u + "bias"), s,
-                                                (hp_.ups_kernels[i] - s) / 2, margin, after);
+                   : conv_transpose1d_zero_edges(g, x, c.w(u + "weight"), c.w(u + "bias"), s,
+                                                 (hp_.ups_kernels[i] - s) / 2, margin, after);
         // x: [C, margin + T + after]
         GGML_ASSERT(x->ne[1] == margin + T + after);
         ggml_tensor * mask  = mask_at(T / F, margin, after);
@@ -957,8 +976,8 @@ std::vector<float> piper_voice::run_decoder(vs_context & c, const std::vector<fl
         }
         x = ggml_scale(g, xs, 1.0f / (float) n_kernels);
         if (i + 1 < hp_.ups_rates.size()) {
-            // The signal frames and the first zero after them, contiguous.
-            x = ggml_view_2d(g, x, x->ne[0], T + 1, fb, margin * fb);
+            // The signal frames between a zero frame on each side, contiguous.
+            x = ggml_view_2d(g, x, x->ne[0], T + 2, fb, (margin - 1) * fb);
         }
     }
     x = conv1d_window(g, ggml_leaky_relu(g, x, 0.01f, false), margin - hp_.dec_kernel_post / 2, T,
