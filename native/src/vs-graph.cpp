@@ -63,7 +63,7 @@ ggml_tensor * phase_windows(ggml_context * ctx, ggml_tensor * x, int64_t K, int6
     return v;
 }
 
-// The convolution's GEMMs over phases [C, S, d] (F16, J windows of K frames a phase), to
+// The convolution's GEMMs over phases [C, S, d] (the weights' type, J windows of K frames a phase), to
 // [OC, T_out] in time order.
 ggml_tensor * phases_gemm(ggml_context * ctx, ggml_tensor * phases, int64_t J, int64_t T_out, ggml_tensor * w,
                           ggml_tensor * b) {
@@ -108,7 +108,9 @@ ggml_tensor * conv1d_phases(ggml_context * ctx, ggml_tensor * xt, int64_t pad_be
     ggml_tensor * xv    = ggml_view_2d(ctx, xt, T, IC, xt->nb[1], 0);
     const int     after = (int) (T_in - pad_before - T);
     xv                  = ggml_pad_ext(ctx, xv, (int) pad_before, after, 0, (int) (C - IC), 0, 0, 0, 0);  // [T_in, C]
-    xv                  = ggml_cast(ctx, xv, GGML_TYPE_F16);
+    if (w->type != GGML_TYPE_F32) {
+        xv = ggml_cast(ctx, xv, w->type);
+    }
     if (d > 1) {
         xv = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, xv, d, S, C), 1, 0, 2, 3));  // [S, d, C]
         xv = ggml_reshape_2d(ctx, xv, S * d, C);
@@ -125,7 +127,10 @@ ggml_tensor * conv1d_phases_ct(ggml_context * ctx, ggml_tensor * x, int64_t pad_
     const int64_t S  = J * K + K - 1;  // padded input frames
     const int64_t T  = std::min(x->ne[1], S - pad_before);
     ggml_tensor * xv = ggml_view_2d(ctx, x, C, T, x->nb[1], 0);
-    xv               = ggml_cast(ctx, pad_time(ctx, xv, pad_before, S - pad_before - T), GGML_TYPE_F16);  // [C, S]
+    xv               = pad_time(ctx, xv, pad_before, S - pad_before - T);  // [C, S]
+    if (w->type != GGML_TYPE_F32) {
+        xv = ggml_cast(ctx, xv, w->type);
+    }
     return phases_gemm(ctx, ggml_reshape_3d(ctx, xv, C, S, 1), J, T_out, w, b);
 }
 
@@ -161,11 +166,13 @@ ggml_tensor * conv1d_strided(ggml_context * ctx, ggml_tensor * x, ggml_tensor * 
 }
 
 bool phases_apply(const ggml_tensor * w, int dilation) {
-    return !g_device_is_cpu && g_limits.strided_batches && w->type == GGML_TYPE_F16 && w->ne[1] > 1 &&
-           (dilation == 1 || g_limits.matmul_4d);
+    return !g_device_is_cpu && g_limits.strided_batches && (w->type == GGML_TYPE_F16 || w->type == GGML_TYPE_F32) &&
+           w->ne[1] > 1 && (dilation == 1 || g_limits.matmul_4d);
 }
 
-bool matmul_reads_batch_strides(ggml_backend_t backend) {
+namespace {
+
+bool matmul_reads_batch_strides(ggml_backend_t backend, ggml_type type) {
     constexpr int64_t C = 8, K = 3, J = 32, OC = 16;  // J columns: a matrix kernel, not a vector one
     // The windows need J K + K - 1 frames; a backend that reads the K matrices packed reads
     // K K J frames, so x has them all: its wrong answer then comes from inside the buffer,
@@ -174,8 +181,8 @@ bool matmul_reads_batch_strides(ggml_backend_t backend) {
     static_assert(S >= J * K + K - 1);
     ggml_init_params ip{ ggml_tensor_overhead() * 8 + ggml_graph_overhead(), nullptr, true };
     ggml_context *   ctx = ggml_init(ip);
-    ggml_tensor *    w   = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, K * C, OC);
-    ggml_tensor *    x   = ggml_new_tensor_3d(ctx, GGML_TYPE_F16, C, S, 1);
+    ggml_tensor *    w   = ggml_new_tensor_2d(ctx, type, K * C, OC);
+    ggml_tensor *    x   = ggml_new_tensor_3d(ctx, type, C, S, 1);
     ggml_tensor *    y   = ggml_mul_mat(ctx, w, phase_windows(ctx, x, K, J));  // [OC, J, K, 1]
     ggml_cgraph *    gf  = ggml_new_graph(ctx);
     ggml_build_forward_expand(gf, y);
@@ -188,12 +195,17 @@ bool matmul_reads_batch_strides(ggml_backend_t backend) {
     for (size_t i = 0; i < xf.size(); ++i) {
         xf[i] = (float) ((int) (i % 7) - 3);
     }
-    if (ok) {
+    if (ok && type == GGML_TYPE_F16) {
         std::vector<ggml_fp16_t> wh(wf.size()), xh(xf.size());
         ggml_fp32_to_fp16_row(wf.data(), wh.data(), (int64_t) wf.size());
         ggml_fp32_to_fp16_row(xf.data(), xh.data(), (int64_t) xf.size());
         ggml_backend_tensor_set(w, wh.data(), 0, ggml_nbytes(w));
         ggml_backend_tensor_set(x, xh.data(), 0, ggml_nbytes(x));
+    } else if (ok) {
+        ggml_backend_tensor_set(w, wf.data(), 0, ggml_nbytes(w));
+        ggml_backend_tensor_set(x, xf.data(), 0, ggml_nbytes(x));
+    }
+    if (ok) {
         ok = ggml_backend_graph_compute(backend, gf) == GGML_STATUS_SUCCESS;
     }
     if (ok) {
@@ -217,6 +229,12 @@ bool matmul_reads_batch_strides(ggml_backend_t backend) {
     }
     ggml_free(ctx);
     return ok;
+}
+
+}  // namespace
+
+bool matmul_reads_batch_strides(ggml_backend_t backend) {
+    return matmul_reads_batch_strides(backend, GGML_TYPE_F16) && matmul_reads_batch_strides(backend, GGML_TYPE_F32);
 }
 
 void set_graph_device_is_cpu(bool is_cpu) {

@@ -28,8 +28,8 @@ struct device_limits {
     bool strided_batches = true;
 };
 void set_graph_device_limits(const device_limits & limits);
-// Whether `backend`'s matmul reads such windows right: one small matmul computed there
-// (small integers in F16, so any summation is exact) against the host.
+// Whether `backend`'s matmul reads such windows right, with F16 and with F32 operands: small
+// matmuls computed there (small integers, so any summation is exact) against the host.
 bool matmul_reads_batch_strides(ggml_backend_t backend);
 
 // Conv1d with PyTorch semantics. w: [IC, K, OC] (PyTorch's [OC, IC, K] with the
@@ -47,9 +47,9 @@ ggml_tensor * conv1d_window(ggml_context * ctx, ggml_tensor * xp, int64_t start,
 int64_t conv1d_frames_needed(int64_t T_out, int64_t K, int dilation);
 
 // Conv1d of xt [T, IC] (time along ne0, F32) -> [OC, T_out] without an im2col matrix, for
-// F16 weights off the CPU (phases_apply): one batched GEMM whose operands are views of the
-// input. The input, zero-padded (pad_before frames before it and as many after as the
-// output needs), is copied to F16 with its frames grouped by dilation phase q. Output frame
+// F16 or F32 weights off the CPU (phases_apply): one batched GEMM whose operands are views of
+// the input. The input, zero-padded (pad_before frames before it and as many after as the
+// output needs), is copied (to F16 for F16 weights) with its frames grouped by dilation phase q. Output frame
 // t = q + d * (r + K * j) then reads K adjacent frames of phase q, so each (window phase r,
 // dilation phase q) pair is a matrix whose columns j are disjoint windows of K * IC values:
 // a GEMM with the taps inside the contraction. Its [OC, J, K, d] result goes back to time
@@ -59,8 +59,8 @@ int64_t conv1d_frames_needed(int64_t T_out, int64_t K, int dilation);
 ggml_tensor * conv1d_phases(ggml_context * ctx, ggml_tensor * xt, int64_t pad_before, int64_t T_out, ggml_tensor * w,
                             ggml_tensor * b, int dilation, bool fine_columns = false);
 
-// The same, undilated, from x [IC, T] (channels along ne0, F32): the padded input made F16
-// is itself the one phase, so no transpose.
+// The same, undilated, from x [IC, T] (channels along ne0, F32): the padded input (made F16
+// for F16 weights) is itself the one phase, so no transpose.
 ggml_tensor * conv1d_phases_ct(ggml_context * ctx, ggml_tensor * x, int64_t pad_before, int64_t T_out, ggml_tensor * w,
                                ggml_tensor * b, bool fine_columns = false);
 
@@ -74,8 +74,8 @@ ggml_tensor * conv1d_phases_ct(ggml_context * ctx, ggml_tensor * x, int64_t pad_
 // are dropped.
 int64_t phase_columns(int64_t n, bool fine = false);
 
-// Whether conv1d_phases takes these weights and dilation on this thread's graphs (F16, off
-// the CPU, K > 1; dilated where the device's matmuls take its [., ., K, d] batches).
+// Whether conv1d_phases takes these weights and dilation on this thread's graphs (F16 or
+// F32, off the CPU, K > 1; dilated where the device's matmuls take its [., ., K, d] batches).
 bool phases_apply(const ggml_tensor * w, int dilation);
 
 // Depthwise conv1d. w: [C, K] (stored transposed by the converter); x: [C, T].

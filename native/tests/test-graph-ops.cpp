@@ -304,6 +304,11 @@ int main() {
     test_conv1d(32, 22, 7, 301, 1, 3, GGML_TYPE_F16, layout::phases_ct);               // conv_post's taps and outputs
     test_conv1d(12, 9, 7, 28, 1, 3, GGML_TYPE_F16, layout::phases_ct);                 // outputs a multiple of K
     test_conv1d(8, 6, 3, 17, 1, 0, GGML_TYPE_F16, layout::phases_ct);                  // no padding
+    // F32 weights (Kokoro's prosody and text encoder, Piper's F32 installs): the same GEMMs in F32.
+    test_conv1d(12, 9, 7, 91, 1, 3, GGML_TYPE_F32, layout::time_along_ne0);
+    test_conv1d(16, 8, 3, 64, 3, 3, GGML_TYPE_F32, layout::time_along_ne0);  // dilated
+    test_conv1d(8, 6, 3, 200, 1, 1, GGML_TYPE_F32, layout::time_along_ne0, 0, true);
+    test_conv1d(12, 9, 7, 28, 1, 3, GGML_TYPE_F32, layout::phases_ct);
     vs::set_graph_device_is_cpu(true);
     // The probe that keeps conv1d_phases off devices whose matmul reads its windows wrong.
     ggml_backend_t cpu     = ggml_backend_cpu_init();

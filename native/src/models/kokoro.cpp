@@ -254,10 +254,11 @@ class kokoro_voice final : public voice {
         return out;
     }
 
-    // On a device with F16 weights, conv1d_phases' GEMMs: voice::prewarm_lengths.
+    // On a device with F16 or F32 weights, conv1d_phases' GEMMs: voice::prewarm_lengths.
     std::vector<std::string> prewarm_phonemes(const vs_context & ctx) const override {
         auto it = ctx.weights->tensors.find(GEN + "resblocks.0.convs1.0.weight");
-        if (!ctx.device_graphs || it == ctx.weights->tensors.end() || it->second->type != GGML_TYPE_F16) {
+        if (!ctx.device_graphs || it == ctx.weights->tensors.end() ||
+            (it->second->type != GGML_TYPE_F16 && it->second->type != GGML_TYPE_F32)) {
             return voice::prewarm_phonemes(ctx);
         }
         return prewarm_lengths();
