@@ -731,7 +731,8 @@ std::vector<float> piper_voice::run_flow(vs_context & c, const std::vector<float
 }
 
 // The decoder's residual blocks in the engine's CUDA kernels: on a CUDA device, with every
-// residual convolution's weights F16 (models install --weights f16) and its biases F32 on it.
+// residual convolution's weights F16 or F32 (F32 ones are read as F16 copies made once:
+// res_weight_f16) and its biases F32 on it.
 bool piper_voice::fused_decoder(const vs_context & c) const {
     if (fused_ >= 0) {
         return fused_ == 1;
@@ -743,13 +744,32 @@ bool piper_voice::fused_decoder(const vs_context & c) const {
             const std::string   w  = "dec.resblocks." + std::to_string(i) + ".convs." + std::to_string(cv) + ".";
             const ggml_tensor * wt = c.w(w + "weight");
             const ggml_tensor * bt = c.w(w + "bias");
-            ok = wt->type == GGML_TYPE_F16 && bt->type == GGML_TYPE_F32 && ggml_is_contiguous(wt) && wt->buffer &&
-                 !ggml_backend_buffer_is_host(wt->buffer) && bt->buffer && !ggml_backend_buffer_is_host(bt->buffer) &&
-                 wt->ne[1] == K && wt->ne[0] == wt->ne[2] && vs::cuda::snake_supported(wt->ne[0], K);
+            ok = (wt->type == GGML_TYPE_F16 || wt->type == GGML_TYPE_F32) && bt->type == GGML_TYPE_F32 &&
+                 ggml_is_contiguous(wt) && wt->buffer && !ggml_backend_buffer_is_host(wt->buffer) && bt->buffer &&
+                 !ggml_backend_buffer_is_host(bt->buffer) && wt->ne[1] == K && wt->ne[0] == wt->ne[2] &&
+                 vs::cuda::snake_supported(wt->ne[0], K);
         }
     }
     fused_ = ok ? 1 : 0;
     return ok;
+}
+
+// A residual convolution's weights as the engine's kernels take them, F16: the weights
+// themselves, or for F32 ones (Piper's default install) an F16 copy made once.
+static const void * res_weight_f16(vs_context & c, const std::string & name) {
+    const ggml_tensor * w = c.w(name);
+    if (w->type == GGML_TYPE_F16) {
+        return w->data;
+    }
+    GGML_ASSERT(w->type == GGML_TYPE_F32 && ggml_is_contiguous(w));
+    return c
+        .derived_tensor("f16 " + name, GGML_TYPE_F16, { w->ne[0], w->ne[1], w->ne[2], w->ne[3] },
+                        [&](uint8_t * dst) {
+                            std::vector<float> v((size_t) ggml_nelements(w));
+                            ggml_backend_tensor_get(w, v.data(), 0, ggml_nbytes(w));
+                            ggml_fp32_to_fp16_row(v.data(), reinterpret_cast<ggml_fp16_t *>(dst), ggml_nelements(w));
+                        })
+        ->data;
 }
 
 // As run_decoder, each upsampling stage's residual blocks in the engine's CUDA kernels
@@ -874,7 +894,7 @@ std::vector<float> piper_voice::run_decoder_fused(vs_context & c, const std::vec
             for (int k = 0; k < hp_.res_convs; ++k) {
                 const std::string w =
                     "dec.resblocks." + std::to_string(i * n_res + j) + ".convs." + std::to_string(k) + ".";
-                cv[(size_t) k].w        = c.w(w + "weight")->data;
+                cv[(size_t) k].w        = res_weight_f16(c, w + "weight");
                 cv[(size_t) k].bias     = static_cast<const float *>(c.w(w + "bias")->data);
                 cv[(size_t) k].dilation = dils(j)[k];
             }
