@@ -104,17 +104,34 @@ ggml_tensor * vs_context::reversed_weight(const std::string & name, int axis) {
     const int64_t len = src->ne[axis];
     return derived_tensor(name + ".reversed" + std::to_string(axis), type,
                           { src->ne[0], src->ne[1], src->ne[2], src->ne[3] }, [&](uint8_t * out) {
-                              std::vector<float> as_f32;
-                              const auto *       in = static_cast<const uint8_t *>(src->data);
-                              if (src->type != type) {  // quantized or other: dequantized first
-                                  as_f32.resize(n);
-                                  ggml_get_type_traits(src->type)->to_float(src->data, as_f32.data(), n);
-                                  in = reinterpret_cast<const uint8_t *>(as_f32.data());
+                              std::vector<float> floats;  // F32 and other types, as floats
+                              if (type == GGML_TYPE_F32) {
+                                  floats = vs::host_floats(src);
                               }
+                              const auto * in = type == GGML_TYPE_F32 ? reinterpret_cast<const uint8_t *>(floats.data())
+                                                                      : static_cast<const uint8_t *>(src->data);
                               const size_t es = ggml_type_size(type);
                               for (int64_t i = 0; i < n; ++i) {
                                   const int64_t at = (i / stride) % len;
                                   std::memcpy(out + (i + (len - 1 - 2 * at) * stride) * es, in + i * es, es);
+                              }
+                          });
+}
+
+ggml_tensor * vs_context::weight_as(const std::string & name, ggml_type type) {
+    GGML_ASSERT(type == GGML_TYPE_F16 || type == GGML_TYPE_F32);
+    const ggml_tensor * src = model->tensor(name);
+    if (src->type == type) {
+        return w(name);
+    }
+    return derived_tensor(name + "." + ggml_type_name(type), type, { src->ne[0], src->ne[1], src->ne[2], src->ne[3] },
+                          [&](uint8_t * out) {
+                              const std::vector<float> floats = vs::host_floats(src);
+                              if (type == GGML_TYPE_F32) {
+                                  std::memcpy(out, floats.data(), floats.size() * sizeof(float));
+                              } else {
+                                  ggml_fp32_to_fp16_row(floats.data(), reinterpret_cast<ggml_fp16_t *>(out),
+                                                        (int64_t) floats.size());
                               }
                           });
 }
@@ -383,6 +400,18 @@ void vs_context::check_computed(ggml_status st) const {
 }
 
 namespace vs {
+
+std::vector<float> host_floats(const ggml_tensor * t) {
+    std::vector<float> v((size_t) ggml_nelements(t));
+    if (t->type == GGML_TYPE_F32) {
+        std::memcpy(v.data(), t->data, ggml_nbytes(t));
+    } else if (const auto * traits = ggml_get_type_traits(t->type); traits->to_float) {
+        traits->to_float(t->data, v.data(), ggml_nelements(t));
+    } else {
+        throw error(VS_ERR_FORMAT, std::string("'") + ggml_get_name(t) + "' has a type without floats");
+    }
+    return v;
+}
 
 // One line per graph ("G index stage nodes") and per node it computes ("N id op name type
 // ne srcs count nonfinite maxabs mean rms samples..."), in the order the backend ran them

@@ -179,6 +179,9 @@ struct vs_context {
     // Weight `name` on this context's device with its entries along `axis` in reverse order,
     // made once; F16 stays F16, other types become F32.
     ggml_tensor * reversed_weight(const std::string & name, int axis);
+    // Weight `name` on this context's device as `type` (F16 or F32): the weight itself where
+    // it has that type, else a copy converted once from the file's.
+    ggml_tensor * weight_as(const std::string & name, ggml_type type);
     // A tensor on this context's device made once (under `key`) by `fill` writing its bytes.
     ggml_tensor * derived_tensor(const std::string & key, ggml_type type, const std::array<int64_t, 4> & ne,
                                  const std::function<void(uint8_t *)> & fill);
@@ -344,6 +347,9 @@ struct vs_context {
 };
 
 namespace vs {
+
+// A weight's values as floats, from the file's copy (host memory).
+std::vector<float> host_floats(const ggml_tensor * t);
 
 // Whether t is in device memory of c's device (where the engine's kernels can use it).
 bool in_device_memory(const vs_context & c, const ggml_tensor * t);

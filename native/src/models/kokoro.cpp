@@ -796,19 +796,6 @@ ggml_tensor * adain_snake(vs_context & c, ggml_context * g, ggml_tensor * x, con
     return ggml_mul(g, ggml_add(g, u, ggml_sqr(g, ggml_sin(g, u))), inv);
 }
 
-// A weight's values as floats, from the file's copy.
-std::vector<float> host_floats(const ggml_tensor * t) {
-    std::vector<float> v((size_t) ggml_nelements(t));
-    if (t->type == GGML_TYPE_F32) {
-        std::memcpy(v.data(), t->data, ggml_nbytes(t));
-    } else if (const auto * traits = ggml_get_type_traits(t->type); traits->to_float) {
-        traits->to_float(t->data, v.data(), ggml_nelements(t));
-    } else {
-        throw error(VS_ERR_FORMAT, std::string("'") + ggml_get_name(t) + "' has a type without floats");
-    }
-    return v;
-}
-
 // Off the CPU, where a graph's cost is its kernel launches, AdaIN (then Snake) of x [C, T]
 // with time along ne0, returned as [T, C]. That layout has both as few kernels: the
 // instance norm is ggml's group norm with a group a channel (two passes over each), and

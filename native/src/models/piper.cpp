@@ -665,11 +665,6 @@ std::vector<float> piper_voice::run_flow(vs_context & c, const std::vector<float
         ggml_tensor * logs_in = new_input(g, GGML_TYPE_F32, C, T);
         ggml_tensor * frames  = new_input(g, GGML_TYPE_I32, F);
         ggml_tensor * eps     = new_input(g, GGML_TYPE_F32, C, F);
-        ggml_tensor * rev = c.derived_tensor("channels reversed", GGML_TYPE_I32, { C, 1, 1, 1 }, [&](uint8_t * out) {
-            for (int64_t i = 0; i < C; ++i) {
-                reinterpret_cast<int32_t *>(out)[i] = (int32_t) (C - 1 - i);
-            }
-        });
         // Length regulation: each token's statistics repeated over its frames.
         ggml_tensor * m    = ggml_get_rows(g, m_in, frames);     // [C, F]
         ggml_tensor * logs = ggml_get_rows(g, logs_in, frames);  // [C, F]
@@ -697,7 +692,13 @@ std::vector<float> piper_voice::run_flow(vs_context & c, const std::vector<float
                                            : conv1d(g, h, c.w(f + "post.weight"), c.w(f + "post.bias"), 1, 0);
             z = reversed ? ggml_concat(g, ggml_sub(g, lo, mean), hi, 0) : ggml_concat(g, lo, ggml_sub(g, hi, mean), 0);
         }
-        if (reversed) {
+        if (reversed) {  // an odd number of coupling layers: the last flip made
+            ggml_tensor * rev =
+                c.derived_tensor("channels reversed", GGML_TYPE_I32, { C, 1, 1, 1 }, [&](uint8_t * out) {
+                    for (int64_t i = 0; i < C; ++i) {
+                        reinterpret_cast<int32_t *>(out)[i] = (int32_t) (C - 1 - i);
+                    }
+                });
             z = flip_channels(g, z, rev);
         }
         ggml_set_name(z, "z");
@@ -732,7 +733,7 @@ std::vector<float> piper_voice::run_flow(vs_context & c, const std::vector<float
 
 // The decoder's residual blocks in the engine's CUDA kernels: on a CUDA device, with every
 // residual convolution's weights F16 or F32 (F32 ones are read as F16 copies made once:
-// res_weight_f16) and its biases F32 on it.
+// vs_context::weight_as) and its biases F32 on it.
 bool piper_voice::fused_decoder(const vs_context & c) const {
     if (fused_ >= 0) {
         return fused_ == 1;
@@ -752,24 +753,6 @@ bool piper_voice::fused_decoder(const vs_context & c) const {
     }
     fused_ = ok ? 1 : 0;
     return ok;
-}
-
-// A residual convolution's weights as the engine's kernels take them, F16: the weights
-// themselves, or for F32 ones (Piper's default install) an F16 copy made once.
-static const void * res_weight_f16(vs_context & c, const std::string & name) {
-    const ggml_tensor * w = c.w(name);
-    if (w->type == GGML_TYPE_F16) {
-        return w->data;
-    }
-    GGML_ASSERT(w->type == GGML_TYPE_F32 && ggml_is_contiguous(w));
-    return c
-        .derived_tensor("f16 " + name, GGML_TYPE_F16, { w->ne[0], w->ne[1], w->ne[2], w->ne[3] },
-                        [&](uint8_t * dst) {
-                            std::vector<float> v((size_t) ggml_nelements(w));
-                            ggml_backend_tensor_get(w, v.data(), 0, ggml_nbytes(w));
-                            ggml_fp32_to_fp16_row(v.data(), reinterpret_cast<ggml_fp16_t *>(dst), ggml_nelements(w));
-                        })
-        ->data;
 }
 
 // As run_decoder, each upsampling stage's residual blocks in the engine's CUDA kernels
@@ -894,7 +877,7 @@ std::vector<float> piper_voice::run_decoder_fused(vs_context & c, const std::vec
             for (int k = 0; k < hp_.res_convs; ++k) {
                 const std::string w =
                     "dec.resblocks." + std::to_string(i * n_res + j) + ".convs." + std::to_string(k) + ".";
-                cv[(size_t) k].w        = res_weight_f16(c, w + "weight");
+                cv[(size_t) k].w        = c.weight_as(w + "weight", GGML_TYPE_F16)->data;
                 cv[(size_t) k].bias     = static_cast<const float *>(c.w(w + "bias")->data);
                 cv[(size_t) k].dilation = dils(j)[k];
             }
@@ -907,17 +890,7 @@ std::vector<float> piper_voice::run_decoder_fused(vs_context & c, const std::vec
         result = ptr(s_at);
         if (post_kernel && i + 1 == n_stages) {
             // The output: LeakyReLU, the mask, conv_post and tanh in one kernel, weights F32.
-            const ggml_tensor * w32 = c.derived_tensor(
-                "f32 dec.conv_post.weight", GGML_TYPE_F32, { post->ne[0], post->ne[1], 1, 1 }, [&](uint8_t * dst) {
-                    std::vector<uint8_t> raw(ggml_nbytes(post));
-                    ggml_backend_tensor_get(post, raw.data(), 0, raw.size());
-                    if (post->type == GGML_TYPE_F16) {
-                        ggml_fp16_to_fp32_row(reinterpret_cast<const ggml_fp16_t *>(raw.data()),
-                                              reinterpret_cast<float *>(dst), ggml_nelements(post));
-                    } else {
-                        std::memcpy(dst, raw.data(), raw.size());
-                    }
-                });
+            const ggml_tensor * w32 = c.weight_as("dec.conv_post.weight", GGML_TYPE_F32);
             vs::cuda::leaky_conv_tanh(dev, result, C, T, hp_.dec_kernel_post, 0.01f, frames_mask,
                                       static_cast<const float *>(w32->data), ptr(audio_at));
             audio.resize((size_t) T);
