@@ -217,6 +217,26 @@ def test_graphs_within_a_vulkan_devices_limits_sound_like_the_gpu_graphs(kokoro,
         assert log_mel_cosine(y, x, kokoro.sample_rate) >= 0.999
 
 
+def test_packed_adain_statistics_agree_with_and_without_out_prod(kokoro, monkeypatch):
+    """A batch's AdaIN statistics (decoder, F0 and N blocks): products with the mask over time
+    (out_prod) where the device has it, sums over transposed activations where it has not
+    (Vulkan). Both take each sentence's own frames: F0 and N agree to rounding, the decoder's
+    output to the F16 rounding of its convolutions' inputs."""
+    ipa = "wˈɛɹ ɪz ɪt?\nhˈaɪ!"
+    monkeypatch.setenv("VOICESTUDIO_DEVICE_GRAPHS", "1")
+    outputs, takes = {}, {}
+    for limits in ("1024,1,1,1", "1024,1,1,0"):
+        monkeypatch.setenv("VOICESTUDIO_DEVICE_LIMITS", limits)
+        with Engine.open("kokoro:jf_alpha", device="cpu", threads=2) as e:
+            takes[limits] = e.synthesize(phonemes=ipa, batch=2).audio
+            outputs[limits] = {name: e.output(name) for name in ("F0", "N", "decoder")}
+    with_op, without = outputs["1024,1,1,1"], outputs["1024,1,1,0"]
+    for name, tol in (("F0", 1e-5), ("N", 1e-5), ("decoder", 2e-3)):
+        assert with_op[name].shape == without[name].shape
+        assert np.abs(with_op[name] - without[name]).max() <= tol * np.abs(without[name]).max(), name
+    assert log_mel_cosine(takes["1024,1,1,1"], takes["1024,1,1,0"], kokoro.sample_rate) >= 0.999
+
+
 def test_cancel_inside_a_batch(kokoro):
     stages = []
     with pytest.raises(CancelledError):

@@ -433,8 +433,8 @@ struct node_trace {
         if (!f) {
             throw vs::error(VS_ERR_IO, std::string("cannot write the node trace '") + path + "'");
         }
-        std::fprintf(f, "D %s %llu,%d,%d\n", device.c_str(), (unsigned long long) (l.max_tensor_bytes >> 20),
-                     (int) l.matmul_4d, (int) l.strided_batches);
+        std::fprintf(f, "D %s %llu,%d,%d,%d\n", device.c_str(), (unsigned long long) (l.max_tensor_bytes >> 20),
+                     (int) l.matmul_4d, (int) l.strided_batches, (int) l.out_prod);
     }
 
     ~node_trace() { std::fclose(f); }
@@ -1007,6 +1007,9 @@ static vs::device_limits probe_device_limits(ggml_backend_dev_t dev) {
     ggml_tensor * a = ggml_new_tensor_2d(g.get(), GGML_TYPE_F16, 64, 64);
     ggml_tensor * b = ggml_new_tensor_4d(g.get(), GGML_TYPE_F16, 64, 64, 2, 3);
     l.matmul_4d     = ggml_backend_dev_supports_op(dev, ggml_mul_mat(g.get(), a, b));
+    ggml_tensor * x = ggml_new_tensor_3d(g.get(), GGML_TYPE_F32, 64, 64, 2);
+    ggml_tensor * m = ggml_new_tensor_3d(g.get(), GGML_TYPE_F32, 1, 64, 2);
+    l.out_prod      = ggml_backend_dev_supports_op(dev, ggml_out_prod(g.get(), x, m));
     return l;
 }
 
@@ -1077,17 +1080,18 @@ static std::unique_ptr<vs_context> make_one(vs_model & model, const vs_context_p
             vs::log(VS_LOG_INFO, ctx->device + ": its matmuls read windows packed, so convolutions use im2col");
         }
     }
-    // VOICESTUDIO_DEVICE_LIMITS=<MiB>,<0|1>[,<0|1>] builds graphs for a device that takes
-    // tensors up to that size, (0) no matmul over a fourth axis and (0) no strided matrices
-    // in a matmul, such as a Vulkan device: with VOICESTUDIO_DEVICE_GRAPHS=1 the CPU runs
-    // those graphs (to test them where there is none).
+    // VOICESTUDIO_DEVICE_LIMITS=<MiB>,<0|1>[,<0|1>[,<0|1>]] builds graphs for a device that
+    // takes tensors up to that size, (0) no matmul over a fourth axis, (0) no strided
+    // matrices in a matmul and (0) no out_prod, such as a Vulkan device: with
+    // VOICESTUDIO_DEVICE_GRAPHS=1 the CPU runs those graphs (to test them where there is none).
     if (const char * lim = std::getenv("VOICESTUDIO_DEVICE_LIMITS")) {
         unsigned long long mib = 0;
-        int                m4d = 1, strided = 1;
-        if (std::sscanf(lim, "%llu,%d,%d", &mib, &m4d, &strided) >= 2 && mib > 0) {
+        int                m4d = 1, strided = 1, out_prod = 1;
+        if (std::sscanf(lim, "%llu,%d,%d,%d", &mib, &m4d, &strided, &out_prod) >= 2 && mib > 0) {
             ctx->limits.max_tensor_bytes = (size_t) mib << 20;
             ctx->limits.matmul_4d        = m4d != 0;
             ctx->limits.strided_batches  = strided != 0;
+            ctx->limits.out_prod         = out_prod != 0;
         }
     }
     const char * trace_path = worker ? nullptr : std::getenv("VOICESTUDIO_NODE_TRACE");

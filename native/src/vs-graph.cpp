@@ -121,13 +121,20 @@ ggml_tensor * conv1d_phases(ggml_context * ctx, ggml_tensor * xt, int64_t pad_be
 
 ggml_tensor * conv1d_phases_ct(ggml_context * ctx, ggml_tensor * x, int64_t pad_before, int64_t T_out, ggml_tensor * w,
                                ggml_tensor * b, bool fine_columns) {
-    const int64_t C = w->ne[0], K = w->ne[1];
-    GGML_ASSERT(x->type == GGML_TYPE_F32 && x->ne[0] == C && K > 1);
-    const int64_t J  = phase_columns((T_out + K - 1) / K, fine_columns);
-    const int64_t S  = J * K + K - 1;  // padded input frames
-    const int64_t T  = std::min(x->ne[1], S - pad_before);
-    ggml_tensor * xv = ggml_view_2d(ctx, x, C, T, x->nb[1], 0);
-    xv               = pad_time(ctx, xv, pad_before, S - pad_before - T);  // [C, S]
+    const int64_t C = w->ne[0], K = w->ne[1], IC = x->ne[0];
+    GGML_ASSERT(x->type == GGML_TYPE_F32 && IC <= C && K > 1);
+    const int64_t J     = phase_columns((T_out + K - 1) / K, fine_columns);
+    const int64_t S     = J * K + K - 1;  // padded input frames
+    const int64_t T     = std::min(x->ne[1], S - pad_before);
+    const int     after = (int) (S - pad_before - T);
+    ggml_tensor * xv    = ggml_view_2d(ctx, x, IC, T, x->nb[1], 0);
+    if (IC == C) {
+        xv = pad_time(ctx, xv, pad_before, after);  // [C, S]
+    } else if (S <= 65535) {                        // both axes in one pad (a GPU's grid has a block row a frame)
+        xv = ggml_pad_ext(ctx, xv, 0, (int) (C - IC), (int) pad_before, after, 0, 0, 0, 0);
+    } else {
+        xv = pad_time(ctx, ggml_pad(ctx, xv, (int) (C - IC), 0, 0, 0), pad_before, after);
+    }
     if (w->type != GGML_TYPE_F32) {
         xv = ggml_cast(ctx, xv, w->type);
     }

@@ -26,6 +26,9 @@ struct device_limits {
     // A matmul reads src1's matrices at its nb[2] even where each one's rows are packed
     // (conv1d_phases' windows). ggml's Vulkan backend reads them one after another there.
     bool strided_batches = true;
+    // ggml's out_prod (sums over src0's second axis), F32, over a third axis: statistics over
+    // time of [C, T] activations without a transpose. ggml's Vulkan backend has none.
+    bool out_prod = true;
 };
 void set_graph_device_limits(const device_limits & limits);
 // Whether `backend`'s matmul reads such windows right, with F16 and with F32 operands: small
@@ -60,7 +63,8 @@ ggml_tensor * conv1d_phases(ggml_context * ctx, ggml_tensor * xt, int64_t pad_be
                             ggml_tensor * b, int dilation, bool fine_columns = false);
 
 // The same, undilated, from x [IC, T] (channels along ne0, F32): the padded input (made F16
-// for F16 weights) is itself the one phase, so no transpose.
+// for F16 weights; zeros in the weights' input channels past IC) is itself the one phase,
+// so no transpose.
 ggml_tensor * conv1d_phases_ct(ggml_context * ctx, ggml_tensor * x, int64_t pad_before, int64_t T_out, ggml_tensor * w,
                                ggml_tensor * b, bool fine_columns = false);
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <vector>
@@ -105,21 +106,21 @@ void test_conv1d(int IC, int OC, int K, int T, int dilation, int pad, ggml_type 
     auto      got   = run([&](ggml_context * ctx) {
         ggml_tensor * wt = wtype == GGML_TYPE_F16 ? f16_weights(ctx, w, IC, K, OC) : input(ctx, w, { IC, K, OC });
         ggml_tensor * xt = input(ctx, x, { IC, T });
-        if (how == layout::time_along_ne0) {
-            if (pad_ic > 0) {  // rows of IC + pad_ic values, the last pad_ic zero
-                ggml_tensor * wp  = ggml_new_tensor_3d(ctx, GGML_TYPE_F16, IC + pad_ic, K, OC);
-                auto *        dst = (ggml_fp16_t *) wp->data;
-                std::fill_n(dst, ggml_nelements(wp), ggml_fp32_to_fp16(0.0f));
-                for (int r = 0; r < K * OC; ++r) {
-                    std::copy_n((const ggml_fp16_t *) wt->data + r * IC, IC, dst + r * (IC + pad_ic));
-                }
-                wt = wp;
+        if (pad_ic > 0) {  // rows of IC + pad_ic values, the last pad_ic zero
+            ggml_tensor * wp = ggml_new_tensor_3d(ctx, wt->type, IC + pad_ic, K, OC);
+            const size_t  es = ggml_element_size(wt);
+            std::memset(wp->data, 0, ggml_nbytes(wp));  // zero in F16 as in F32
+            for (int r = 0; r < K * OC; ++r) {
+                std::memcpy((char *) wp->data + r * (IC + pad_ic) * es, (const char *) wt->data + r * IC * es, IC * es);
             }
+            wt = wp;
+        }
+        if (how == layout::time_along_ne0) {
             return vs::conv1d_phases(ctx, ggml_cont(ctx, ggml_transpose(ctx, xt)), pad, T_out, wt,
                                             input(ctx, b, { OC }), dilation, fine);
         }
         if (how == layout::phases_ct) {
-            return vs::conv1d_phases_ct(ctx, xt, pad, T_out, wt, input(ctx, b, { OC }));
+            return vs::conv1d_phases_ct(ctx, xt, pad, T_out, wt, input(ctx, b, { OC }), fine);
         }
         return vs::conv1d(ctx, xt, wt, input(ctx, b, { OC }), dilation, pad);
     });
@@ -304,11 +305,15 @@ int main() {
     test_conv1d(32, 22, 7, 301, 1, 3, GGML_TYPE_F16, layout::phases_ct);               // conv_post's taps and outputs
     test_conv1d(12, 9, 7, 28, 1, 3, GGML_TYPE_F16, layout::phases_ct);                 // outputs a multiple of K
     test_conv1d(8, 6, 3, 17, 1, 0, GGML_TYPE_F16, layout::phases_ct);                  // no padding
+    test_conv1d(10, 8, 3, 60, 1, 1, GGML_TYPE_F16, layout::phases_ct, 6);              // Kokoro's 1090 -> 1096
+    test_conv1d(6, 5, 3, 1601, 1, 1, GGML_TYPE_F16, layout::phases_ct, 2, true);       // a batch's columns
     // F32 weights (Kokoro's prosody and text encoder, Piper's F32 installs): the same GEMMs in F32.
     test_conv1d(12, 9, 7, 91, 1, 3, GGML_TYPE_F32, layout::time_along_ne0);
     test_conv1d(16, 8, 3, 64, 3, 3, GGML_TYPE_F32, layout::time_along_ne0);  // dilated
     test_conv1d(8, 6, 3, 200, 1, 1, GGML_TYPE_F32, layout::time_along_ne0, 0, true);
     test_conv1d(12, 9, 7, 28, 1, 3, GGML_TYPE_F32, layout::phases_ct);
+    test_conv1d(10, 8, 3, 60, 1, 1, GGML_TYPE_F32, layout::phases_ct, 6);
+    test_conv1d(2, 3, 3, 70000, 1, 1, GGML_TYPE_F32, layout::phases_ct, 2);  // more frames than a GPU grid's rows
     vs::set_graph_device_is_cpu(true);
     // The probe that keeps conv1d_phases off devices whose matmul reads its windows wrong.
     ggml_backend_t cpu     = ggml_backend_cpu_init();

@@ -209,17 +209,18 @@ struct dec_handoff {
     size_t  at     = 0;
 };
 
-// Each job's tokens as frames of a graph: rounded up to shape_bucket's lengths where graphs
-// are kept by their shapes (the frames added are zeros in, dropped out), each appended to
-// the graph's key.
-std::vector<int64_t> token_frames(const vs_context & c, const std::vector<kokoro_job> & jobs, std::string & key) {
-    std::vector<int64_t> Ts;
+// The segment length of the jobs' tokens side by side in a graph: the most tokens of any
+// job, rounded up to shape_bucket's lengths where graphs are kept by their shapes (the
+// frames added are zeros in, dropped out), then, with more than one job, `gap` frames of
+// zeros. The job count and the length are appended to the graph's key.
+int64_t token_segments(const vs_context & c, const std::vector<kokoro_job> & jobs, int64_t gap, std::string & key) {
+    int64_t T = 0;
     for (const auto & j : jobs) {
-        const int64_t T = (int64_t) j.tokens.size();
-        Ts.push_back(c.rounds_shapes() ? shape_bucket(T) : T);
-        key += " " + std::to_string(Ts.back());
+        T = std::max(T, (int64_t) j.tokens.size());
     }
-    return Ts;
+    const int64_t L = (c.rounds_shapes() ? shape_bucket(T) : T) + (jobs.size() > 1 ? gap : 0);
+    key += " " + std::to_string(jobs.size()) + "x" + std::to_string(L);
+    return L;
 }
 
 // Off the CPU, the style affines of every AdaIN of a graph as one matmul: the fc layers
@@ -832,6 +833,29 @@ ggml_tensor * packed_adain(ggml_context * g, ggml_tensor * x, const cond & k, co
     return ggml_add(g, ggml_mul(g, d, a), shift);
 }
 
+// The same of a packing's x [C, B * L] in its own layout, then LeakyReLU, -> [C, B * L] zero
+// in the gaps: each segment's sums over its sentence's frames are products with the mask
+// over time (out_prod), its affine the style table's column of its sentence. No transposes
+// (where the device has out_prod: device_limits).
+ggml_tensor * packed_adain_leaky_ct(ggml_context * g, ggml_tensor * x, const cond & k, const std::string & fc,
+                                    float slope) {
+    const packing & p    = *k.pack;
+    const int64_t   C    = x->ne[0];
+    ggml_tensor *   x3   = ggml_reshape_3d(g, ggml_is_contiguous(x) ? x : ggml_cont(g, x), C, p.L, p.B);
+    ggml_tensor *   m    = ggml_reshape_3d(g, p.mask, 1, p.L, p.B);
+    ggml_tensor *   il   = ggml_reshape_3d(g, p.inv_len, 1, 1, p.B);
+    ggml_tensor *   mean = ggml_mul(g, ggml_out_prod(g, x3, m), il);  // [C, 1, B]
+    ggml_tensor *   d    = ggml_sub(g, x3, mean);
+    ggml_tensor *   var  = ggml_mul(g, ggml_out_prod(g, ggml_sqr(g, d), m), il);
+    const int64_t   off  = k.table->offset.at(fc);
+    const size_t    es = ggml_element_size(k.styles), nb = k.styles->nb[1];
+    ggml_tensor *   scale = ggml_view_3d(g, k.styles, C, 1, p.B, nb, nb, off * es);
+    ggml_tensor *   shift = ggml_view_3d(g, k.styles, C, 1, p.B, nb, nb, (off + C) * es);
+    ggml_tensor *   a     = ggml_div(g, scale, ggml_sqrt(g, ggml_scale_bias(g, var, 1.0f, 1e-5f)));
+    ggml_tensor *   y     = ggml_leaky_relu(g, ggml_add(g, ggml_mul(g, d, a), shift), slope, false);
+    return ggml_reshape_2d(g, ggml_mul(g, y, m), C, p.B * p.L);
+}
+
 // y [L, B, C] zeroed in a packing's gaps, as [B * L, C]: a convolution's input.
 ggml_tensor * packed_masked(ggml_context * g, ggml_tensor * y, const packing & p) {
     return ggml_reshape_2d(g, ggml_mul(g, y, p.mask), p.B * p.L, y->ne[2]);
@@ -888,6 +912,19 @@ ggml_tensor * conv1d_tc(vs_context & c, ggml_context * g, ggml_tensor * xt, cons
     return b ? ggml_add(g, y, b) : y;
 }
 
+// Conv1d (PyTorch semantics, undilated, "same" padding) of x [IC, T] -> [OC, T]: with F16 or
+// F32 weights conv1d_phases_ct (no im2col matrix, no transposes; the weights' input channels
+// padded to a multiple of 8), else conv1d.
+ggml_tensor * conv1d_ct(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & w_name, ggml_tensor * b,
+                        bool fine_columns) {
+    ggml_tensor * w   = c.w(w_name);
+    const int     pad = (int) (w->ne[1] - 1) / 2;
+    if (phases_apply(w, 1)) {
+        return conv1d_phases_ct(g, x, pad, x->ne[1], c.channel_padded_weight(w_name), b, fine_columns);
+    }
+    return conv1d(g, x, w, b, 1, pad);
+}
+
 // Frames repeated twice: [C, T] -> [C, 2T].
 ggml_tensor * upsample2(ggml_context * g, ggml_tensor * x) {
     ggml_tensor * x3 = ggml_reshape_3d(g, ggml_cont(g, x), x->ne[0], 1, x->ne[1]);
@@ -924,7 +961,19 @@ ggml_tensor * depthwise_upsample_tc(ggml_context * g, ggml_tensor * xt, ggml_ten
 ggml_tensor * kokoro_voice::adain_res_block(vs_context & c, ggml_context * g, ggml_tensor * x, const cond & k,
                                             const std::string & pre, bool upsample) const {
     ggml_tensor * r = nullptr;
-    if (c.device_graphs) {                             // in [T, C] in between (see adain_tc)
+    if (c.device_graphs && k.pack && c.limits.out_prod) {  // packed, in [C, T] throughout
+        const bool    fine = k.pack->B > 1;                // a batch's shapes (phase_columns)
+        ggml_tensor * t    = packed_adain_leaky_ct(g, x, k, pre + "norm1.fc", 0.2f);
+        cond          k2   = k;  // after the upsampling: its twice as long segments
+        if (upsample) {
+            k2.pack = k.pack2;
+            t       = depthwise_upsample(g, t, c.w(pre + "pool.weight"), c.w(pre + "pool.bias"));
+            t       = ggml_mul(g, t, ggml_reshape_2d(g, k2.pack->mask, 1, k2.pack->B * k2.pack->L));
+        }
+        r = conv1d_ct(c, g, t, pre + "conv1.weight", c.w(pre + "conv1.bias"), fine);
+        t = packed_adain_leaky_ct(g, r, k2, pre + "norm2.fc", 0.2f);
+        r = conv1d_ct(c, g, t, pre + "conv2.weight", c.w(pre + "conv2.bias"), fine);
+    } else if (c.device_graphs) {                      // in [T, C] in between (see adain_tc)
         const bool    fine = k.pack && k.pack->B > 1;  // a batch's shapes (phase_columns)
         ggml_tensor * t    = adain_leaky_tc(c, g, x, k, pre + "norm1.fc", 0.2f);
         cond          k2   = k;  // after the upsampling, in a packing: its twice as long segments
@@ -1230,11 +1279,6 @@ void kokoro_voice::set_from_lstm(vs_context & c, lstm_device_out & o, std::vecto
 
 // ---------------------------------------------------------------- stages
 
-// x [C, T] with the style [128] appended to every frame -> [C + 128, T].
-ggml_tensor * with_style(ggml_context * g, ggml_tensor * x, const cond & k) {
-    return ggml_concat(g, x, ggml_repeat_4d(g, k.s, k.s->ne[0], x->ne[1], 1, 1), 0);
-}
-
 void kokoro_voice::run_bert(vs_context & c, std::vector<kokoro_job> & jobs) const {
     // Off the CPU (where a stage's cost is its kernel launches), jobs share a graph: their
     // tokens concatenated, attention kept within each job by a block-diagonal mask, up to
@@ -1455,61 +1499,66 @@ void kokoro_voice::run_bert_group(vs_context & c, std::vector<kokoro_job> & jobs
     }
 }
 
-// The recurrences of every job go through the same graphs; the rest is per job.
+// Every job in the same graphs: the recurrences, the steps between them and the projection.
 void kokoro_voice::run_duration(vs_context & c, std::vector<kokoro_job> & jobs, float speed) const {
-    // Each job's graph of the steps between recurrences in one graph of them all (one
-    // allocation, one compute; their nodes are few, each graph's round trip is not). Their
-    // ops are frame by frame: where graphs are kept by their shapes, each job's tokens are
-    // rounded up (shape_bucket) and the frames added, zeros in, are dropped.
-    std::string                shapes;
-    const std::vector<int64_t> Ts        = token_frames(c, jobs, shapes);  // each job's frames in the graphs
-    const size_t               max_nodes = 64 * jobs.size() + 256;
-    // Each job's frames of a recurrence's output into graph inputs ts[b] [C, Ts[b]], zeros
-    // after its frames.
-    auto set_lstm_inputs = [&](lstm_device_out & o, std::vector<act> & hs, const std::vector<ggml_tensor *> & ts) {
+    // The steps between recurrences are frame by frame: every job's in one graph, their
+    // tokens side by side in segments of L frames (token_segments; the frames past a job's
+    // tokens, zeros in, are dropped).
+    const int64_t B = (int64_t) jobs.size();
+    std::string   shapes;
+    const int64_t L = token_segments(c, jobs, 0, shapes);
+    // Each job's frames of a recurrence's output into its segment of graph input x [C, B L].
+    auto set_lstm_input = [&](lstm_device_out & o, std::vector<act> & hs, ggml_tensor * x) {
         std::vector<lstm_dest> dests;
-        for (size_t b = 0; b < jobs.size(); ++b) {
-            dests.push_back({ b, ts[b], 0, Ts[b] });
+        for (int64_t b = 0; b < B; ++b) {
+            dests.push_back({ (size_t) b, x, b * L, L });
         }
         set_from_lstm(c, o, hs, dests);
     };
-    // AdaLayerNorm (module `norm`) of each job's x [C, Ts[b]], then its style appended: d;
-    // each job's x, style, ones and d appended to t.
-    auto styled_ops = [&](ggml_context * g, ggml_cgraph * gf, const std::string & norm, int64_t C,
-                          std::vector<ggml_tensor *> & t) {
-        for (size_t b = 0; b < jobs.size(); ++b) {
-            ggml_tensor * x = lstm_input_2d(g, C, Ts[b], "x");
-            cond          k = make_cond(g, Ts[b]);
-            ggml_tensor * scale, *shift;
-            style_affine(c, g, k.s, norm, C, scale, shift);
-            ggml_tensor * y = with_style(g, ggml_add(g, ggml_mul(g, ggml_norm(g, x, 1e-5f), scale), shift), k);
-            ggml_set_output(y);
-            ggml_build_forward_expand(gf, y);
-            t.insert(t.end(), { x, k.s, k.ones, y });
+    // Job b's frames of a graph's output [C, B L].
+    auto job_frames = [&](ggml_tensor * y, const std::vector<act> & hs) {
+        const act a = read_act(y);
+        for (int64_t b = 0; b < B; ++b) {
+            jobs[(size_t) b].d = unpack_host(a, L, b, hs[(size_t) b].T);
         }
     };
-    // That of each job's hs[b] in a graph of its own -> jobs[b].d.
+    // AdaLayerNorm (module `norm`) of x [C, B L], each segment's affine from its job's
+    // style, then the style appended to each frame: d [C + 128, L, B]. Its x, styles, ones
+    // and d appended to t.
+    auto styled_ops = [&](ggml_context * g, ggml_cgraph * gf, const std::string & norm, int64_t C,
+                          std::vector<ggml_tensor *> & t) {
+        ggml_tensor * x = lstm_input_2d(g, C, B * L, "x");
+        cond          k = make_cond(g, 1, B);
+        // [2C, 1, B]: a matrix-vector product a job, the products of its sentence alone.
+        ggml_tensor * h = linear(c, g, ggml_reshape_3d(g, k.s, k.s->ne[0], 1, B), norm);
+        ggml_tensor * scale =
+            ggml_scale_bias(g, ggml_cont(g, ggml_view_3d(g, h, C, 1, B, h->nb[1], h->nb[2], 0)), 1.0f, 1.0f);
+        ggml_tensor * shift = ggml_view_3d(g, h, C, 1, B, h->nb[1], h->nb[2], C * ggml_element_size(h));
+        ggml_tensor * n     = ggml_reshape_3d(g, ggml_norm(g, x, 1e-5f), C, L, B);
+        ggml_tensor * y     = ggml_add(g, ggml_mul(g, n, scale), shift);
+        ggml_tensor * s     = ggml_repeat_4d(g, ggml_reshape_3d(g, k.s, k.s->ne[0], 1, B), k.s->ne[0], L, B, 1);
+        ggml_tensor * d     = ggml_concat(g, y, s, 0);  // [C + 128, L, B] (an output, not a view of one)
+        ggml_set_output(d);
+        ggml_build_forward_expand(gf, d);
+        t.insert(t.end(), { x, k.s, k.ones, d });
+    };
+    std::vector<float> styles;  // each job's prosody half
+    for (const auto & j : jobs) {
+        styles.insert(styles.end(), j.style.begin() + STYLE_DIM, j.style.begin() + 2 * STYLE_DIM);
+    }
+    // That of hs in a graph of its own -> jobs[b].d.
     auto styled = [&](std::vector<act> hs, lstm_device_out o, const std::string & norm) {
-        const int64_t     C   = hs[0].C;
-        const std::string key = "duration " + norm + shapes;
-        vs::stage_graph & sg  = c.stage_graph(
-            VS_STAGE_DURATION, key,
-            [&](ggml_context * g, ggml_cgraph * gf) {
+        const int64_t     C = hs[0].C;
+        vs::stage_graph & sg =
+            c.stage_graph(VS_STAGE_DURATION, "duration " + norm + shapes, [&](ggml_context * g, ggml_cgraph * gf) {
                 std::vector<ggml_tensor *> t;
                 styled_ops(g, gf, norm, C, t);
                 return t;
-            },
-            max_nodes);
-        std::vector<ggml_tensor *> ts;
-        for (size_t b = 0; b < jobs.size(); ++b) {
-            ts.push_back(sg.t[4 * b]);
-            fill_cond(c, sg.t[4 * b + 1], sg.t[4 * b + 2], jobs[b].style.data() + STYLE_DIM);
-        }
-        set_lstm_inputs(o, hs, ts);
+            });
+        fill_cond(c, sg.t[1], sg.t[2], styles.data());
+        set_lstm_input(o, hs, sg.t[0]);
         c.compute(sg);
-        for (size_t b = 0; b < jobs.size(); ++b) {
-            jobs[b].d = read_frames(sg.t[4 * b + 3], hs[b].T);
-        }
+        job_frames(sg.t[3], hs);
     };
     auto inputs = [&]() {
         std::vector<const act *> xs;
@@ -1521,28 +1570,20 @@ void kokoro_voice::run_duration(vs_context & c, std::vector<kokoro_job> & jobs, 
     // Where a recurrence's output stays on the device, the next one's projections graph
     // computes the AdaLayerNorm between them itself (styled_input): one graph, and d stays
     // on the device, but for the last layer's read back (the prosody's input).
-    std::vector<ggml_tensor *> d_out;  // that graph's tensors: each job's x, style, ones and d
-    auto styled_input = [&](std::vector<act> & hs, lstm_device_out & o, const std::string & norm) {
+    ggml_tensor * d_out        = nullptr;  // that graph's d
+    auto          styled_input = [&](std::vector<act> & hs, lstm_device_out & o, const std::string & norm) {
         lstm_graph_input gin;
         gin.key = norm + shapes;
-        gin.lay_out(Ts);
+        gin.lay_out(std::vector<int64_t>((size_t) B, L));
         const int64_t C = hs[0].C;
         gin.build       = [&, C](ggml_context * g, ggml_cgraph * gf, std::vector<ggml_tensor *> & t) {
             styled_ops(g, gf, norm, C, t);
-            std::vector<ggml_tensor *> ds;
-            for (size_t b = 0; b < jobs.size(); ++b) {
-                ds.push_back(t[4 * b + 3]);
-            }
-            return lstm_graph_input::join(g, std::move(ds));
+            return lstm_graph_input::join(g, { ggml_reshape_2d(g, t[3], t[3]->ne[0], B * L) });
         };
         gin.fill = [&](const std::vector<ggml_tensor *> & t) {
-            std::vector<ggml_tensor *> xs_t;
-            for (size_t b = 0; b < jobs.size(); ++b) {
-                xs_t.push_back(t[4 * b]);
-                fill_cond(c, t[4 * b + 1], t[4 * b + 2], jobs[b].style.data() + STYLE_DIM);
-            }
-            set_lstm_inputs(o, hs, xs_t);
-            d_out = t;
+            fill_cond(c, t[1], t[2], styles.data());
+            set_lstm_input(o, hs, t[0]);
+            d_out = t[3];
         };
         return gin;
     };
@@ -1569,9 +1610,7 @@ void kokoro_voice::run_duration(vs_context & c, std::vector<kokoro_job> & jobs, 
             lstm_device_out        o2;
             std::vector<act>       hs2 = run_lstm(c, VS_STAGE_DURATION, next, ins, {}, &o2, &gin);
             if (l == 2) {  // d, read back from that graph
-                for (size_t b = 0; b < jobs.size(); ++b) {
-                    jobs[b].d = read_frames(d_out[4 * b + 3], hs[b].T);
-                }
+                job_frames(d_out, hs);
             }
             hs = std::move(hs2);
             o  = o2;
@@ -1584,29 +1623,21 @@ void kokoro_voice::run_duration(vs_context & c, std::vector<kokoro_job> & jobs, 
     vs::stage_graph & sg = c.stage_graph(
         VS_STAGE_DURATION, "duration projection" + shapes + " " + std::to_string(speed),
         [&](ggml_context * g, ggml_cgraph * gf) {
-            std::vector<ggml_tensor *> t;
-            for (size_t b = 0; b < jobs.size(); ++b) {
-                ggml_tensor * x  = lstm_input_2d(g, hs[b].C, Ts[b], "x");
-                ggml_tensor * lg = linear(c, g, x, PRED + "duration_proj.linear_layer");                // [50, T]
-                ggml_tensor * du = ggml_scale(g, ggml_sum_rows(g, ggml_sigmoid(g, lg)), 1.0f / speed);  // [1, T]
-                for (ggml_tensor * y : { lg, du }) {
-                    ggml_set_output(y);
-                    ggml_build_forward_expand(gf, y);
-                }
-                t.insert(t.end(), { x, lg, du });
+            ggml_tensor * x  = lstm_input_2d(g, hs[0].C, B * L, "x");
+            ggml_tensor * lg = linear(c, g, x, PRED + "duration_proj.linear_layer");                // [50, B L]
+            ggml_tensor * du = ggml_scale(g, ggml_sum_rows(g, ggml_sigmoid(g, lg)), 1.0f / speed);  // [1, B L]
+            for (ggml_tensor * y : { lg, du }) {
+                ggml_set_output(y);
+                ggml_build_forward_expand(gf, y);
             }
-            return t;
-        },
-        max_nodes);
-    std::vector<ggml_tensor *> ts;
-    for (size_t b = 0; b < jobs.size(); ++b) {
-        ts.push_back(sg.t[3 * b]);
-    }
-    set_lstm_inputs(o, hs, ts);
+            return std::vector<ggml_tensor *>{ x, lg, du };
+        });
+    set_lstm_input(o, hs, sg.t[0]);
     c.compute(sg);
-    for (size_t b = 0; b < jobs.size(); ++b) {
-        jobs[b].logits = read_frames(sg.t[3 * b + 1], hs[b].T).v;
-        jobs[b].dur    = read_frames(sg.t[3 * b + 2], hs[b].T).v;
+    const act lg = read_act(sg.t[1]), du = read_act(sg.t[2]);
+    for (int64_t b = 0; b < B; ++b) {
+        jobs[(size_t) b].logits = unpack_host(lg, L, b, hs[(size_t) b].T).v;
+        jobs[(size_t) b].dur    = unpack_host(du, L, b, hs[(size_t) b].T).v;
     }
 }
 
@@ -1692,50 +1723,53 @@ void kokoro_voice::run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) c
 }
 
 void kokoro_voice::run_text_encoder(vs_context & c, std::vector<kokoro_job> & jobs) const {
-    // Each job's convolutions, all in one graph (see run_duration). Where graphs are kept by
-    // their shapes, each job's tokens rounded up: the frames added are zeroed after every
-    // layer (a mask), so the convolutions read the zeros they read alone. Where the LSTM is
-    // one kernel call, its projections graph computes them itself (lstm_graph_input): one
-    // graph, and they stay on the device.
-    std::string                key   = "text_encoder";
-    const std::vector<int64_t> Ts    = token_frames(c, jobs, key);
-    const ggml_tensor *        w_ih  = model_.tensor(TEXT + "lstm.weight_ih");
-    int64_t                    T_max = 0;
+    // Every job's convolutions as one: their tokens side by side in segments of L frames (see
+    // token_segments), zeroed outside each job's tokens after every layer (a mask), so that
+    // each job's convolutions read the zeros they read alone. Where the LSTM is one kernel
+    // call, its projections graph computes them itself (lstm_graph_input): one graph, and
+    // they stay on the device.
+    const int64_t       B     = (int64_t) jobs.size();
+    const ggml_tensor * w_ih  = model_.tensor(TEXT + "lstm.weight_ih");
+    int64_t             T_max = 0, pad = 0;
     for (const auto & j : jobs) {
         T_max = std::max(T_max, (int64_t) j.tokens.size());
     }
-    const bool in_graph = c.fused_lstm(c.w(TEXT + "lstm.weight_hh"), w_ih->ne[1] / 4) && T_max <= LSTM_CHUNK_FUSED;
-    // The convolutions of every job; each job's ids, mask (or null) and output appended to t.
+    for (int i = 0; i < 3; ++i) {
+        pad = std::max(pad, (model_.tensor(TEXT + "cnn." + std::to_string(i) + ".0.weight")->ne[1] - 1) / 2);
+    }
+    std::string   key      = "text_encoder";
+    const int64_t L        = token_segments(c, jobs, pad, key);
+    const bool    masked   = B > 1 || L > T_max || c.rounds_shapes();
+    const bool    in_graph = c.fused_lstm(c.w(TEXT + "lstm.weight_hh"), w_ih->ne[1] / 4) && T_max <= LSTM_CHUNK_FUSED;
+    // The convolutions; their ids, mask (or null) and output appended to t.
     auto convs_of = [&](ggml_context * g, ggml_cgraph * gf, std::vector<ggml_tensor *> & t) {
-        for (size_t b = 0; b < jobs.size(); ++b) {
-            ggml_tensor * ids = ggml_new_tensor_1d(g, GGML_TYPE_I32, Ts[b]);
-            ggml_set_input(ids);
-            ggml_tensor * mask   = c.rounds_shapes() ? input_2d(g, 1, Ts[b], "mask") : nullptr;
-            auto          masked = [&](ggml_tensor * x) { return mask ? ggml_mul(g, x, mask) : x; };
-            ggml_tensor * x      = masked(ggml_get_rows(g, c.w(TEXT + "embedding.weight"), ids));  // [512, T]
-            for (int i = 0; i < 3; ++i) {
-                const std::string l = TEXT + "cnn." + std::to_string(i) + ".";
-                ggml_tensor *     w = c.w(l + "0.weight");
-                x                   = conv1d(g, x, w, c.w(l + "0.bias"), 1, (int) (w->ne[1] - 1) / 2);
-                x                   = layer_norm(g, x, c.w(l + "1.gamma"), c.w(l + "1.beta"), 1e-5f);
-                x                   = masked(ggml_leaky_relu(g, x, 0.2f, false));
-            }
-            ggml_set_output(x);
-            ggml_build_forward_expand(gf, x);
-            t.insert(t.end(), { ids, mask, x });
+        ggml_tensor * ids = ggml_new_tensor_1d(g, GGML_TYPE_I32, B * L);
+        ggml_set_input(ids);
+        ggml_tensor * mask = masked ? input_2d(g, 1, B * L, "mask") : nullptr;
+        auto          mk   = [&](ggml_tensor * x) { return mask ? ggml_mul(g, x, mask) : x; };
+        ggml_tensor * x    = mk(ggml_get_rows(g, c.w(TEXT + "embedding.weight"), ids));  // [512, B L]
+        for (int i = 0; i < 3; ++i) {
+            const std::string l = TEXT + "cnn." + std::to_string(i) + ".";
+            ggml_tensor *     w = c.w(l + "0.weight");
+            x                   = conv1d(g, x, w, c.w(l + "0.bias"), 1, (int) (w->ne[1] - 1) / 2);
+            x                   = layer_norm(g, x, c.w(l + "1.gamma"), c.w(l + "1.beta"), 1e-5f);
+            x                   = mk(ggml_leaky_relu(g, x, 0.2f, false));
         }
+        ggml_set_output(x);
+        ggml_build_forward_expand(gf, x);
+        t.insert(t.end(), { ids, mask, x });
     };
     auto fill = [&](const std::vector<ggml_tensor *> & t) {
-        for (size_t b = 0; b < jobs.size(); ++b) {
-            const int64_t        T = (int64_t) jobs[b].tokens.size();
-            std::vector<int32_t> ids(jobs[b].tokens);
-            ids.resize((size_t) Ts[b], 0);
-            set_input(c, t[3 * b], ids.data());
-            if (t[3 * b + 1]) {
-                std::vector<float> mask((size_t) Ts[b], 0.0f);
-                std::fill_n(mask.begin(), T, 1.0f);
-                set_input(c, t[3 * b + 1], mask.data());
-            }
+        std::vector<int32_t> ids((size_t) (B * L), 0);
+        std::vector<float>   mask((size_t) (B * L), 0.0f);
+        for (int64_t b = 0; b < B; ++b) {
+            const std::vector<int32_t> & tok = jobs[(size_t) b].tokens;
+            std::copy(tok.begin(), tok.end(), ids.begin() + b * L);
+            std::fill_n(mask.begin() + b * L, tok.size(), 1.0f);
+        }
+        set_input(c, t[0], ids.data());
+        if (t[1]) {
+            set_input(c, t[1], mask.data());
         }
     };
     std::vector<act>         convs;
@@ -1743,32 +1777,26 @@ void kokoro_voice::run_text_encoder(vs_context & c, std::vector<kokoro_job> & jo
     lstm_graph_input         gin;
     if (in_graph) {
         gin.key = key;
-        gin.lay_out(Ts);
-        for (size_t b = 0; b < jobs.size(); ++b) {
-            convs.push_back({ {}, w_ih->ne[0], (int64_t) jobs[b].tokens.size() });  // their shapes
+        gin.lay_out(std::vector<int64_t>((size_t) B, L));
+        for (const auto & j : jobs) {
+            convs.push_back({ {}, w_ih->ne[0], (int64_t) j.tokens.size() });  // their shapes
         }
         gin.build = [&](ggml_context * g, ggml_cgraph * gf, std::vector<ggml_tensor *> & t) {
             convs_of(g, gf, t);
-            std::vector<ggml_tensor *> xs_t;
-            for (size_t b = 0; b < jobs.size(); ++b) {
-                xs_t.push_back(t[3 * b + 2]);
-            }
-            return lstm_graph_input::join(g, std::move(xs_t));
+            return lstm_graph_input::join(g, { t[2] });
         };
         gin.fill = fill;
     } else {
-        vs::stage_graph & sg = c.stage_graph(
-            VS_STAGE_TEXT_ENCODER, key,
-            [&](ggml_context * g, ggml_cgraph * gf) {
-                std::vector<ggml_tensor *> t;
-                convs_of(g, gf, t);
-                return t;
-            },
-            64 * jobs.size() + 256);
+        vs::stage_graph & sg = c.stage_graph(VS_STAGE_TEXT_ENCODER, key, [&](ggml_context * g, ggml_cgraph * gf) {
+            std::vector<ggml_tensor *> t;
+            convs_of(g, gf, t);
+            return t;
+        });
         fill(sg.t);
         c.compute(sg);
-        for (size_t b = 0; b < jobs.size(); ++b) {
-            convs.push_back(read_frames(sg.t[3 * b + 2], (int64_t) jobs[b].tokens.size()));
+        const act x = read_act(sg.t[2]);
+        for (int64_t b = 0; b < B; ++b) {
+            convs.push_back(unpack_host(x, L, b, (int64_t) jobs[(size_t) b].tokens.size()));
         }
     }
     for (const auto & x : convs) {
