@@ -340,6 +340,8 @@ class kokoro_voice final : public voice {
     ggml_tensor *      gen_upsample(vs_context & c, ggml_context * g, ggml_tensor * x, size_t i) const;
     ggml_tensor * gen_output(vs_context & c, ggml_context * g, ggml_tensor * x, int64_t L, ggml_tensor * mask = nullptr,
                              bool fine_columns = false) const;
+    ggml_tensor * gen_frames(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * mask,
+                             bool fine_columns) const;
     // Each generator stage's frames for F0 frames F2 (its upsamplings' transposed
     // convolutions; the last stage's reflection pad adds one).
     std::vector<int64_t> gen_stage_frames(int64_t F2) const;
@@ -602,9 +604,9 @@ style_table make_style_table(vs_context & c, const vs_model & m, const std::stri
 // the widest convolution pads. A convolution over the whole is then each sentence's own
 // wherever its input's gaps are zero, and AdaIN's statistics are taken per segment, over
 // its sentence's frames only (packed_adain). The decoder and the F0/N blocks run so. The
-// generator's graphs do not (at its rates the gaps' frames cost more than their launches);
-// on a CUDA device its residual stacks pack a batch in the engine's kernels
-// (run_generator_fused).
+// generator's ggml graphs do not (at its rates the gaps' frames cost more than their
+// launches); on a CUDA device its residual stacks pack a batch in the engine's kernels, and
+// the graphs after them run over that packing (run_generator_fused).
 struct packing {
     int64_t       B = 0, L = 0;
     ggml_tensor * mask    = nullptr;  // [L, B, 1]: 1 on a sentence's frames, 0 in its gap
@@ -1954,16 +1956,42 @@ ggml_tensor * stft_basis(vs_context & c, const vs_model & model) {
     });
 }
 
-// The export scales by 4, dividing its first N_FFT samples by one frame's squared window.
+// The export scales by 4, dividing its first N_FFT samples by one frame's squared window:
+// the gain of a sentence's first N_FFT / 2 samples (those after, 4).
+std::vector<float> istft_head_gain(const vs_model & model) {
+    const float *      wsv = (const float *) model.tensor(GEN + "stft.istft.stft.window_sum")->data;
+    std::vector<float> gv(N_FFT / 2);
+    for (int j = 0; j < N_FFT / 2; ++j) {
+        const float w  = wsv[N_FFT / 2 + j];
+        gv[(size_t) j] = w > 1.1754944e-38f ? 4.0f / w : 4.0f;
+    }
+    return gv;
+}
+
+// The same on c's device, made once.
 ggml_tensor * istft_gain(vs_context & c, const vs_model & model) {
     return c.derived_tensor("kokoro.istft_gain", GGML_TYPE_F32, { N_FFT / 2, 1, 1, 1 }, [&](uint8_t * out) {
-        const float * wsv = (const float *) model.tensor(GEN + "stft.istft.stft.window_sum")->data;
-        auto *        gv  = reinterpret_cast<float *>(out);
-        for (int j = 0; j < N_FFT / 2; ++j) {
-            const float w = wsv[N_FFT / 2 + j];
-            gv[j]         = w > 1.1754944e-38f ? 4.0f / w : 4.0f;
-        }
+        const std::vector<float> gv = istft_head_gain(model);
+        std::copy(gv.begin(), gv.end(), reinterpret_cast<float *>(out));
     });
+}
+
+// The inverse STFT's overlap-add of frames cols [N_FFT, n] (frame f's samples from f HOP on)
+// -> [(n - 1) HOP + N_FFT].
+ggml_tensor * overlap_add(ggml_context * g, ggml_tensor * cols) {
+    const int64_t n_frames = cols->ne[1];
+    const int64_t raw_len  = (n_frames - 1) * HOP + N_FFT;
+    ggml_tensor * wav      = nullptr;
+    for (int q = 0; q < N_FFT / HOP; ++q) {
+        ggml_tensor * part = ggml_cont(g, ggml_view_2d(g, cols, HOP, n_frames, cols->nb[1], q * HOP * sizeof(float)));
+        part               = ggml_reshape_1d(g, part, HOP * n_frames);
+        if (!wav) {
+            wav = ggml_pad_ext(g, part, q * HOP, (int) (raw_len - HOP * n_frames - q * HOP), 0, 0, 0, 0, 0, 0);
+        } else {
+            wav = ggml_acc(g, wav, part, wav->nb[1], wav->nb[2], wav->nb[3], q * HOP * sizeof(float));
+        }
+    }
+    return wav;
 }
 
 // Magnitude and phase (atan of im/re, moved to the quadrant) of STFT frames [22, n] (rows
@@ -2090,38 +2118,32 @@ ggml_tensor * kokoro_voice::gen_upsample(vs_context & c, ggml_context * g, ggml_
     return x;
 }
 
-// The generator's last steps: conv_post to magnitude and phase, the inverse STFT -> audio [L].
-// With `mask` [1, n_frames], the frames it zeroes add nothing to the audio. `fine_columns`:
-// conv_post's GEMM rounded as a batch's (phase_columns).
-ggml_tensor * kokoro_voice::gen_output(vs_context & c, ggml_context * g, ggml_tensor * x, int64_t L, ggml_tensor * mask,
+// The generator's last steps but the overlap-add: conv_post to magnitude and phase, each
+// frame's N_FFT samples from the synthesis basis -> [N_FFT, n_frames]. With `mask`
+// [1, n_frames], the frames it zeroes add nothing to the audio. `fine_columns`: conv_post's
+// GEMM rounded as a batch's (phase_columns).
+ggml_tensor * kokoro_voice::gen_frames(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * mask,
                                        bool fine_columns) const {
-    const int64_t bins     = N_FFT / 2 + 1;
-    const int64_t n_frames = L / HOP + 1;
-    x                      = ggml_leaky_relu(g, x, 0.01f, false);
-    ggml_tensor * w_post   = c.w(GEN + "conv_post.weight");
-    ggml_tensor * b_post   = c.w(GEN + "conv_post.bias");
-    x                      = phases_apply(w_post, 1) ? conv1d_phases_ct(g, x, 3, x->ne[1], w_post, b_post, fine_columns)
-                                                     : conv1d(g, x, w_post, b_post, 1, 3);  // [22, n_frames]
-    ggml_tensor * spec     = ggml_exp(g, channels(g, x, 0, bins));
-    ggml_tensor * phase    = ggml_sin(g, channels(g, x, bins, bins));
+    const int64_t bins   = N_FFT / 2 + 1;
+    x                    = ggml_leaky_relu(g, x, 0.01f, false);
+    ggml_tensor * w_post = c.w(GEN + "conv_post.weight");
+    ggml_tensor * b_post = c.w(GEN + "conv_post.bias");
+    x                    = phases_apply(w_post, 1) ? conv1d_phases_ct(g, x, 3, x->ne[1], w_post, b_post, fine_columns)
+                                                   : conv1d(g, x, w_post, b_post, 1, 3);  // [22, n_frames]
+    ggml_tensor * spec   = ggml_exp(g, channels(g, x, 0, bins));
+    ggml_tensor * phase  = ggml_sin(g, channels(g, x, bins, bins));
     ggml_tensor * cplx =
         ggml_concat(g, ggml_mul(g, spec, ggml_cos(g, phase)), ggml_mul(g, spec, ggml_sin(g, phase)), 0);
     if (mask) {
         cplx = ggml_mul(g, cplx, mask);
     }
-    // Inverse: each frame's N_FFT samples from the synthesis basis ([22, N_FFT]), overlap-added.
-    ggml_tensor * cols    = ggml_mul_mat(g, c.w(GEN + "stft.istft.stft.inverse_basis"), cplx);  // [N_FFT, n_frames]
-    const int64_t raw_len = (n_frames - 1) * HOP + N_FFT;
-    ggml_tensor * wav     = nullptr;
-    for (int q = 0; q < N_FFT / HOP; ++q) {
-        ggml_tensor * part = ggml_cont(g, ggml_view_2d(g, cols, HOP, n_frames, cols->nb[1], q * HOP * sizeof(float)));
-        part               = ggml_reshape_1d(g, part, HOP * n_frames);
-        if (!wav) {
-            wav = ggml_pad_ext(g, part, q * HOP, (int) (raw_len - HOP * n_frames - q * HOP), 0, 0, 0, 0, 0, 0);
-        } else {
-            wav = ggml_acc(g, wav, part, wav->nb[1], wav->nb[2], wav->nb[3], q * HOP * sizeof(float));
-        }
-    }
+    return ggml_mul_mat(g, c.w(GEN + "stft.istft.stft.inverse_basis"), cplx);  // [N_FFT, n_frames]
+}
+
+// The generator's last steps -> audio [L] (gen_frames, then the overlap-add).
+ggml_tensor * kokoro_voice::gen_output(vs_context & c, ggml_context * g, ggml_tensor * x, int64_t L, ggml_tensor * mask,
+                                       bool fine_columns) const {
+    ggml_tensor * wav = overlap_add(g, gen_frames(c, g, x, mask, fine_columns));
     // The export scales by 4, dividing its first N_FFT samples by one frame's squared
     // window (a constant it traced); then drops N_FFT / 2 samples at each end.
     ggml_tensor * head = ggml_mul(g, ggml_view_1d(g, wav, N_FFT / 2, N_FFT / 2 * sizeof(float)), istft_gain(c, model_));
@@ -2269,8 +2291,10 @@ ggml_tensor * frame_mask(ggml_context * g, ggml_tensor * lens, int at, int64_t n
 // CUDA kernels between three graphs: every sentence's source, noise convolutions and first
 // upsampling; each later upsampling; the outputs. Where the group has several sentences,
 // each stage's kernels take them packed along time (vs::cuda::snake_segments): sentence b's
-// frames, then a gap as wide as the stage's widest convolution pads; the graphs read and
-// write each sentence's frames alone. The graphs and the kernels hand activations over in
+// frames, then a gap as wide as the stage's widest convolution pads. The first graph reads
+// and writes each sentence's frames alone; the later ones run over the packing, its gaps
+// zeroed (a mask), and gather the next stage's packing (or cut each sentence's audio) from
+// their result. The graphs and the kernels hand activations over in
 // the device scratch, laid out once per group:
 //   styles   each sentence's style table rows (the AdaINs' affines), `rows` floats apart
 //   xs[i]    stage i's noise branches, their residual stack run in place
@@ -2563,11 +2587,78 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
         c.profile_op("residual stacks (engine's CUDA kernels)", vs::ms_since(t0));
         c.check_abort();
 
+        const bool last = i + 1 == n_stages;
+        if (B > 1) {  // the batch's packing at once, its gaps zeroed (their frames hold what the stacks spilt)
+            std::vector<float> mask((size_t) total[i], 0.0f);
+            for (size_t b = 0; b < B; ++b) {
+                std::fill_n(mask.begin() + at[i][b], T[i][b], 1.0f);
+            }
+            if (!last) {
+                // The upsampling over the packing: each sentence's frames come out at its
+                // first frame times the rate (its gap zeros, as wide as the kernel reaches),
+                // then gathered into the next stage's packing (the last stage's reflection pad
+                // too: its frame 0 is upsampled frame 1). The next stage's gaps read frame 0.
+                const int            r       = hp_.gen_rates[i + 1];
+                const bool           reflect = i + 2 == n_stages;
+                std::vector<int32_t> rows((size_t) total[i + 1], 0);
+                for (size_t b = 0; b < B; ++b) {
+                    for (int64_t u = 0; u < T[i + 1][b]; ++u) {
+                        const int64_t v                   = !reflect ? u : u == 0 ? 1 : u - 1;
+                        rows[(size_t) (at[i + 1][b] + u)] = (int32_t) (at[i][b] * r + v);
+                    }
+                }
+                vs::stage_graph & sg = c.stage_graph(VS_STAGE_GENERATOR, "", [&](ggml_context * g, ggml_cgraph * gf) {
+                    ggml_tensor * m   = input_2d(g, 1, total[i], "mask");
+                    ggml_tensor * idx = ggml_new_tensor_1d(g, GGML_TYPE_I32, total[i + 1]);
+                    ggml_set_input(idx);
+                    const std::string n = std::to_string(i + 1);
+                    ggml_tensor *     x = ggml_mul(g, c.scratch_tensor(g, result, Cs[i], total[i]), m);
+                    x = conv_transpose1d(g, ggml_leaky_relu(g, x, 0.1f, false), c.w(GEN + "ups." + n + ".weight"),
+                                         c.w(GEN + "ups." + n + ".bias"), r, (hp_.gen_kernels[i + 1] - r) / 2);
+                    x = ggml_get_rows(g, x, idx);  // [C, the next stage's frames]
+                    ggml_build_forward_expand(gf, ggml_cpy(g, x, c.scratch_tensor(g, x_at, Cs[i + 1], total[i + 1])));
+                    return std::vector<ggml_tensor *>{ m, idx };
+                });
+                set_input(c, sg.t[0], mask.data());
+                set_input(c, sg.t[1], rows.data());
+                c.compute(sg);
+                continue;
+            }
+            // The output over the packing: the gaps' frames add nothing to the audio, and are
+            // wider than a frame's reach (N_FFT / HOP - 1 frames on), so sentence b's audio is
+            // the packing's samples from its first frame's, N_FFT / 2 on; its first N_FFT / 2
+            // samples take the head's gain, the others 4 (gain, an input).
+            const int64_t            raw_len = (total[i] - 1) * HOP + N_FFT;
+            const std::vector<float> head    = istft_head_gain(model_);
+            std::vector<float>       gain((size_t) raw_len, 4.0f);
+            for (size_t b = 0; b < B; ++b) {
+                std::copy(head.begin(), head.end(), gain.begin() + at[i][b] * HOP + N_FFT / 2);
+            }
+            vs::stage_graph & sg = c.stage_graph(VS_STAGE_GENERATOR, "", [&](ggml_context * g, ggml_cgraph * gf) {
+                ggml_tensor * m  = input_2d(g, 1, total[i], "mask");
+                ggml_tensor * gn = input_2d(g, raw_len, 1, "gain");
+                ggml_tensor * x  = ggml_mul(g, c.scratch_tensor(g, result, Cs[i], total[i]), m);
+                ggml_tensor * audio =
+                    ggml_mul(g, ggml_reshape_2d(g, overlap_add(g, gen_frames(c, g, x, m, true)), raw_len, 1), gn);
+                ggml_set_output(audio);
+                ggml_build_forward_expand(gf, audio);
+                return std::vector<ggml_tensor *>{ m, gn, audio };
+            });
+            set_input(c, sg.t[0], mask.data());
+            set_input(c, sg.t[1], gain.data());
+            c.compute(sg);
+            for (size_t b = 0; b < B; ++b) {
+                std::vector<float> & audio = group[b]->audio;
+                audio.resize(group[b]->f0.size() * SAMPLES_PER_F0);
+                ggml_backend_tensor_get(sg.t[2], audio.data(), sizeof(float) * (size_t) (at[i][b] * HOP + N_FFT / 2),
+                                        sizeof(float) * audio.size());
+            }
+            return;
+        }
         // The next graph reads each sentence's result where the kernels left it. Its tensors:
         // the lengths (captured: the sentence's frames at this stage), then each sentence's
         // audio on the last stage.
-        const bool        last = i + 1 == n_stages;
-        vs::stage_graph & sg   = c.stage_graph(
+        vs::stage_graph & sg = c.stage_graph(
             VS_STAGE_GENERATOR, key(last ? "output" : "upsampling " + std::to_string(i + 1)),
             [&](ggml_context * g, ggml_cgraph * gf) {
                 ggml_tensor *              lens = captured ? input_2d(g, 1, 1, "lengths") : nullptr;
@@ -2581,7 +2672,7 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
                         GGML_ASSERT(up->ne[0] == Cs[i + 1] && up->ne[1] == Tg[i + 1][b]);
                         ggml_build_forward_expand(gf, ggml_cpy(g, up, frames_of(g, x_at, i + 1, b)));
                     } else {
-                        t.push_back(gen_output(c, g, x, F2g[b] * SAMPLES_PER_F0, mask, B > 1));
+                        t.push_back(gen_output(c, g, x, F2g[b] * SAMPLES_PER_F0, mask));
                         ggml_build_forward_expand(gf, t.back());
                     }
                 }
