@@ -338,10 +338,10 @@ class kokoro_voice final : public voice {
     void               run_generator_fused(vs_context & c, const std::vector<kokoro_job *> & group) const;
     ggml_tensor *      gen_noise_conv(vs_context & c, ggml_context * g, ggml_tensor * har, size_t i) const;
     ggml_tensor *      gen_upsample(vs_context & c, ggml_context * g, ggml_tensor * x, size_t i) const;
-    ggml_tensor * gen_output(vs_context & c, ggml_context * g, ggml_tensor * x, int64_t L, ggml_tensor * mask = nullptr,
-                             bool fine_columns = false) const;
-    ggml_tensor * gen_frames(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * mask,
-                             bool fine_columns) const;
+    ggml_tensor *      gen_output(vs_context & c, ggml_context * g, ggml_tensor * x, int64_t L,
+                                  ggml_tensor * mask = nullptr) const;
+    ggml_tensor *      gen_frames(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * mask,
+                                  bool fine_columns) const;
     // Each generator stage's frames for F0 frames F2 (its upsamplings' transposed
     // convolutions; the last stage's reflection pad adds one).
     std::vector<int64_t> gen_stage_frames(int64_t F2) const;
@@ -1741,7 +1741,7 @@ void kokoro_voice::run_text_encoder(vs_context & c, std::vector<kokoro_job> & jo
     }
     std::string   key      = "text_encoder";
     const int64_t L        = token_segments(c, jobs, pad, key);
-    const bool    masked   = B > 1 || L > T_max || c.rounds_shapes();
+    const bool    masked   = B > 1 || c.rounds_shapes();  // else L is the job's own length
     const bool    in_graph = c.fused_lstm(c.w(TEXT + "lstm.weight_hh"), w_ih->ne[1] / 4) && T_max <= LSTM_CHUNK_FUSED;
     // The convolutions; their ids, mask (or null) and output appended to t.
     auto convs_of = [&](ggml_context * g, ggml_cgraph * gf, std::vector<ggml_tensor *> & t) {
@@ -2141,9 +2141,9 @@ ggml_tensor * kokoro_voice::gen_frames(vs_context & c, ggml_context * g, ggml_te
 }
 
 // The generator's last steps -> audio [L] (gen_frames, then the overlap-add).
-ggml_tensor * kokoro_voice::gen_output(vs_context & c, ggml_context * g, ggml_tensor * x, int64_t L, ggml_tensor * mask,
-                                       bool fine_columns) const {
-    ggml_tensor * wav = overlap_add(g, gen_frames(c, g, x, mask, fine_columns));
+ggml_tensor * kokoro_voice::gen_output(vs_context & c, ggml_context * g, ggml_tensor * x, int64_t L,
+                                       ggml_tensor * mask) const {
+    ggml_tensor * wav = overlap_add(g, gen_frames(c, g, x, mask, false));
     // The export scales by 4, dividing its first N_FFT samples by one frame's squared
     // window (a constant it traced); then drops N_FFT / 2 samples at each end.
     ggml_tensor * head = ggml_mul(g, ggml_view_1d(g, wav, N_FFT / 2, N_FFT / 2 * sizeof(float)), istft_gain(c, model_));
