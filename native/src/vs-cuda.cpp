@@ -48,7 +48,7 @@ void * blas_create(int) {
 
 void blas_destroy(void *) {}
 
-void snake_stack(int, void *, float *, int64_t, int64_t, int, const snake_conv *, int, void *, const snake_segments &) {
+void snake_stack(int, void *, void *, int64_t, int64_t, int, const snake_conv *, int, void *, const snake_segments &) {
     throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
 }
 
@@ -76,11 +76,15 @@ void download(int, void *, const void *, size_t) {
     throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
 }
 
-void add(int, float *, const float *, const float *, int64_t) {
+void accumulate(int, float *, const float *, int64_t, float) {
     throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
 }
 
-void accumulate(int, float *, const float *, int64_t, float) {
+void stack_input(int, void *, const float *, const void *, int64_t, int64_t, const snake_segments &) {
+    throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
+}
+
+void accumulate_f16(int, void *, const void *, int64_t, float, float *) {
     throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
 }
 

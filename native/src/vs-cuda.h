@@ -66,7 +66,10 @@ void lstm_gather(int device, const float * out, int64_t H, int64_t cols, int64_t
 //   y = conv1(Snake1(AdaIN1(x))),  x += conv2(Snake2(AdaIN2(y)))
 // with AdaIN an instance norm over time (per channel, eps 1e-5) and the style's affine,
 // Snake(u) = u + sin^2(alpha u) / alpha, and C -> C convolutions of odd kernel K ("same"
-// padding, dilation d). Activations are [T, C] F32 with the channel fastest (ggml's [C, T]).
+// padding, dilation d). Activations are [T, C] F16 with the channel fastest (ggml's [C, T]):
+// x, the residual, and y, each pair's middle; the statistics, the affine and Snake are taken
+// in F32, and the GEMMs accumulate in F32 and round their sums onto x or into y once. Every
+// pass over the activations is bound by memory bandwidth, and F16 halves its bytes.
 // Snake's output goes to the GEMMs as F16 in the dilation's phases (frames q, q + d, ...
 // of the padded input one after another), so that each tap window is a plain strided
 // matrix and each of cuBLAS's batched GEMMs writes its outputs in time order (onto the
@@ -118,13 +121,13 @@ int64_t snake_bucket(int64_t T, const int * Ks, int n_K, const int * dilations, 
 void * blas_create(int device);
 void   blas_destroy(void * blas);
 
-// n_pairs pairs of convolutions (convs[2 i], convs[2 i + 1]) over x (dev) [T, C], in place;
+// n_pairs pairs of convolutions (convs[2 i], convs[2 i + 1]) over x (dev) [T, C] F16, in place;
 // x has room for snake_frames() frames; scratch has snake_scratch_bytes() for seg.n
 // segments. Queued on the calling thread's stream: ggml's graphs read the result once they
 // are ordered after it (record(), as vs_context does) or after synchronize(). Throws
 // vs::error(VS_ERR_COMPUTE) on a CUDA or cuBLAS error.
-void snake_stack(int device, void * blas, float * x, int64_t C, int64_t T, int K, const snake_conv * convs, int n_pairs,
-                 void * scratch, const snake_segments & seg = {});
+void snake_stack(int device, void * blas, void * x_f16, int64_t C, int64_t T, int K, const snake_conv * convs,
+                 int n_pairs, void * scratch, const snake_segments & seg = {});
 
 // ---------------------------------------------------------------- LeakyReLU residual stacks
 //
@@ -157,9 +160,16 @@ void upload(int device, void * dst, const void * host, size_t bytes);
 // Device memory to the host, after the calling thread's queued work (synchronous).
 void download(int device, void * host, const void * src, size_t bytes);
 
-// dst = a + b over n floats (dev); sum = (sum + x) * scale; queued as snake_stack().
-void add(int device, float * dst, const float * a, const float * b, int64_t n);
+// sum = (sum + x) * scale over n floats (dev); queued as snake_stack().
 void accumulate(int device, float * sum, const float * x, int64_t n, float scale);
+// accumulate over n F16 values (snake_stack's activations), summed as floats: x may be null
+// (sum * scale), and with `out` (F32) the result goes there instead of into sum.
+void accumulate_f16(int device, void * sum, const void * x, int64_t n, float scale, float * out = nullptr);
+// A stack's input from a graph's output: dst (dev) [T, C] F16 = a (F32) + b (F16; null: a
+// alone) on the frames of seg's segments (or its range; all T frames by default), zeros in
+// the gaps between them, whatever a and b hold there. Queued as snake_stack().
+void stack_input(int device, void * dst, const float * a, const void * b, int64_t C, int64_t T,
+                 const snake_segments & seg = {});
 void copy(int device, void * dst, const void * src, size_t bytes);
 // bytes of zeros at dst (dev); queued as snake_stack().
 void clear(int device, void * dst, size_t bytes);

@@ -361,6 +361,14 @@ __device__ __forceinline__ float4 ld4(const float * row, int c4) {
     return reinterpret_cast<const float4 *>(row)[c4];
 }
 
+// Four F16 channels (8-byte aligned: C is a multiple of 4) as floats.
+__device__ __forceinline__ float4 ld4(const half * row, int c4) {
+    const uint2  u = reinterpret_cast<const uint2 *>(row)[c4];
+    const float2 a = __half22float2(*reinterpret_cast<const __half2 *>(&u.x));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2 *>(&u.y));
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+
 __device__ __forceinline__ float4 ldcg4(const float * row, int c4) {
     return __ldcg(reinterpret_cast<const float4 *>(row) + c4);
 }
@@ -376,6 +384,10 @@ __device__ __forceinline__ void st_half4(half * row, int c4, float4 v) {
     u.x                                = *reinterpret_cast<const unsigned *>(&a);
     u.y                                = *reinterpret_cast<const unsigned *>(&b);
     reinterpret_cast<uint2 *>(row)[c4] = u;
+}
+
+__device__ __forceinline__ void st4(half * row, int c4, float4 v) {
+    st_half4(row, c4, v);
 }
 
 __device__ __forceinline__ float4 add4(float4 a, float4 b) {
@@ -434,7 +446,7 @@ size_t adain_layout(int64_t C, int segments, uint8_t * base = nullptr, adain_scr
 // column's STAT_GROUPS blocks to finish (counted in `done`, which it sets back to zero) adds
 // their partial sums in order and writes coef [a_0..a_C-1, b_0..b_C-1], segment seg's 2 C values
 // on from the previous one's, with its style's scale and shift `stride` floats on.
-__global__ void adain_stats(const float * __restrict__ x, int64_t T, int C, const int * __restrict__ range,
+__global__ void adain_stats(const half * __restrict__ x, int64_t T, int C, const int * __restrict__ range,
                             float * __restrict__ sums, float * __restrict__ squares, unsigned * __restrict__ done,
                             const float * __restrict__ scale, const float * __restrict__ shift, int64_t stride,
                             float * __restrict__ coef) {
@@ -547,7 +559,7 @@ unsigned row_blocks(int64_t C, int64_t rows) {
 // sine is the fast intrinsic: its error, which grows with the argument, stays below F16's
 // rounding of the output (test-cuda-snake checks against the host's sin).
 __global__ void __launch_bounds__(ELEMENTWISE, 4)
-    snake_phases(const float * __restrict__ x, int64_t T, int C, const int * __restrict__ frame,
+    snake_phases(const half * __restrict__ x, int64_t T, int C, const int * __restrict__ frame,
                  const int * __restrict__ range, const float * __restrict__ coef, const float * __restrict__ alpha,
                  int64_t pad, int d, int64_t S, half * __restrict__ out) {
     const row_split rs(C);
@@ -585,9 +597,38 @@ __global__ void __launch_bounds__(ELEMENTWISE, 4)
     }
 }
 
+// A stack's input: dst[t][c] = a[t][c] + b[t][c] (b null: a alone) as F16 on the frames of
+// the segments (as snake_phases: a frame map, or one segment's range, or all T), zeros in
+// the gaps, whatever a and b hold there.
+__global__ void __launch_bounds__(ELEMENTWISE, 4)
+    stack_input_kernel(half * __restrict__ dst, const float * __restrict__ a, const half * __restrict__ b, int64_t T,
+                       int C, const int * __restrict__ frame, const int * __restrict__ range) {
+    const row_split rs(C);
+    const int64_t   lo = !frame && range ? range[0] : 0, hi = !frame && range ? lo + range[1] : T;
+    for (int64_t r0 = rs.r0; r0 < T; r0 += rs.step) {
+        for (int c4 = rs.lane; c4 < rs.C4; c4 += rs.lanes) {
+            float4 u[VEC_ROWS];
+#pragma unroll
+            for (int k = 0; k < VEC_ROWS; ++k) {
+                const int64_t t  = r0 + (int64_t) k * rs.rpw;
+                const bool    in = t < T && t >= lo && t < hi && (!frame || frame[t] >= 0);
+                u[k]             = in ? ld4(a + t * C, c4) : float4{};
+                u[k]             = in && b ? add4(u[k], ld4(b + t * C, c4)) : u[k];
+            }
+#pragma unroll
+            for (int k = 0; k < VEC_ROWS; ++k) {
+                const int64_t t = r0 + (int64_t) k * rs.rpw;
+                if (t < T) {
+                    st4(dst + t * C, c4, u[k]);
+                }
+            }
+        }
+    }
+}
+
 // x[t][c] += b0[c] + b1[c] + b2[c] for t < T (null biases left out).
 __global__ void __launch_bounds__(ELEMENTWISE, 4)
-    add_biases(float * __restrict__ x, int64_t T, int C, const float * __restrict__ b0, const float * __restrict__ b1,
+    add_biases(half * __restrict__ x, int64_t T, int C, const float * __restrict__ b0, const float * __restrict__ b1,
                const float * __restrict__ b2) {
     const row_split rs(C);
     for (int64_t r0 = rs.r0; r0 < T; r0 += rs.step) {
@@ -612,19 +653,20 @@ __global__ void __launch_bounds__(ELEMENTWISE, 4)
     }
 }
 
-// The convolution's GEMMs over the phases `ph`, onto beta times `out` (0: written; 1: the
-// bias or the residual that it holds, accumulated). Output frame t = q + d (r + K j) is
-// window j of tap phase r in dilation phase q: its input frames q + d (r + K j + k), k < K,
-// are K C consecutive values of phase q.
-void phase_gemms(cublasHandle_t h, const void * w, const half * ph, float * out, int64_t C, int K, int d,
-                 const conv_geom & g, float beta) {
-    const float one = 1.0f;
-    const int   KC  = (int) (K * C);
+// The convolution's GEMMs over the phases `ph`, onto beta times `out` (F32 or F16; beta 0:
+// written; 1: the bias or the residual that it holds, accumulated). Output frame
+// t = q + d (r + K j) is window j of tap phase r in dilation phase q: its input frames
+// q + d (r + K j + k), k < K, are K C consecutive values of phase q.
+void phase_gemms(cublasHandle_t h, const void * w, const half * ph, void * out, cudaDataType_t out_type, int64_t C,
+                 int K, int d, const conv_geom & g, float beta) {
+    const float  one = 1.0f;
+    const int    KC  = (int) (K * C);
+    const size_t es  = out_type == CUDA_R_16F ? sizeof(half) : sizeof(float);
     for (int q = 0; q < d; ++q) {
         check_blas(cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int) C, (int) g.J, KC, &one, w, CUDA_R_16F,
                                               KC, 0, ph + (size_t) q * g.S * C, CUDA_R_16F, KC, (long long) C, &beta,
-                                              out + (size_t) q * C, CUDA_R_32F, d * KC, (long long) d * C, K,
-                                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                                              static_cast<uint8_t *>(out) + es * (size_t) q * C, out_type, d * KC,
+                                              (long long) d * C, K, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                    "convolution GEMM");
     }
 }
@@ -637,7 +679,7 @@ dim3 phase_grid(int64_t C, const conv_geom & g, int d) {
 
 // One convolution of a pair without its bias: out = conv(Snake(AdaIN(in))), or out += that
 // with `accumulate` (see snake_stack for the biases).
-void snake_conv_step(cudaStream_t s, cublasHandle_t h, const float * in, float * out, bool accumulate, int64_t C,
+void snake_conv_step(cudaStream_t s, cublasHandle_t h, const half * in, half * out, bool accumulate, int64_t C,
                      int64_t T, int K, const snake_conv & cv, const snake_segments & seg, const adain_scratch & st,
                      half * ph) {
     const int       d = cv.dilation;
@@ -647,7 +689,7 @@ void snake_conv_step(cudaStream_t s, cublasHandle_t h, const float * in, float *
     snake_phases<<<phase_grid(C, g, d), ELEMENTWISE, 0, s>>>(in, T, (int) C, seg.frame, seg.range, st.coef, cv.alpha,
                                                              g.pad, d, g.S, ph);
     check(cudaGetLastError(), "Snake kernels launch");
-    phase_gemms(h, cv.w, ph, out, C, K, d, g, accumulate ? 1.0f : 0.0f);
+    phase_gemms(h, cv.w, ph, out, CUDA_R_16F, C, K, d, g, accumulate ? 1.0f : 0.0f);
 }
 
 // LeakyReLU(x) times the frame's mask as F16 into the dilation's phases of the padded input
@@ -692,18 +734,26 @@ __global__ void __launch_bounds__(ELEMENTWISE)
     }
 }
 
-__global__ void add_kernel(float4 * __restrict__ dst, const float4 * __restrict__ a, const float4 * __restrict__ b,
-                           int64_t n4) {
-    for (int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t) gridDim.x * blockDim.x) {
-        const float4 u = a[i], v = b[i];
-        dst[i] = make_float4(u.x + v.x, u.y + v.y, u.z + v.z, u.w + v.w);
-    }
-}
-
 __global__ void accumulate_kernel(float4 * __restrict__ sum, const float4 * __restrict__ x, int64_t n4, float scale) {
     for (int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t) gridDim.x * blockDim.x) {
         const float4 u = sum[i], v = x[i];
         sum[i] = make_float4((u.x + v.x) * scale, (u.y + v.y) * scale, (u.z + v.z) * scale, (u.w + v.w) * scale);
+    }
+}
+
+// accumulate_kernel over F16 values, four a thread (8 bytes), summed as floats: sum = (sum +
+// x) * scale (x null: sum * scale), or that into out (F32).
+__global__ void accumulate_f16_kernel(half * sum, const half * __restrict__ x, int64_t n4, float scale,
+                                      float * __restrict__ out) {
+    for (int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t) gridDim.x * blockDim.x) {
+        float4 v = ld4(sum + 4 * i, 0);
+        v        = x ? add4(v, ld4(x + 4 * i, 0)) : v;
+        v        = make_float4(v.x * scale, v.y * scale, v.z * scale, v.w * scale);
+        if (out) {
+            st4(out + 4 * i, 0, v);
+        } else {
+            st4(sum + 4 * i, 0, v);
+        }
     }
 }
 
@@ -907,7 +957,7 @@ size_t snake_scratch_bytes(int64_t C, int64_t T, int K, const int * dilations, i
         T_in = std::max(T_in, geom(T, K, dilations[i], segments > 1).T_in);
     }
     return adain_layout(C, segments) +
-           aligned(sizeof(float) * (size_t) (C * snake_frames(T, K, dilations, n, segments))) +
+           aligned(sizeof(half) * (size_t) (C * snake_frames(T, K, dilations, n, segments))) +
            aligned(sizeof(half) * (size_t) (C * T_in));
 }
 
@@ -925,8 +975,8 @@ void blas_destroy(void * blas) {
     }
 }
 
-void snake_stack(int device, void * blas, float * x, int64_t C, int64_t T, int K, const snake_conv * convs, int n_pairs,
-                 void * scratch, const snake_segments & seg) {
+void snake_stack(int device, void * blas, void * x_f16, int64_t C, int64_t T, int K, const snake_conv * convs,
+                 int n_pairs, void * scratch, const snake_segments & seg) {
     GGML_ASSERT(snake_supported(C, K) && T > 0 && blas && seg.n >= 1 && (seg.n == 1 || (seg.range && seg.frame)));
     check(cudaSetDevice(device), "cudaSetDevice");
     ++n_queued;
@@ -943,9 +993,10 @@ void snake_stack(int device, void * blas, float * x, int64_t C, int64_t T, int K
     adain_scratch st;
     carve(adain_layout(C, seg.n, base, &st));
     check(cudaMemsetAsync(st.done, 0, st.done_bytes, cudaStreamPerThread), "AdaIN counters");
-    float * y = reinterpret_cast<float *>(
-        carve(sizeof(float) * (size_t) (C * snake_frames(T, K, dil.data(), 2 * n_pairs, seg.n))));
+    half * y = reinterpret_cast<half *>(
+        carve(sizeof(half) * (size_t) (C * snake_frames(T, K, dil.data(), 2 * n_pairs, seg.n))));
     half * ph = reinterpret_cast<half *>(base);
+    half * x  = static_cast<half *>(x_f16);
     auto   h  = static_cast<cublasHandle_t>(blas);
     // The biases are left out of the convolutions. A pair's first one only shifts each of y's
     // channels by a constant, which the next AdaIN's mean takes out. The second ones shift the
@@ -983,7 +1034,7 @@ void leaky_stack(int device, void * blas, float * x, int64_t C, int64_t T, int K
         leaky_phases<<<phase_grid(C, g, d), ELEMENTWISE, 0, cudaStreamPerThread>>>(x, T, (int) C, slope, mask, g.pad, d,
                                                                                    g.S, ph, convs[i].bias);
         check(cudaGetLastError(), "LeakyReLU kernel launch");
-        phase_gemms(h, convs[i].w, ph, x, C, K, d, g, 1.0f);
+        phase_gemms(h, convs[i].w, ph, x, CUDA_R_32F, C, K, d, g, 1.0f);
     }
 }
 
@@ -1013,22 +1064,32 @@ void download(int device, void * host, const void * src, size_t bytes) {
     check(cudaStreamSynchronize(cudaStreamPerThread), "download");
 }
 
-void add(int device, float * dst, const float * a, const float * b, int64_t n) {
-    GGML_ASSERT(n % 4 == 0);
-    check(cudaSetDevice(device), "cudaSetDevice");
-    ++n_queued;
-    add_kernel<<<elementwise_blocks(n / 4), ELEMENTWISE, 0, cudaStreamPerThread>>>(
-        reinterpret_cast<float4 *>(dst), reinterpret_cast<const float4 *>(a), reinterpret_cast<const float4 *>(b),
-        n / 4);
-    check(cudaGetLastError(), "add kernel launch");
-}
-
 void accumulate(int device, float * sum, const float * x, int64_t n, float scale) {
     GGML_ASSERT(n % 4 == 0);
     check(cudaSetDevice(device), "cudaSetDevice");
     ++n_queued;
     accumulate_kernel<<<elementwise_blocks(n / 4), ELEMENTWISE, 0, cudaStreamPerThread>>>(
         reinterpret_cast<float4 *>(sum), reinterpret_cast<const float4 *>(x), n / 4, scale);
+    check(cudaGetLastError(), "accumulate kernel launch");
+}
+
+void stack_input(int device, void * dst, const float * a, const void * b, int64_t C, int64_t T,
+                 const snake_segments & seg) {
+    GGML_ASSERT(C % 4 == 0 && (seg.n == 1 || seg.frame));
+    check(cudaSetDevice(device), "cudaSetDevice");
+    ++n_queued;
+    stack_input_kernel<<<row_blocks(C, T), ELEMENTWISE, 0, cudaStreamPerThread>>>(
+        static_cast<half *>(dst), a, static_cast<const half *>(b), T, (int) C, seg.n > 1 ? seg.frame : nullptr,
+        seg.range);
+    check(cudaGetLastError(), "stack input kernel launch");
+}
+
+void accumulate_f16(int device, void * sum, const void * x, int64_t n, float scale, float * out) {
+    GGML_ASSERT(n % 4 == 0);
+    check(cudaSetDevice(device), "cudaSetDevice");
+    ++n_queued;
+    accumulate_f16_kernel<<<elementwise_blocks(n / 4), ELEMENTWISE, 0, cudaStreamPerThread>>>(
+        static_cast<half *>(sum), static_cast<const half *>(x), n / 4, scale, out);
     check(cudaGetLastError(), "accumulate kernel launch");
 }
 

@@ -2351,11 +2351,15 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
     }
 
     // The scratch: stage i has C_i channels and total_i frames; its buffers have room for
-    // the frames every kernel size's GEMMs write.
+    // the frames every kernel size's GEMMs write. The stacks' activations are F16 (xs, x, r
+    // and s: see snake_stack); the graphs hand them over as F32 (xs32, up32: ggml's
+    // conversion to F16 runs a thread an element, ten times slower than the engine's) and
+    // take the mean of a stage's stacks as F32 (out).
+    constexpr size_t    F16 = sizeof(uint16_t);
     vs::scratch_layout  scratch;
     const int64_t       rows      = tab.w->ne[1];
     const size_t        styles_at = scratch.reserve(sizeof(float) * (size_t) (rows * (int64_t) B));
-    std::vector<size_t> xs_at, segs_at;
+    std::vector<size_t> xs_at, xs32_at, segs_at;
     size_t              stage_bytes = 0, work_bytes = 0;
     for (size_t i = 0; i < n_stages; ++i) {
         const int64_t C = Cs[i], F = total[i];
@@ -2365,18 +2369,20 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
             frames     = std::max(frames, vs::cuda::snake_frames(F, K, dil.data(), 6, (int) B));
             work_bytes = std::max(work_bytes, vs::cuda::snake_scratch_bytes(C, F, K, dil.data(), 6, (int) B));
         }
-        xs_at.push_back(scratch.reserve(sizeof(float) * (size_t) (C * frames)));
+        xs_at.push_back(scratch.reserve(F16 * (size_t) (C * frames)));
+        xs32_at.push_back(scratch.reserve(sizeof(float) * (size_t) (C * frames)));
         segs_at.push_back(B > 1 ? scratch.reserve(sizeof(int) * (size_t) (2 * (int64_t) B + F)) : 0);
-        stage_bytes = std::max(stage_bytes, sizeof(float) * (size_t) (C * frames));
+        stage_bytes = std::max(stage_bytes, F16 * (size_t) (C * frames));
     }
     const size_t x_at = scratch.reserve(stage_bytes), r_at = scratch.reserve(stage_bytes),
-                 s_at    = scratch.reserve(stage_bytes);
+                 s_at = scratch.reserve(stage_bytes), out_at = scratch.reserve(2 * stage_bytes),
+                 up32_at = scratch.reserve(2 * stage_bytes);
     const size_t work_at = scratch.reserve(work_bytes);
     // A captured sentence's length at each stage (its segment's range), uploaded at once.
     const size_t ranges_at = captured ? scratch.reserve(sizeof(int) * 2 * n_stages) : 0;
     auto * const base      = static_cast<uint8_t *>(c.device_scratch(scratch.bytes));
     auto         ptr       = [&](size_t off) { return reinterpret_cast<float *>(base + off); };
-    // Sentence b's frames of a stage's buffer at `off` (the graphs' Tg), as a tensor of graph g.
+    // Sentence b's frames of a stage's F32 buffer at `off` (the graphs' Tg), as a tensor of graph g.
     auto frames_of = [&](ggml_context * g, size_t off, size_t i, size_t b) {
         return c.scratch_tensor(g, off + sizeof(float) * (size_t) (at[i][b] * Cs[i]), Cs[i], Tg[i][b]);
     };
@@ -2461,11 +2467,11 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
                                                           last_noise->nb[1], first[b] * last_noise->nb[1])
                                            : gen_noise_conv(c, g0, har, i);
                     GGML_ASSERT(xs->ne[0] == Cs[i] && xs->ne[1] == Tg[i][b]);
-                    ggml_build_forward_expand(gf, ggml_cpy(g0, xs, frames_of(g0, xs_at[i], i, b)));
+                    ggml_build_forward_expand(gf, ggml_cpy(g0, xs, frames_of(g0, xs32_at[i], i, b)));
                 }
                 ggml_tensor * up = gen_upsample(c, g0, x, 0);
                 GGML_ASSERT(up->ne[0] == Cs[0] && up->ne[1] == Tg[0][b]);
-                ggml_build_forward_expand(gf, ggml_cpy(g0, up, frames_of(g0, x_at, 0, b)));
+                ggml_build_forward_expand(gf, ggml_cpy(g0, up, frames_of(g0, up32_at, 0, b)));
                 t.insert(t.end(),
                          { j.dec_at >= 0 ? nullptr : x_in, src.fi, src.cyc, src.edges, src.edges_at, src.har });
             }
@@ -2545,30 +2551,32 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
         }
         return cv;
     };
-    auto stack = [&](float * x, const std::string & pre, size_t i, int K) {
+    auto stack = [&](size_t x, const std::string & pre, size_t i, int K) {
         const auto cv = convs(pre, Cs[i]);
-        vs::cuda::snake_stack(dev, c.blas(), x, Cs[i], total[i], K, cv.data(), 3, ptr(work_at), segs[i]);
+        vs::cuda::snake_stack(dev, c.blas(), base + x, Cs[i], total[i], K, cv.data(), 3, ptr(work_at), segs[i]);
     };
 
-    const size_t n_res  = hp_.res_kernels.size();
-    const size_t result = n_res > 1 ? s_at : x_at;  // where a stage's stacks leave their mean
+    const size_t n_res = hp_.res_kernels.size();
     for (size_t i = 0;; ++i) {
         const int64_t n  = Cs[i] * total[i];
         const auto    t0 = std::chrono::steady_clock::now();
         // x = upsampled + noise branch; then the mean of the residual stacks over x: the
-        // first in s, the middle ones in r, the last in x itself.
+        // first in s, the middle ones in r, the last in x itself; the mean into out. The
+        // stacks' inputs are zero in the gaps (the graphs write the sentences' frames only).
         auto queue = [&] {
-            stack(ptr(xs_at[i]), GEN + "noise_res." + std::to_string(i) + ".", i, noise_kernel(i));
-            vs::cuda::add(dev, ptr(x_at), ptr(x_at), ptr(xs_at[i]), n);
+            vs::cuda::stack_input(dev, base + xs_at[i], ptr(xs32_at[i]), nullptr, Cs[i], total[i], segs[i]);
+            stack(xs_at[i], GEN + "noise_res." + std::to_string(i) + ".", i, noise_kernel(i));
+            vs::cuda::stack_input(dev, base + x_at, ptr(up32_at), base + xs_at[i], Cs[i], total[i], segs[i]);
             for (size_t j = 0; j < n_res; ++j) {
                 const bool   last = j + 1 == n_res;
                 const size_t buf  = last ? x_at : j == 0 ? s_at : r_at;
                 if (buf != x_at) {
-                    vs::cuda::copy(dev, ptr(buf), ptr(x_at), sizeof(float) * (size_t) n);
+                    vs::cuda::copy(dev, base + buf, base + x_at, F16 * (size_t) n);
                 }
-                stack(ptr(buf), res_prefix(i, j), i, hp_.res_kernels[j]);
-                if (j > 0) {
-                    vs::cuda::accumulate(dev, ptr(s_at), ptr(buf), n, last ? 1.0f / (float) n_res : 1.0f);
+                stack(buf, res_prefix(i, j), i, hp_.res_kernels[j]);
+                if (j > 0 || n_res == 1) {
+                    vs::cuda::accumulate_f16(dev, base + (n_res > 1 ? s_at : x_at), j > 0 ? base + buf : nullptr, n,
+                                             last ? 1.0f / (float) n_res : 1.0f, last ? ptr(out_at) : nullptr);
                 }
             }
         };
@@ -2612,11 +2620,12 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
                     ggml_tensor * idx = ggml_new_tensor_1d(g, GGML_TYPE_I32, total[i + 1]);
                     ggml_set_input(idx);
                     const std::string n = std::to_string(i + 1);
-                    ggml_tensor *     x = ggml_mul(g, c.scratch_tensor(g, result, Cs[i], total[i]), m);
+                    ggml_tensor *     x = ggml_mul(g, c.scratch_tensor(g, out_at, Cs[i], total[i]), m);
                     x = conv_transpose1d(g, ggml_leaky_relu(g, x, 0.1f, false), c.w(GEN + "ups." + n + ".weight"),
                                          c.w(GEN + "ups." + n + ".bias"), r, (hp_.gen_kernels[i + 1] - r) / 2);
                     x = ggml_get_rows(g, x, idx);  // [C, the next stage's frames]
-                    ggml_build_forward_expand(gf, ggml_cpy(g, x, c.scratch_tensor(g, x_at, Cs[i + 1], total[i + 1])));
+                    ggml_build_forward_expand(gf,
+                                              ggml_cpy(g, x, c.scratch_tensor(g, up32_at, Cs[i + 1], total[i + 1])));
                     return std::vector<ggml_tensor *>{ m, idx };
                 });
                 set_input(c, sg.t[0], mask.data());
@@ -2637,7 +2646,7 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
             vs::stage_graph & sg = c.stage_graph(VS_STAGE_GENERATOR, "", [&](ggml_context * g, ggml_cgraph * gf) {
                 ggml_tensor * m  = input_2d(g, 1, total[i], "mask");
                 ggml_tensor * gn = input_2d(g, raw_len, 1, "gain");
-                ggml_tensor * x  = ggml_mul(g, c.scratch_tensor(g, result, Cs[i], total[i]), m);
+                ggml_tensor * x  = ggml_mul(g, c.scratch_tensor(g, out_at, Cs[i], total[i]), m);
                 ggml_tensor * audio =
                     ggml_mul(g, ggml_reshape_2d(g, overlap_add(g, gen_frames(c, g, x, m, true)), raw_len, 1), gn);
                 ggml_set_output(audio);
@@ -2664,13 +2673,13 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
                 ggml_tensor *              lens = captured ? input_2d(g, 1, 1, "lengths") : nullptr;
                 std::vector<ggml_tensor *> t    = { lens };
                 for (size_t b = 0; b < B; ++b) {
-                    ggml_tensor * x    = frames_of(g, result, i, b);
+                    ggml_tensor * x    = frames_of(g, out_at, i, b);
                     ggml_tensor * mask = captured ? frame_mask(g, lens, 0, Tg[i][b]) : nullptr;
                     x                  = mask ? ggml_mul(g, x, mask) : x;
                     if (!last) {
                         ggml_tensor * up = gen_upsample(c, g, x, i + 1);
                         GGML_ASSERT(up->ne[0] == Cs[i + 1] && up->ne[1] == Tg[i + 1][b]);
-                        ggml_build_forward_expand(gf, ggml_cpy(g, up, frames_of(g, x_at, i + 1, b)));
+                        ggml_build_forward_expand(gf, ggml_cpy(g, up, frames_of(g, up32_at, i + 1, b)));
                     } else {
                         t.push_back(gen_output(c, g, x, F2g[b] * SAMPLES_PER_F0, mask));
                         ggml_build_forward_expand(gf, t.back());
