@@ -627,6 +627,79 @@ bool check_post(int64_t C, int64_t T, int K) {
 
 }  // namespace
 
+// A stack's input (stack_input) from a graph's F32 output and an F16 addend, NaN in the
+// gaps of both: a + b rounded to F16 on the segments' frames, zeros in the gaps; with a
+// frame map (a batch), with one segment's range (a captured sentence), and over all frames.
+bool check_stack_input(int64_t C, int64_t T) {
+    std::vector<float> a((size_t) (C * T)), b((size_t) (C * T));
+    for (size_t i = 0; i < a.size(); ++i) {
+        a[i] = (float) (i % 97) * 0.25f - 12.0f;
+        b[i] = (float) (i % 31) * 0.5f;
+    }
+    const int64_t    first[2] = { 3, T / 2 }, len[2] = { T / 3, T / 4 };
+    std::vector<int> seg_info = { (int) first[0], (int) len[0], (int) first[1], (int) len[1] };
+    std::vector<int> frame((size_t) T, -1);
+    for (int s = 0; s < 2; ++s) {
+        std::fill_n(frame.begin() + first[s], len[s], s);
+    }
+    seg_info.insert(seg_info.end(), frame.begin(), frame.end());
+    for (int64_t t = 0; t < T; ++t) {
+        for (int64_t c = 0; t < first[0] && c < C; ++c) {  // a gap's frames hold what no mask takes out
+            a[(size_t) (t * C + c)] = NAN;
+            b[(size_t) (t * C + c)] = NAN;
+        }
+    }
+    const std::vector<ggml_fp16_t> b16 = to_f16(b);
+    void *                         d_a = upload(a), *d_b = upload(b16), *d_seg = upload(seg_info), *d_out = nullptr;
+    cudaMalloc(&d_out, sizeof(ggml_fp16_t) * a.size());
+    bool ok = true;
+    for (int mode = 0; mode < 3; ++mode) {  // frame map, range, all frames (b left out)
+        vs::cuda::snake_segments seg;
+        if (mode == 0) {
+            seg.n     = 2;
+            seg.range = static_cast<const int *>(d_seg);
+            seg.frame = seg.range + 4;
+        } else if (mode == 1) {
+            seg.range = static_cast<const int *>(d_seg) + 2;  // the second segment alone
+        }
+        cudaMemset(d_out, 0xff, sizeof(ggml_fp16_t) * a.size());  // NaN before
+        std::vector<ggml_fp16_t> got16(a.size());
+        try {
+            vs::cuda::stack_input(0, d_out, static_cast<const float *>(d_a), mode == 2 ? nullptr : d_b, C, T, seg);
+            vs::cuda::synchronize(0);
+            cudaMemcpy(got16.data(), d_out, got16.size() * sizeof(ggml_fp16_t), cudaMemcpyDeviceToHost);
+        } catch (const std::exception & e) {
+            std::printf("FAIL stack input C=%lld T=%lld: %s\n", (long long) C, (long long) T, e.what());
+            ok = false;
+            break;
+        }
+        const std::vector<float> got = from_f16(got16);
+        size_t                   bad = 0;
+        for (int64_t t = 0; t < T; ++t) {
+            const bool in = mode == 0   ? frame[(size_t) t] >= 0
+                            : mode == 1 ? t >= first[1] && t < first[1] + len[1]
+                                        : true;
+            for (int64_t c = 0; c < C; ++c) {
+                const size_t i       = (size_t) (t * C + c);
+                const float  want    = !in ? 0.0f : mode == 2 ? a[i] : a[i] + ggml_fp16_to_fp32(b16[i]);
+                const float  rounded = ggml_fp16_to_fp32(ggml_fp32_to_fp16(want));
+                bad += !(got[i] == rounded || (std::isnan(want) && std::isnan(got[i])));
+            }
+        }
+        ok = ok && bad == 0;
+        std::printf("%s stack input C=%lld T=%lld (%s): %zu values off\n", bad == 0 ? "ok  " : "FAIL", (long long) C,
+                    (long long) T,
+                    mode == 0   ? "frame map"
+                    : mode == 1 ? "range"
+                                : "all frames",
+                    bad);
+    }
+    for (void * p : { d_a, d_b, d_seg, d_out }) {
+        cudaFree(p);
+    }
+    return ok;
+}
+
 int main() {
     if (!cuda_device_present()) {
         return 77;
@@ -649,7 +722,9 @@ int main() {
     ok = check_captured(blas, 32, 3, { 1000, 1152, 961 }) && ok;  // the bucket's length itself
     ok = check_captured(blas, 32, 11, { 100, 110, 95 }) && ok;
     ok = check_cache() && ok;
-    for (int K : { 3, 5, 7 }) {  // Piper's kernel sizes
+    ok = check_stack_input(128, 1000) && ok;
+    ok = check_stack_input(96, 70001) && ok;  // rows that 32 lanes do not divide, many blocks
+    for (int K : { 3, 5, 7 }) {               // Piper's kernel sizes
         ok = check_leaky(blas, 32, 9, K, false) && ok;
         ok = check_leaky(blas, 64, 613, K, true) && ok;
         ok = check_leaky(blas, 32, 4099, K, true) && ok;
