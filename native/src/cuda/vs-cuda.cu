@@ -378,16 +378,12 @@ __device__ __forceinline__ void st4(float * row, int c4, float4 v) {
 }
 
 // As F16, rounded to nearest (as __float2half), in one 8-byte store.
-__device__ __forceinline__ void st_half4(half * row, int c4, float4 v) {
+__device__ __forceinline__ void st4(half * row, int c4, float4 v) {
     const __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
     uint2         u;
     u.x                                = *reinterpret_cast<const unsigned *>(&a);
     u.y                                = *reinterpret_cast<const unsigned *>(&b);
     reinterpret_cast<uint2 *>(row)[c4] = u;
-}
-
-__device__ __forceinline__ void st4(half * row, int c4, float4 v) {
-    st_half4(row, c4, v);
 }
 
 __device__ __forceinline__ float4 add4(float4 a, float4 b) {
@@ -591,7 +587,7 @@ __global__ void __launch_bounds__(ELEMENTWISE, 4)
                     v = make_float4(snake(fmaf(a.x, u[k].x, b.x), al.x), snake(fmaf(a.y, u[k].y, b.y), al.y),
                                     snake(fmaf(a.z, u[k].z, b.z), al.z), snake(fmaf(a.w, u[k].w, b.w), al.w));
                 }
-                st_half4(o + i * C, c4, v);
+                st4(o + i * C, c4, v);
             }
         }
     }
@@ -728,7 +724,7 @@ __global__ void __launch_bounds__(ELEMENTWISE)
                                     leaky(w.w, slope) * m[k]);
                     st4(x + t * C, c4, add4(w, bc));
                 }
-                st_half4(o + i * C, c4, v);
+                st4(o + i * C, c4, v);
             }
         }
     }

@@ -2297,8 +2297,11 @@ ggml_tensor * frame_mask(ggml_context * g, ggml_tensor * lens, int at, int64_t n
 // their result. The graphs and the kernels hand activations over in
 // the device scratch, laid out once per group:
 //   styles   each sentence's style table rows (the AdaINs' affines), `rows` floats apart
-//   xs[i]    stage i's noise branches, their residual stack run in place
-//   x, r, s  a stage's input (x_up + xs), a stack's copy, and the stacks' mean
+//   xs32[i]  stage i's noise branches as the first graph writes them (F32)
+//   up32     a stage's upsampled input as a graph writes it (F32)
+//   xs[i]    the noise branches as the stacks take them (F16), their residual stack run in place
+//   x, r, s  a stage's input (up32 + xs), a stack's copy, and the stacks' sum (F16)
+//   out      the stacks' mean, which the next graph reads (F32)
 //   segs[i]  stage i's segments: first frame and count each, then each frame's segment
 //   work     snake_stack's own
 // A sentence alone, where kept graphs are captured, runs at its length's buckets: its stacks
