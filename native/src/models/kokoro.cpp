@@ -1847,8 +1847,10 @@ void kokoro_voice::run_decoder(vs_context & c, const std::vector<kokoro_job *> &
         ggml_tensor * x   = ggml_concat(g, ggml_concat(g, asr, f0d, 0), nd, 0);  // [514, B * L]
         x                 = adain_res_block(c, g, x, k, DEC + "encode.", false);
         ggml_tensor * res = conv1d(g, asr, c.w(DEC + "asr_res.0.weight"), c.w(DEC + "asr_res.0.bias"), 1, 0);
+        // The channels every decode block appends to its input, concatenated once.
+        ggml_tensor * tail = ggml_concat(g, ggml_concat(g, res, f0d, 0), nd, 0);  // [66, B * L]
         for (int i = 0; i < 4; ++i) {
-            x = ggml_concat(g, ggml_concat(g, ggml_concat(g, x, res, 0), f0d, 0), nd, 0);  // [1090, B * L]
+            x = ggml_concat(g, x, tail, 0);  // [1090, B * L]
             x = adain_res_block(c, g, x, k, DEC + "decode." + std::to_string(i) + ".", i == 3);
         }
         ggml_set_output(x);
