@@ -43,9 +43,16 @@ static int guarded(F && fn) {
 
 }  // namespace vs
 
+// A take's samples: its one chunk's vector, moved in, or its chunks joined (vs::join_parts).
 struct vs_audio {
-    std::vector<float> samples;
-    int                sample_rate = 0;
+    std::vector<float>       samples;
+    std::unique_ptr<float[]> joined;
+    size_t                   n_joined    = 0;
+    int                      sample_rate = 0;
+
+    const float * data() const { return joined ? joined.get() : samples.data(); }
+
+    size_t size() const { return joined ? n_joined : samples.size(); }
 };
 
 extern "C" {
@@ -350,7 +357,7 @@ void synthesize_inputs(vs_context * ctx, const std::vector<const char *> & input
         const size_t        n = std::min(batch, chunks.size() - i);
         std::vector<size_t> ids(n);  // each chunk's phoneme ids: its work
         for (size_t k = 0; k < n; ++k) {
-            ids[k] = chunks[i + k].size();
+            ids[k] = chunks[i + k].size() + (ctx->device_graphs ? vs::DEVICE_CHUNK_WORK : 0);
         }
         std::vector<size_t> start = vs::split_runs(ids, ctx->workers.size() + 1);
         for (size_t & b : start) {
@@ -383,19 +390,10 @@ void synthesize_inputs(vs_context * ctx, const std::vector<const char *> & input
         }
     }
     for (size_t i = 0; i < inputs.size(); ++i) {
-        auto & out = audio[i]->samples;
         if (parts[i].size() == 1) {
-            out = std::move(parts[i][0]);
-            continue;
-        }
-        size_t n = 0;
-        for (const auto & part : parts[i]) {
-            n += part.size();
-        }
-        out.reserve(n);
-        for (auto & part : parts[i]) {
-            out.insert(out.end(), part.begin(), part.end());
-            std::vector<float>().swap(part);
+            audio[i]->samples = std::move(parts[i][0]);
+        } else {
+            audio[i]->joined = vs::join_parts(parts[i], audio[i]->n_joined);
         }
     }
     ctx->timings.total_ms = vs::ms_since(t0);
@@ -509,11 +507,11 @@ int vs_embed(vs_context * ctx, const float * samples, size_t n_samples, float * 
 }
 
 const float * vs_audio_samples(const vs_audio * audio) {
-    return audio ? audio->samples.data() : nullptr;
+    return audio ? audio->data() : nullptr;
 }
 
 size_t vs_audio_length(const vs_audio * audio) {
-    return audio ? audio->samples.size() : 0;
+    return audio ? audio->size() : 0;
 }
 
 int vs_audio_sample_rate(const vs_audio * audio) {

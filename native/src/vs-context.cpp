@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 
@@ -748,6 +749,43 @@ std::vector<size_t> split_runs(const std::vector<size_t> & work, size_t n_worker
         (fits(mid) ? hi : lo) = mid;
     }
     return divide(hi);
+}
+
+std::unique_ptr<float[]> join_parts(std::vector<std::vector<float>> & parts, size_t & n) {
+    std::vector<size_t> at;
+    n = 0;
+    for (const auto & part : parts) {
+        at.push_back(n);
+        n += part.size();
+    }
+    std::unique_ptr<float[]> out(new float[std::max<size_t>(n, 1)]);
+    const size_t             T =
+        n < JOIN_PARALLEL_SAMPLES
+                        ? 1
+                        : std::min({ JOIN_MAX_THREADS, parts.size(), (size_t) std::max(1u, std::thread::hardware_concurrency()) });
+    auto copy = [&](size_t t) {
+        for (size_t k = t; k < parts.size(); k += T) {
+            std::copy(parts[k].begin(), parts[k].end(), out.get() + at[k]);
+            std::vector<float>().swap(parts[k]);
+        }
+    };
+    std::vector<std::thread> threads;
+    size_t                   started = 1;
+    for (; started < T; ++started) {
+        try {
+            threads.emplace_back(copy, started);
+        } catch (const std::system_error &) {  // no thread to be had: the rest on this one
+            break;
+        }
+    }
+    copy(0);
+    for (size_t t = started; t < T; ++t) {
+        copy(t);
+    }
+    for (std::thread & th : threads) {
+        th.join();
+    }
+    return out;
 }
 
 }  // namespace vs

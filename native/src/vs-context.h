@@ -411,4 +411,21 @@ std::vector<float> ge2e_embed(vs_context & ctx, const float * samples, size_t n_
 // it holds its share can leave a sentence's worth more on some runs than on others.
 std::vector<size_t> split_runs(const std::vector<size_t> & work, size_t n_workers);
 
+// A chunk's work for split_runs off the CPU: its phoneme ids and this many more. On a GPU each
+// sentence also costs launches of its own (Kokoro's generator source graph, its columns of
+// the LSTMs), so runs even in phonemes are not even in time: the script's 50 sentences on
+// 4 workers of an H200, split by phonemes alone, took 70-89 ms a worker, and 78-88 ms with
+// 30 or 60 a sentence added (docs/benchmarks.md).
+constexpr size_t DEVICE_CHUNK_WORK = 32;
+
+// Joins of at least this many samples (4 MiB) are split between threads.
+constexpr size_t JOIN_PARALLEL_SAMPLES = size_t(1) << 20;
+constexpr size_t JOIN_MAX_THREADS      = 8;
+
+// Parts one after another in one allocation of n samples (set), each part freed once copied.
+// The allocation is left uninitialized and written once: a script's audio is tens of MB, and
+// a thread writing fresh memory spends most of its time in page faults (about 7 ms for 19 MB
+// on one core), so a large join is divided between threads, each taking every T-th part.
+std::unique_ptr<float[]> join_parts(std::vector<std::vector<float>> & parts, size_t & n);
+
 }  // namespace vs

@@ -1,8 +1,10 @@
 // The C API's contract at its boundary: status codes, error text, cancellation.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -70,6 +72,33 @@ static void test_split_runs() {
     }
 }
 
+// A take's chunks joined: every sample in order, each part emptied, below and above the size
+// from which the join is divided between threads (parts of unlike lengths, some empty).
+static void test_join_parts() {
+    std::mt19937 rng(11);
+    for (size_t total : { size_t(1000), vs::JOIN_PARALLEL_SAMPLES + 12345, 3 * vs::JOIN_PARALLEL_SAMPLES }) {
+        for (size_t n_parts : { size_t(1), size_t(3), size_t(50) }) {
+            std::vector<std::vector<float>> parts(n_parts);
+            std::vector<float>              want;
+            for (size_t k = 0; k < n_parts; ++k) {
+                const size_t len =
+                    k + 1 == n_parts ? total - want.size() : (k % 7 == 3 ? 0 : rng() % (2 * total / n_parts));
+                for (size_t i = 0; i < len && want.size() < total; ++i) {
+                    parts[k].push_back((float) rng());
+                    want.push_back(parts[k].back());
+                }
+            }
+            size_t                   n   = 0;
+            std::unique_ptr<float[]> got = vs::join_parts(parts, n);
+            bool                     ok  = n == want.size() && std::equal(want.begin(), want.end(), got.get());
+            for (const auto & part : parts) {
+                ok = ok && part.empty() && part.capacity() == 0;
+            }
+            EXPECT(ok);
+        }
+    }
+}
+
 // Graphs kept in shared memory (vs_context::stage_graph with `shared`): one buffer, the
 // largest graph's, that each uses while it runs. Each graph must give its own results run
 // after the others; one that needs more than the buffer drops the others first (their
@@ -132,6 +161,7 @@ static void test_shared_graphs() {
 
 int main() {
     test_split_runs();
+    test_join_parts();
     test_shared_graphs();
 
     vs_model * model = nullptr;
