@@ -198,8 +198,9 @@ def cmd_bench(args) -> int:
     with engine:
         # Both runtimes get identical phonemes: text is phonemized once, up front.
         ipa = items if phonemes_input else ["\n".join(engine.phonemize(t)) for t in items]
-        if args.batch > 1:  # each call takes `batch` lines, synthesized together
-            ipa = ["\n".join(ipa[i : i + args.batch]) for i in range(0, len(ipa), args.batch)]
+        if args.batch > 1:  # each call takes `batch` sentences (a line can hold several), synthesized together
+            sentences = [s for item in ipa for s in item.split("\n")]
+            ipa = ["\n".join(sentences[i : i + args.batch]) for i in range(0, len(sentences), args.batch)]
         results = []
         for i, item in enumerate(ipa):
             runs = []

@@ -80,6 +80,18 @@ def test_bench_compares_with_onnxruntime(tmp_path, joe_path):
     assert report["ratio"] == report["total_compute_ms"] / ref["total_compute_ms"]
 
 
+def test_bench_batches_count_sentences_not_lines(tmp_path, joe_path):
+    """``--batch 2`` over a line of two sentences and a line of one: a call of the first two
+    sentences, synthesized together, then one of the third."""
+    text = tmp_path / "t.txt"
+    text.write_text("Hello there. How are you today?\nGood morning.\n", encoding="utf-8")
+    out = tmp_path / "bench.json"
+    cli("bench", "--voice", "piper:joe", "--text-file", str(text), "--runs", "1", "--warmup", "0",
+        "--device", "cpu", "--threads", "1", "--json-out", str(out), "--batch", "2")  # fmt: skip
+    items = json.loads(out.read_text())["items"]
+    assert [len(item["phonemes"].split("\n")) for item in items] == [2, 1]
+
+
 def test_bench_streams_times_engines_at_once(tmp_path, joe_path):
     """Two engines at once, each dividing its calls' batches of two between two workers."""
     phonemes = tmp_path / "p.txt"
