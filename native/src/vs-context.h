@@ -424,8 +424,9 @@ constexpr size_t JOIN_MAX_THREADS      = 8;
 
 // Parts one after another in one allocation of n samples (set), each part freed once copied.
 // The allocation is left uninitialized and written once: a script's audio is tens of MB, and
-// a thread writing fresh memory spends most of its time in page faults (about 7 ms for 19 MB
-// on one core), so a large join is divided between threads, each taking every T-th part.
+// a thread writing fresh memory spends most of its time in page faults (10.5 ms for the 19 MB
+// of tests/data/script.txt on an H200's host: docs/benchmarks.md), so a large join is
+// divided between threads, each taking every T-th part.
 std::unique_ptr<float[]> join_parts(std::vector<std::vector<float>> & parts, size_t & n);
 
 }  // namespace vs
