@@ -2640,32 +2640,30 @@ void kokoro_voice::run_generator_fused(vs_context & c, const std::vector<kokoro_
             }
             // The output over the packing: the gaps' frames add nothing to the audio, and are
             // wider than a frame's reach (N_FFT / HOP - 1 frames on), so sentence b's audio is
-            // the packing's samples from its first frame's, N_FFT / 2 on; its first N_FFT / 2
-            // samples take the head's gain, the others 4 (gain, an input).
-            const int64_t            raw_len = (total[i] - 1) * HOP + N_FFT;
-            const std::vector<float> head    = istft_head_gain(model_);
-            std::vector<float>       gain((size_t) raw_len, 4.0f);
-            for (size_t b = 0; b < B; ++b) {
-                std::copy(head.begin(), head.end(), gain.begin() + at[i][b] * HOP + N_FFT / 2);
-            }
-            vs::stage_graph & sg = c.stage_graph(VS_STAGE_GENERATOR, "", [&](ggml_context * g, ggml_cgraph * gf) {
-                ggml_tensor * m  = input_2d(g, 1, total[i], "mask");
-                ggml_tensor * gn = input_2d(g, raw_len, 1, "gain");
-                ggml_tensor * x  = ggml_mul(g, c.scratch_tensor(g, out_at, Cs[i], total[i]), m);
-                ggml_tensor * audio =
-                    ggml_mul(g, ggml_reshape_2d(g, overlap_add(g, gen_frames(c, g, x, m, true)), raw_len, 1), gn);
-                ggml_set_output(audio);
-                ggml_build_forward_expand(gf, audio);
-                return std::vector<ggml_tensor *>{ m, gn, audio };
+            // the packing's samples from its first frame's, N_FFT / 2 on. Its gain, applied as
+            // each sentence's samples are read back: the head's on its first N_FFT / 2, 4 on
+            // the others (the single product gen_output's graph takes).
+            const int64_t     raw_len = (total[i] - 1) * HOP + N_FFT;
+            vs::stage_graph & sg      = c.stage_graph(VS_STAGE_GENERATOR, "", [&](ggml_context * g, ggml_cgraph * gf) {
+                ggml_tensor * m   = input_2d(g, 1, total[i], "mask");
+                ggml_tensor * x   = ggml_mul(g, c.scratch_tensor(g, out_at, Cs[i], total[i]), m);
+                ggml_tensor * wav = overlap_add(g, gen_frames(c, g, x, m, true));
+                GGML_ASSERT(ggml_nelements(wav) == raw_len);
+                ggml_set_output(wav);
+                ggml_build_forward_expand(gf, wav);
+                return std::vector<ggml_tensor *>{ m, wav };
             });
             set_input(c, sg.t[0], mask.data());
-            set_input(c, sg.t[1], gain.data());
             c.compute(sg);
+            const std::vector<float> head = istft_head_gain(model_);
             for (size_t b = 0; b < B; ++b) {
                 std::vector<float> & audio = group[b]->audio;
                 audio.resize(group[b]->f0.size() * SAMPLES_PER_F0);
-                ggml_backend_tensor_get(sg.t[2], audio.data(), sizeof(float) * (size_t) (at[i][b] * HOP + N_FFT / 2),
+                ggml_backend_tensor_get(sg.t[1], audio.data(), sizeof(float) * (size_t) (at[i][b] * HOP + N_FFT / 2),
                                         sizeof(float) * audio.size());
+                for (size_t k = 0; k < audio.size(); ++k) {
+                    audio[k] *= k < head.size() ? head[k] : 4.0f;
+                }
             }
             return;
         }
