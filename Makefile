@@ -24,12 +24,13 @@ VK_CMAKE_ARGS = $$([ "$(GPU)" = vulkan ] && [ -d $(VK_HEADERS) ] && echo -DVulka
 
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 
-.PHONY: run test setup system-deps engine models lint format native-test py-test desktop bench-startup clean
+.PHONY: run test setup system-deps engine models lint format native-test fuzz-short fuzz sanitize py-test desktop \
+	bench-startup clean
 
 run: setup
 	$(PY) main.py
 
-test: setup lint native-test py-test
+test: setup lint native-test fuzz-short py-test
 
 setup: system-deps $(STAMP) engine models
 
@@ -110,6 +111,33 @@ native-test: engine models
 
 py-test: engine models
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
+
+# The fuzzers (tools/fuzz.py): each target for a few seconds in `make test`, for ten minutes
+# (FUZZ_SECONDS) here. A crash leaves its input in build/fuzz/fuzz-crash-input.
+FUZZ_SECONDS ?= 600
+fuzz-short: engine models
+	mkdir -p build/fuzz && cd build/fuzz && $(abspath $(PY)) $(CURDIR)/tools/fuzz.py --seconds 4
+fuzz: engine models
+	mkdir -p build/fuzz && cd build/fuzz && $(abspath $(PY)) $(CURDIR)/tools/fuzz.py --seconds $(FUZZ_SECONDS)
+
+# The engine under AddressSanitizer and UndefinedBehaviorSanitizer: its native tests, the
+# fuzzers' native targets, and the tests of hostile input through Python (the instrumented
+# binding is loaded from build/asan/overlay, whose app package extends the real one).
+ASAN_BUILD := build/asan
+SANITIZE_ENV = ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+sanitize: setup
+	mkdir -p $(ASAN_BUILD)/overlay/app
+	printf '__path__.append("%s")\n' "$(CURDIR)/app" > $(ASAN_BUILD)/overlay/app/__init__.py
+	$(VENV)/bin/cmake -S native -B $(ASAN_BUILD) -G Ninja -DPython_EXECUTABLE=$(abspath $(PY)) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DVS_SANITIZE=ON -DVS_PYTHON_OUTPUT_DIR=$(abspath $(ASAN_BUILD))/overlay/app >/dev/null
+	$(VENV)/bin/cmake --build $(ASAN_BUILD)
+	cd $(ASAN_BUILD) && $(SANITIZE_ENV) VS_TEST_MODEL="$$($(abspath $(PY)) -c 'import sys; sys.path.insert(0, "$(CURDIR)"); from app.core import models; print(models.installed_path("piper:joe"))')" \
+	  $(abspath $(VENV))/bin/ctest --output-on-failure
+	cd $(ASAN_BUILD) && $(SANITIZE_ENV) $(abspath $(PY)) $(CURDIR)/tools/fuzz.py --seconds 5 --driver $(abspath $(ASAN_BUILD))/fuzz-engine \
+	  gguf-piper gguf-ge2e phonemes-piper phonemes-kokoro text-piper text-kokoro
+	cd $(ASAN_BUILD)/overlay && $(SANITIZE_ENV) LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
+	  QT_QPA_PLATFORM=offscreen $(abspath $(PY)) -m pytest -q -p no:cacheprovider -m "not slow" --rootdir $(CURDIR) \
+	  $(CURDIR)/tests/test_hostile_models.py $(CURDIR)/tests/test_synthesis.py
 
 # A launcher in the desktop's application menu (and on the desktop when there is one).
 DESKTOP_DIR ?= $(HOME)/.local/share/applications

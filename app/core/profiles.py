@@ -21,7 +21,9 @@ import os
 import re
 import shutil
 import tempfile
+import unicodedata
 import zipfile
+import zlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -38,6 +40,16 @@ FILES = ("profile.json", "reference.flac", "style.npy", "embedding.npy")
 EXTENSION = ".vsprofile"
 PACK_SHAPE = (510, 1, 256)
 MAX_NAME = 64
+MAX_REFERENCE_S = 600  # the reference recording (a profile keeps at most a few minutes)
+# The most bytes each file of a profile may hold (on disk, and uncompressed in a .vsprofile):
+# the arrays' exact sizes and room for their headers; a 48 kHz 24-bit FLAC of MAX_REFERENCE_S.
+MAX_BYTES = {
+    "profile.json": 1 << 20,
+    "reference.flac": 128 << 20,
+    "style.npy": 4 * 510 * 256 + 4096,
+    "embedding.npy": 4 * 256 + 4096,
+}
+MAX_JSON_DEPTH = 32
 
 
 class ProfileError(VoiceStudioError):
@@ -73,14 +85,26 @@ def is_profile(voice_id: str) -> bool:
     return voice_id.startswith(PREFIX)
 
 
+# Characters a name cannot hold: controls, invisible formatting (bidirectional overrides such
+# as U+202E, zero-width joiners) and line or paragraph separators, which make one name look
+# like another or break the lists it is shown in; and unassigned or private code points.
+_HIDDEN_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
+
+
 def check_name(name: str) -> str:
-    name = (name or "").strip()
+    if not isinstance(name, str):
+        raise ProfileError("a profile name must be text")
+    name = unicodedata.normalize("NFC", name).strip()
     if not name:
         raise ProfileError("a profile needs a name")
     if len(name) > MAX_NAME:
         raise ProfileError(f"a profile name has at most {MAX_NAME} characters")
-    if any(ord(c) < 32 for c in name) or "/" in name or "\\" in name:
-        raise ProfileError(f"'{name}': a profile name cannot hold slashes or control characters")
+    hidden = [c for c in name if unicodedata.category(c) in _HIDDEN_CATEGORIES]
+    if hidden:
+        codes = ", ".join(f"U+{ord(c):04X}" for c in dict.fromkeys(hidden))
+        raise ProfileError(f"a profile name cannot hold control or invisible characters ({codes})")
+    if "/" in name or "\\" in name:
+        raise ProfileError(f"'{name}': a profile name cannot hold slashes")
     return name
 
 
@@ -99,17 +123,28 @@ def _folder_for(name: str) -> Path:
     return candidate
 
 
-def _read(folder: Path) -> Profile:
+def _read(folder: Path, *, check_reference: bool = False) -> Profile:
+    """The profile in ``folder``, every file checked; ``check_reference`` also decodes the
+    reference recording (an imported file's: a profile made here wrote its own)."""
     where = folder.name
     for f in FILES:
         if not (folder / f).is_file():
             raise ProfileError(f"profile '{where}' is damaged: {f} is missing")
+        size = (folder / f).stat().st_size
+        if size > MAX_BYTES[f]:
+            raise ProfileError(f"profile '{where}' is damaged: {f} has {size:,} bytes, at most {MAX_BYTES[f]:,}")
     try:
         meta = json.loads((folder / "profile.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, RecursionError, json.JSONDecodeError) as exc:
         raise ProfileError(f"profile '{where}' is damaged: profile.json is unreadable ({exc})") from exc
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
         raise ProfileError(f"profile '{where}' is damaged: profile.json has no name")
+    try:
+        check_name(meta["name"])
+    except ProfileError as exc:
+        raise ProfileError(f"profile '{where}' is damaged: {exc}") from exc
+    if _depth(meta) > MAX_JSON_DEPTH:
+        raise ProfileError(f"profile '{where}' is damaged: profile.json nests deeper than {MAX_JSON_DEPTH}")
     version = meta.get("schema_version")
     if version != SCHEMA_VERSION:
         raise ProfileError(
@@ -118,8 +153,10 @@ def _read(folder: Path) -> Profile:
     try:
         pack = np.load(folder / "style.npy", allow_pickle=False)
         embedding = np.load(folder / "embedding.npy", allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise ProfileError(f"profile '{meta['name']}' is damaged: {exc}") from exc
+    except Exception as exc:  # numpy's header parser raises what Python's tokenizer and literal_eval do
+        raise ProfileError(f"profile '{meta['name']}' is damaged: {type(exc).__name__}: {exc}") from exc
+    if check_reference:
+        _check_reference(folder / "reference.flac", meta["name"])
     if pack.shape != PACK_SHAPE or pack.dtype != np.float32 or not np.all(np.isfinite(pack)):
         raise ProfileError(
             f"profile '{meta['name']}' is damaged: its style is {pack.shape} {pack.dtype},"
@@ -128,6 +165,38 @@ def _read(folder: Path) -> Profile:
     if embedding.shape != (256,) or not np.all(np.isfinite(embedding)):
         raise ProfileError(f"profile '{meta['name']}' is damaged: its embedding is {embedding.shape}")
     return Profile(meta["name"], folder, meta, pack, embedding.astype(np.float32))
+
+
+def _depth(value, limit: int = 64) -> int:
+    """How deeply lists and objects nest in a parsed JSON value (counting stops past ``limit``)."""
+    depth, level = 0, [value]
+    while level and depth <= limit:
+        depth += 1
+        level = [
+            child
+            for v in level
+            if isinstance(v, dict | list)
+            for child in (v.values() if isinstance(v, dict) else v)
+            if isinstance(child, dict | list)
+        ]
+    return depth
+
+
+def _check_reference(path: Path, name: str) -> None:
+    """The reference decodes as audio of a sensible rate and length, every sample finite."""
+    import soundfile as sf
+
+    try:
+        info = sf.info(str(path))
+        if info.format != "FLAC" or not 8000 <= info.samplerate <= 192000 or info.channels != 1:
+            raise ProfileError(f"profile '{name}' is damaged: reference.flac is not mono FLAC audio at 8-192 kHz")
+        if info.frames > MAX_REFERENCE_S * info.samplerate:
+            raise ProfileError(f"profile '{name}' is damaged: reference.flac is longer than {MAX_REFERENCE_S} s")
+        audio, _ = sf.read(str(path), dtype="float32")
+    except (RuntimeError, sf.LibsndfileError) as exc:
+        raise ProfileError(f"profile '{name}' is damaged: reference.flac does not decode ({exc})") from exc
+    if audio.size == 0 or not np.all(np.isfinite(audio)):
+        raise ProfileError(f"profile '{name}' is damaged: reference.flac holds no usable audio")
 
 
 def scan() -> tuple[list[Profile], list[tuple[str, str]]]:
@@ -290,14 +359,14 @@ def import_file(path: Path | str, *, name: str | None = None) -> Profile:
             missing = [f for f in FILES if f not in members]
             if missing:
                 raise ProfileError(f"{path.name}: not a profile file ({', '.join(missing)} missing)")
-            data = {f: zf.read(f) for f in FILES}
-    except (OSError, zipfile.BadZipFile) as exc:
+            data = {f: _read_member(zf, f, MAX_BYTES[f], path.name) for f in FILES}
+    except (OSError, zipfile.BadZipFile, zlib.error, NotImplementedError, EOFError) as exc:
         raise ProfileError(f"{path.name}: not a profile file ({exc})") from exc
     tmp = Path(tempfile.mkdtemp(prefix=".imp-", dir=profiles_dir()))
     try:
         for f, blob in data.items():
             (tmp / f).write_bytes(blob)
-        profile = _read(tmp)  # validates everything before it becomes visible
+        profile = _read(tmp, check_reference=True)  # validates everything before it becomes visible
         new_name = check_name(name or profile.name)
         if exists(new_name):
             raise ProfileError(f"a profile named '{new_name}' exists already; import it under another name")
@@ -309,3 +378,12 @@ def import_file(path: Path | str, *, name: str | None = None) -> Profile:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return _read(folder)
+
+
+def _read_member(zf: zipfile.ZipFile, member: str, limit: int, where: str) -> bytes:
+    """A member's bytes, refused once more than ``limit`` come out (whatever its header says)."""
+    with zf.open(member) as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ProfileError(f"{where}: {member} is larger than {limit:,} bytes uncompressed; not a profile file")
+    return data

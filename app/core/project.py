@@ -18,9 +18,11 @@ import bisect
 import io
 import json
 import os
+import re
 import time
 import uuid
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +35,16 @@ from app.core.script import segment
 SCHEMA_VERSION = 1
 SUFFIX = ".vsproj"
 DEFAULT_SETTINGS = {"speed": 1.0, "noise_scale": None, "noise_w": None, "seed": 0}
+
+
+# What a project file may hold, uncompressed: its JSON, one take's audio (float32: about
+# 11 minutes at 24 kHz), all the takes together; take sample rates.
+MAX_JSON_BYTES = 64 << 20
+MAX_TAKE_BYTES = 64 << 20
+MAX_TAKES_BYTES = 4 << 30
+MIN_RATE, MAX_RATE = 1000, 384000
+PROJECT_ID = re.compile(r"[0-9a-f]{32}")
+TAKE_ID = re.compile(r"[0-9a-f]{12}")
 
 
 class ProjectFileError(RuntimeError):
@@ -179,37 +191,48 @@ class Project:
 
     @classmethod
     def from_bytes(cls, data: bytes, *, name: str = "project") -> Project:
+        """A project from a file's bytes, every part checked before any of it is used: sizes
+        (uncompressed, whatever the zip's headers claim), the JSON's layout and types, each
+        take's audio. A malformed file raises ProjectFileError and nothing else."""
         try:
             with zipfile.ZipFile(io.BytesIO(data)) as zf:
-                meta = json.loads(zf.read("project.json").decode("utf-8"))
-                version = meta.get("schema_version")
-                if not isinstance(version, int) or version > SCHEMA_VERSION:
-                    raise ProjectFileError(f"{name}: project format {version!r} is newer than this studio")
-                project = cls(meta["script"], meta["voice"], meta["settings"])
-                project.id = meta.get("id", project.id)
-                if len(meta["sentences"]) != len(project.sentences):
-                    raise ProjectFileError(f"{name}: its sentences do not match its script")
+                meta = json.loads(_member(zf, "project.json", MAX_JSON_BYTES).decode("utf-8"))
+                project = cls._from_meta(meta, name)
+                budget = [MAX_TAKES_BYTES]
                 for sentence, stored in zip(project.sentences, meta["sentences"], strict=True):
-                    sentence.locked, sentence.active = bool(stored["locked"]), int(stored["active"])
                     for t in stored["takes"]:
-                        audio = _read_wav_bytes(zf.read(f"takes/{t['id']}.wav"))
-                        sentence.takes.append(
-                            Take(
-                                audio,
-                                t["sample_rate"],
-                                t["text"],
-                                t["voice"],
-                                t["settings"],
-                                t["timings"],
-                                t["id"],
-                                t["created"],
-                            )
-                        )
+                        sentence.takes.append(_take_from(zf, t, name, budget))
+                    if not -1 <= sentence.active < len(sentence.takes):
+                        raise ProjectFileError(f"{name}: a sentence's active take {sentence.active} does not exist")
         except ProjectFileError:
             raise
-        except (zipfile.BadZipFile, KeyError, ValueError, TypeError, RuntimeError) as exc:
+        except (zipfile.BadZipFile, zlib.error, KeyError, ValueError, TypeError, AttributeError, RecursionError,
+                RuntimeError, NotImplementedError, EOFError, OSError) as exc:  # fmt: skip
             raise ProjectFileError(f"{name}: not a readable Voice Studio project ({exc})") from exc
         project.dirty = False
+        return project
+
+    @classmethod
+    def _from_meta(cls, meta, name: str) -> Project:
+        if not isinstance(meta, dict):
+            raise ProjectFileError(f"{name}: project.json holds no project")
+        version = meta.get("schema_version")
+        if not isinstance(version, int) or version > SCHEMA_VERSION:
+            raise ProjectFileError(f"{name}: project format {version!r} is newer than this studio")
+        script, voice, settings, sentences = (meta.get(k) for k in ("script", "voice", "settings", "sentences"))
+        if not (isinstance(script, str) and isinstance(voice, str) and isinstance(settings, dict)):
+            raise ProjectFileError(f"{name}: project.json lacks its script, voice or settings")
+        if not isinstance(sentences, list) or not all(isinstance(x, dict) for x in sentences):
+            raise ProjectFileError(f"{name}: project.json lacks its sentences")
+        # A new id (cls() makes one): it names this session's autosave copy, and nothing a
+        # file holds becomes part of a path.
+        project = cls(script, voice, settings)
+        if len(sentences) != len(project.sentences):
+            raise ProjectFileError(f"{name}: its sentences do not match its script")
+        for sentence, stored in zip(project.sentences, sentences, strict=True):
+            if not isinstance(stored.get("takes"), list) or not isinstance(stored.get("active"), int):
+                raise ProjectFileError(f"{name}: a sentence's takes are malformed")
+            sentence.locked, sentence.active = bool(stored.get("locked")), stored["active"]
         return project
 
     @classmethod
@@ -246,7 +269,8 @@ class Recovery:
 
     def load(self) -> Project:
         project = Project.open(self.copy)
-        project.path, project.dirty = self.original, True
+        # It goes on as the project whose copy this is (an id of our own form: pending_recoveries).
+        project.id, project.path, project.dirty = self.id, self.original, True
         return project
 
 
@@ -263,16 +287,21 @@ def pending_recoveries() -> list[Recovery]:
         copy = note_path.with_suffix(SUFFIX)
         try:
             note = json.loads(note_path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+        except (OSError, UnicodeDecodeError, RecursionError, json.JSONDecodeError):
+            continue
+        if not PROJECT_ID.fullmatch(note_path.stem) or not isinstance(note, dict):
             continue
         if not copy.exists() or _alive(note.get("pid")):
             continue
-        original = Path(note["path"]) if note.get("path") else None
-        found.append(Recovery(note_path.stem, copy, original, float(note.get("saved", 0.0))))
+        original = Path(note["path"]) if isinstance(note.get("path"), str) and note["path"] else None
+        saved = note.get("saved")
+        found.append(Recovery(note_path.stem, copy, original, float(saved) if isinstance(saved, int | float) else 0.0))
     return sorted(found, key=lambda r: r.saved, reverse=True)
 
 
 def discard_recovery(project_id: str) -> None:
+    if not PROJECT_ID.fullmatch(project_id):  # only names this studio gave its copies
+        raise ValueError(f"{project_id!r} is not a project id")
     for suffix in (SUFFIX, ".json"):
         (autosave_dir() / f"{project_id}{suffix}").unlink(missing_ok=True)
 
@@ -291,6 +320,36 @@ def _alive(pid) -> bool:
     return True
 
 
+def _member(zf: zipfile.ZipFile, member: str, limit: int) -> bytes:
+    """A member's bytes, refused once more than ``limit`` come out (whatever its header says)."""
+    with zf.open(member) as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ProjectFileError(f"{member} is larger than {limit:,} bytes uncompressed")
+    return data
+
+
+def _take_from(zf: zipfile.ZipFile, t, name: str, budget: list[int]) -> Take:
+    """A take's metadata checked and its audio read, within the project's remaining ``budget``."""
+    if not isinstance(t, dict):
+        raise ProjectFileError(f"{name}: a take is malformed")
+    take_id, rate = t.get("id"), t.get("sample_rate")
+    if not isinstance(take_id, str) or not TAKE_ID.fullmatch(take_id):
+        raise ProjectFileError(f"{name}: a take's id {take_id!r} is malformed")
+    if isinstance(rate, bool) or not isinstance(rate, int) or not MIN_RATE <= rate <= MAX_RATE:
+        raise ProjectFileError(f"{name}: take {take_id} has sample rate {rate!r}")
+    fields = {"text": str, "voice": str, "settings": dict, "timings": dict, "created": float | int}
+    for key, kind in fields.items():
+        if not isinstance(t.get(key), kind):
+            raise ProjectFileError(f"{name}: take {take_id} lacks its {key}")
+    blob = _member(zf, f"takes/{take_id}.wav", min(MAX_TAKE_BYTES, budget[0]))
+    budget[0] -= len(blob)
+    audio, file_rate = _read_wav_bytes(blob)
+    if file_rate != rate or audio.ndim != 1 or not np.all(np.isfinite(audio)):
+        raise ProjectFileError(f"{name}: take {take_id}'s audio is not mono audio at {rate} Hz")
+    return Take(audio, rate, t["text"], t["voice"], t["settings"], t["timings"], take_id, float(t["created"]))
+
+
 def _wav_bytes(audio: np.ndarray, sample_rate: int) -> bytes:
     import soundfile
 
@@ -299,11 +358,11 @@ def _wav_bytes(audio: np.ndarray, sample_rate: int) -> bytes:
     return buffer.getvalue()
 
 
-def _read_wav_bytes(data: bytes) -> np.ndarray:
+def _read_wav_bytes(data: bytes) -> tuple[np.ndarray, int]:
     import soundfile
 
-    audio, _ = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=False)
-    return audio
+    audio, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=False)
+    return audio, rate
 
 
 @dataclass

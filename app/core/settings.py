@@ -2,7 +2,7 @@
 
 ``schema_version`` says which layout a file has; older layouts are migrated on load,
 unknown keys are kept (a newer studio's settings survive an older one), values of
-the wrong type fall back to the default, and a file that cannot be read is set
+the wrong type or out of range (``RANGES``) fall back to the default, and a file that cannot be read is set
 aside (``settings.json.bad``) rather than lost. Writes are atomic.
 """
 
@@ -34,6 +34,16 @@ DEFAULTS: dict = {
 }
 
 
+# The range a numeric setting may take; a value outside (or NaN) falls back to the default.
+RANGES: dict[str, tuple[float, float]] = {
+    "threads": (0, 1024),
+    "speed": (0.25, 4.0),
+    "seed": (0, 2**63 - 1),
+    "gap_s": (0.0, 10.0),
+    "autosave_s": (5, 3600),
+}
+
+
 def settings_path() -> Path:
     return paths.config_dir() / "settings.json"
 
@@ -53,8 +63,12 @@ class Settings:
         for key, value in (values or {}).items():
             default = DEFAULTS.get(key)
             if key in DEFAULTS and default is not None and not isinstance(value, type(default)):
-                if not (isinstance(default, float) and isinstance(value, int)):
+                if not (isinstance(default, float) and isinstance(value, int)) or isinstance(value, bool):
                     continue  # wrong type: keep the default
+            if key in RANGES and not RANGES[key][0] <= value <= RANGES[key][1]:
+                continue  # out of range (NaN included): keep the default
+            if key == "recent_projects" and not all(isinstance(p, str) for p in value):
+                continue
             self.values[key] = value
         self.values["schema_version"] = SCHEMA_VERSION
 
@@ -78,7 +92,7 @@ class Settings:
             data = json.loads(path.read_text(encoding="utf-8"))
             if not isinstance(data, dict):
                 raise ValueError("not an object")
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # UnicodeDecodeError and JSON's errors are ValueErrors
             path.replace(path.with_name(path.name + ".bad"))
             return cls()
         return cls(_migrate(data))

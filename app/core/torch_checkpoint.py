@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import io
 import pickle
+import pickletools
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,12 +82,34 @@ class _Unpickler(pickle.Unpickler):
         return _Storage(key, storage_type.dtype)
 
 
+MAX_MEMO = 1 << 20  # a state dict's pickle memoizes a few objects a tensor
+
+
+def _read_pickle(f: io.BytesIO):
+    """The next pickle of ``f``, read by the restricted unpickler once its opcodes are checked
+    without running them: CPython's unpickler grows its memo to any index a PUT names (one
+    byte of a damaged file can ask for gigabytes)."""
+    start = f.tell()
+    for opcode, arg, _ in pickletools.genops(f):
+        if opcode.name in ("PUT", "BINPUT", "LONG_BINPUT") and not 0 <= int(arg) < MAX_MEMO:
+            raise CheckpointError(f"a pickle memoizes at index {arg}")
+    f.seek(start)
+    return _Unpickler(f).load()
+
+
 def _materialize(obj, storages: dict[str, np.ndarray]):
     if isinstance(obj, _TensorRef):
-        data = storages[obj.storage.key]
+        data = storages.get(obj.storage.key)
+        if data is None:
+            raise CheckpointError(f"a tensor's storage {obj.storage.key!r} is not in the file")
         item = data.itemsize
-        if obj.offset + sum((s - 1) * st for s, st in zip(obj.size, obj.stride, strict=True)) >= len(data) > 0:
+        if len(obj.size) != len(obj.stride) or any(not isinstance(v, int) or v < 0 for v in obj.size + obj.stride):
+            raise CheckpointError("a tensor has a malformed size or stride")
+        last = obj.offset + sum((s - 1) * st for s, st in zip(obj.size, obj.stride, strict=True))
+        if obj.offset < 0 or (0 not in obj.size and last >= len(data)):
             raise CheckpointError("a tensor reaches past its storage")
+        if np.prod(obj.size, dtype=np.float64) > len(data):  # a state dict's tensors repeat no storage
+            raise CheckpointError(f"a tensor of shape {obj.size} is larger than its storage")
         view = np.lib.stride_tricks.as_strided(
             data[obj.offset :], shape=obj.size, strides=[s * item for s in obj.stride], writeable=False
         )
@@ -104,15 +127,20 @@ def load(path: Path | str):
     if raw[:2] == b"PK":
         raise CheckpointError(f"{Path(path).name}: a zip checkpoint; only the legacy format is read here")
     f = io.BytesIO(raw)
-    try:
-        if pickle.load(f) != MAGIC or pickle.load(f) != PROTOCOL:
+    try:  # every pickle through the restricted unpickler: none of them may run code
+        if _read_pickle(f) != MAGIC or _read_pickle(f) != PROTOCOL:
             raise CheckpointError(f"{Path(path).name}: not a legacy PyTorch checkpoint")
-        info = pickle.load(f)
-        if not info.get("little_endian", True):
-            raise CheckpointError(f"{Path(path).name}: big-endian checkpoints are not supported")
-        obj = _Unpickler(f).load()
-        keys = pickle.load(f)
-    except (pickle.UnpicklingError, EOFError, AttributeError, TypeError) as exc:
+        info = _read_pickle(f)
+        if not isinstance(info, dict) or not info.get("little_endian", True):
+            raise CheckpointError(f"{Path(path).name}: not a little-endian legacy PyTorch checkpoint")
+        obj = _read_pickle(f)
+        keys = _read_pickle(f)
+        if not isinstance(keys, list):
+            raise CheckpointError(f"{Path(path).name}: damaged checkpoint (no storage keys)")
+    except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError, IndexError, KeyError,
+            MemoryError, RecursionError, OverflowError) as exc:  # fmt: skip
+        if isinstance(exc, CheckpointError):
+            raise
         raise CheckpointError(f"{Path(path).name}: damaged checkpoint ({exc})") from exc
     dtypes: dict[str, type] = {}
 
@@ -134,6 +162,8 @@ def load(path: Path | str):
             raise CheckpointError(f"{Path(path).name}: truncated at storage {key}")
         (count,) = struct.unpack("<q", header)
         dtype = np.dtype(dtypes.get(str(key), np.float32))
+        if not 0 <= count <= (len(raw) - f.tell()) // dtype.itemsize:
+            raise CheckpointError(f"{Path(path).name}: storage {key} claims {count} values, past the file's end")
         data = f.read(count * dtype.itemsize)
         if len(data) != count * dtype.itemsize:
             raise CheckpointError(f"{Path(path).name}: truncated in storage {key}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 from PySide6.QtCore import Qt, Signal
@@ -158,7 +159,7 @@ class Inspector(QWidget):
         for d in devices:
             memory = f", {_mib(d['memory_free'])} free" if d.get("memory_total") else ""
             self.device.addItem(f"{d['id']} — {d['description']} ({d['type']}{memory})", d["id"])
-        self.threads = QSpinBox(minimum=0, maximum=256)
+        self.threads = QSpinBox(minimum=0, maximum=len(os.sched_getaffinity(0)))  # the engine runs no more
         self.threads.setSpecialValueText("all cores")
         self.apply_device = QPushButton("Apply")
         self.engine_status = QLabel("engine not open")

@@ -130,6 +130,11 @@ VS_API struct vs_model_params vs_model_default_params(void);
 VS_API int                    vs_model_load(const char * path, struct vs_model_params params, vs_model ** model);
 VS_API void                   vs_model_free(vs_model * model);
 
+// A 64-bit digest of a file's bytes, fast enough to check a model file each time it is
+// opened (several GB/s): it tells a damaged or replaced file from the one installed. Not a
+// cryptographic hash.
+VS_API int vs_file_digest(const char * path, uint64_t * digest);
+
 VS_API const char * vs_model_arch(const vs_model * model);  // "piper", "kokoro" or "ge2e"
 VS_API const char * vs_model_name(const vs_model * model);
 VS_API int          vs_model_sample_rate(const vs_model * model);
@@ -145,7 +150,7 @@ VS_API const char * vs_model_voice_name(const vs_model * model, int index);
 
 struct vs_context_params {
     const char * device;          // "auto" (default), "cpu", or a vs_device_info.id
-    int          n_threads;       // CPU threads; <= 0 means the number of cores
+    int          n_threads;       // CPU threads: 1 to the CPUs this process may use; 0 means all of them
     const char * espeak_library;  // path of libespeak-ng; NULL: phoneme input only
     const char * espeak_data;     // its espeak-ng-data directory
     // Runs one short synthesis (or embedding) while opening, so that the first real one

@@ -9,8 +9,10 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "voicestudio.h"
@@ -35,6 +37,19 @@ void check(int status) {
 
 using audio_array = nb::ndarray<nb::numpy, float, nb::ndim<1>>;
 
+// The C API reads text up to its first NUL: refused rather than cut short there.
+void check_no_nul(const std::string & text) {
+    const size_t at = text.find('\0');
+    if (at != std::string::npos) {
+        throw engine_error(VS_ERR_INVALID_ARG, "the text holds a NUL character (byte " + std::to_string(at) +
+                                                   "); it is not text that can be spoken");
+    }
+}
+
+// A loaded model, shared by the Python Model and every Context opened on it: closing the
+// Model frees it only once its last context is closed too.
+using model_ptr = std::shared_ptr<vs_model>;
+
 class Model {
   public:
     Model(const std::string & path, std::optional<nb::callable> progress) {
@@ -58,33 +73,33 @@ class Model {
                 }
             };
         }
-        int status;
+        int        status;
+        vs_model * raw = nullptr;
         {
             nb::gil_scoped_release release;
-            status = vs_model_load(path.c_str(), params, &model_);
+            status = vs_model_load(path.c_str(), params, &raw);
+        }
+        if (raw) {
+            model_ = model_ptr(raw, vs_model_free);
         }
         if (st.error) {
             throw nb::python_error(*st.error);
         }
         check(status);
     }
-    ~Model() { close(); }
 
-    void close() {
-        if (model_) {
-            vs_model_free(model_);
-            model_ = nullptr;
-        }
-    }
+    void close() { model_.reset(); }
 
-    vs_model * get() const {
+    const model_ptr & shared() const {
         if (!model_) {
             throw engine_error(VS_ERR_INVALID_ARG, "the model is closed");
         }
         return model_;
     }
 
-    vs_model * model_ = nullptr;
+    vs_model * get() const { return shared().get(); }
+
+    model_ptr model_;
 };
 
 struct call_state {
@@ -100,11 +115,35 @@ struct call_state {
     }
 };
 
+// One call on a context at a time: a second thread waits (without the GIL) for the first
+// to finish, and a call from inside one of the context's own callbacks is refused.
+class busy_guard {
+  public:
+    busy_guard(std::mutex & mutex, std::atomic<std::thread::id> & owner) :
+        lock_(mutex, std::try_to_lock), owner_(owner) {
+        if (!lock_.owns_lock()) {
+            if (owner.load() == std::this_thread::get_id()) {
+                throw engine_error(VS_ERR_INVALID_ARG,
+                                   "the engine is busy with this thread's call; a callback "
+                                   "cannot use the engine that called it");
+            }
+            nb::gil_scoped_release release;
+            lock_.lock();
+        }
+        owner_.store(std::this_thread::get_id());
+    }
+    ~busy_guard() { owner_.store(std::thread::id()); }
+
+  private:
+    std::unique_lock<std::mutex>   lock_;
+    std::atomic<std::thread::id> & owner_;
+};
+
 class Context {
   public:
     Context(Model & model, const std::string & device, int threads, std::optional<std::string> espeak_library,
             std::optional<std::string> espeak_data, int prewarm, int workers) :
-        model_ref_(nb::find(&model)), n_stages_(vs_model_stages(model.get(), stages_, VS_STAGE_COUNT)) {
+        model_(model.shared()), n_stages_(vs_model_stages(model.get(), stages_, VS_STAGE_COUNT)) {
         vs_context_params p = vs_context_default_params();
         p.device            = device.c_str();
         p.n_threads         = threads;
@@ -123,11 +162,15 @@ class Context {
     ~Context() { close(); }
 
     void close() {
+        busy_guard busy(busy_, owner_);
         if (ctx_) {
             vs_context_free(ctx_);
             ctx_ = nullptr;
         }
+        model_.reset();
     }
+
+    busy_guard guard() const { return busy_guard(busy_, owner_); }
 
     vs_context * get() const {
         if (!ctx_) {
@@ -153,6 +196,7 @@ class Context {
                            float noise_w, uint64_t seed, nb::object on_stage, nb::object on_chunk, nb::object abort,
                            int decoder_tile, std::optional<std::string> voice, std::optional<style_array> style,
                            std::optional<durations_array> durations, int batch) {
+        check_no_nul(input);
         audio_ptr out;
         run(noise_scale, length_scale, noise_w, seed, on_stage, on_chunk, abort, decoder_tile, voice, style, durations,
             batch, [&](vs_context * c, const vs_synth_params & p) {
@@ -168,6 +212,9 @@ class Context {
                              float length_scale, float noise_w, uint64_t seed, nb::object on_stage, nb::object on_chunk,
                              nb::object abort, int decoder_tile, std::optional<std::string> voice,
                              std::optional<style_array> style, int batch) {
+        for (const auto & input : inputs) {
+            check_no_nul(input);
+        }
         std::vector<audio_ptr> outs(inputs.size());
         run(noise_scale, length_scale, noise_w, seed, on_stage, on_chunk, abort, decoder_tile, voice, style,
             std::nullopt, batch, [&](vs_context * c, const vs_synth_params & p) {
@@ -191,6 +238,7 @@ class Context {
     }
 
     audio_array embed(nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> audio) {
+        busy_guard   busy = guard();
         vs_context * c    = get();
         const int    size = vs_model_embedding_size(vs_context_model(c));
         if (size <= 0) {
@@ -214,7 +262,8 @@ class Context {
              nb::object on_chunk, nb::object abort, int decoder_tile, const std::optional<std::string> & voice,
              const std::optional<style_array> & style, const std::optional<durations_array> & durations, int batch,
              F && call) {
-        vs_context *    c = get();
+        busy_guard      busy = guard();
+        vs_context *    c    = get();
         call_state      st{ on_stage, on_chunk, abort, nullptr };
         const bool      ask_abort = !abort.is_none();
         vs_synth_params p         = vs_synth_default_params();
@@ -298,8 +347,10 @@ class Context {
     }
 
     std::string phonemize(const std::string & text) {
-        vs_context * c   = get();
-        char *       out = nullptr;
+        check_no_nul(text);
+        busy_guard   busy = guard();
+        vs_context * c    = get();
+        char *       out  = nullptr;
         int          status;
         {
             nb::gil_scoped_release release;
@@ -312,7 +363,8 @@ class Context {
     }
 
     nb::dict timings() const {
-        vs_timings t = vs_context_timings(get());
+        busy_guard busy = guard();
+        vs_timings t    = vs_context_timings(get());
         nb::dict   stages;
         for (int i = 0; i < n_stages_; ++i) {
             stages[vs_stage_name(stages_[i])] = t.stage_ms[stages_[i]];
@@ -338,6 +390,7 @@ class Context {
     }
 
     nb::ndarray<nb::numpy, float, nb::ndim<2>> output(const std::string & name) const {
+        busy_guard    busy = guard();
         const float * data = nullptr;
         int64_t       shape[2];
         check(vs_context_output(get(), name.c_str(), &data, shape));
@@ -349,8 +402,9 @@ class Context {
     }
 
     nb::list fallback_stages() const {
-        uint32_t mask = vs_context_fallback_stages(get());
-        nb::list out;
+        busy_guard busy = guard();
+        uint32_t   mask = vs_context_fallback_stages(get());
+        nb::list   out;
         for (int i = 0; i < VS_STAGE_COUNT; ++i) {
             if (mask & (1u << i)) {
                 out.append(vs_stage_name(i));
@@ -361,7 +415,8 @@ class Context {
 
     // Per stage of the model, the ops that ran on the CPU instead of the device.
     nb::dict fallback_ops() const {
-        nb::dict out;
+        busy_guard busy = guard();
+        nb::dict   out;
         for (int i = 0; i < n_stages_; ++i) {
             nb::list    ops;
             std::string text = vs_context_fallback_ops(get(), stages_[i]);
@@ -378,7 +433,8 @@ class Context {
 
     // [(stage, op, count, ms)], largest time first.
     nb::list op_profile() const {
-        char * text = nullptr;
+        busy_guard busy = guard();
+        char *     text = nullptr;
         check(vs_context_op_profile(get(), &text));
         std::string table(text);
         vs_string_free(text);
@@ -394,10 +450,12 @@ class Context {
         return out;
     }
 
-    vs_context * ctx_ = nullptr;
-    nb::object   model_ref_;  // keeps the model alive while this context exists
-    int          stages_[VS_STAGE_COUNT];
-    int          n_stages_;  // the model's stages, in order
+    vs_context *                         ctx_ = nullptr;
+    model_ptr                            model_;  // alive while this context is open
+    mutable std::mutex                   busy_;
+    mutable std::atomic<std::thread::id> owner_;
+    int                                  stages_[VS_STAGE_COUNT];
+    int                                  n_stages_;  // the model's stages, in order
 };
 
 nb::list devices() {
@@ -436,6 +494,19 @@ NB_MODULE(_engine, m) {
     });
 
     m.def("version", &vs_version);
+    m.def(
+        "file_digest",
+        [](const std::string & path) {
+            uint64_t digest = 0;
+            int      status;
+            {
+                nb::gil_scoped_release release;
+                status = vs_file_digest(path.c_str(), &digest);
+            }
+            check(status);
+            return digest;
+        },
+        "path"_a, "A fast 64-bit digest of a file's bytes (vs_file_digest): tells a damaged model file.");
     m.def("devices", &devices, "Every device ggml reports (id, name, description, type, memory).");
     m.def("stage_names", [] {
         nb::list out;
@@ -514,13 +585,34 @@ NB_MODULE(_engine, m) {
         .def("phonemize", &Context::phonemize)
         .def("timings", &Context::timings)
         .def("output", &Context::output)
-        .def_prop_ro("device", [](const Context & s) { return std::string(vs_context_device(s.get())); })
-        .def_prop_ro("threads", [](const Context & s) { return vs_context_threads(s.get()); })
-        .def_prop_ro("workers", [](const Context & s) { return vs_context_workers(s.get()); })
+        .def_prop_ro("device",
+                     [](const Context & s) {
+                         busy_guard busy = s.guard();
+                         return std::string(vs_context_device(s.get()));
+                     })
+        .def_prop_ro("threads",
+                     [](const Context & s) {
+                         busy_guard busy = s.guard();
+                         return vs_context_threads(s.get());
+                     })
+        .def_prop_ro("workers",
+                     [](const Context & s) {
+                         busy_guard busy = s.guard();
+                         return vs_context_workers(s.get());
+                     })
         .def_prop_ro("fallback_stages", &Context::fallback_stages)
         .def_prop_ro("fallback_ops", &Context::fallback_ops)
-        .def_prop_ro("prewarm_ms", [](const Context & s) { return vs_context_prewarm_ms(s.get()); })
+        .def_prop_ro("prewarm_ms",
+                     [](const Context & s) {
+                         busy_guard busy = s.guard();
+                         return vs_context_prewarm_ms(s.get());
+                     })
         .def(
-            "set_op_profiling", [](Context & s, bool on) { vs_context_set_op_profiling(s.get(), on); }, "on"_a)
+            "set_op_profiling",
+            [](Context & s, bool on) {
+                busy_guard busy = s.guard();
+                vs_context_set_op_profiling(s.get(), on);
+            },
+            "on"_a)
         .def("op_profile", &Context::op_profile);
 }

@@ -1,5 +1,6 @@
 // The C boundary: exceptions become status codes and a per-thread error text.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <iterator>
 
@@ -20,6 +21,7 @@ void log(int level, const std::string & text) {
 }
 
 std::unique_ptr<vs_model>   load_model(const std::string & path, const vs_model_params & params);
+uint64_t                    file_digest(const std::string & path);
 std::unique_ptr<vs_context> make_context(vs_model & model, const vs_context_params & params);
 void                        set_op_profiling(vs_context & c, bool on);
 
@@ -117,6 +119,15 @@ int vs_model_load(const char * path, struct vs_model_params params, vs_model ** 
             vs::piper_validate(*m);
         }
         *model = m.release();
+    });
+}
+
+int vs_file_digest(const char * path, uint64_t * digest) {
+    return vs::guarded([&] {
+        if (!path || !digest) {
+            throw vs::error(VS_ERR_INVALID_ARG, "vs_file_digest: path and digest are required");
+        }
+        *digest = vs::file_digest(path);
     });
 }
 
@@ -294,6 +305,19 @@ void synthesize_inputs(vs_context * ctx, const std::vector<const char *> & input
                        const vs_synth_params & params, std::vector<std::unique_ptr<vs_audio>> & audio) {
     if (!ctx->voice) {
         throw vs::error(VS_ERR_INVALID_ARG, "'" + ctx->model->path + "' is a speaker encoder; it cannot speak");
+    }
+    const std::pair<const char *, float> scales[] = { { "noise_scale", params.noise_scale },
+                                                      { "length_scale", params.length_scale },
+                                                      { "noise_w", params.noise_w } };
+    for (const auto & [name, v] : scales) {
+        if (!std::isfinite(v) || v > 100.0f) {
+            throw vs::error(VS_ERR_INVALID_ARG, std::string(name) + " is " + std::to_string(v) +
+                                                    "; give a finite value up to 100 (< 0: the voice's default)");
+        }
+    }
+    if (params.length_scale >= 0.0f && params.length_scale < 0.01f) {
+        throw vs::error(VS_ERR_INVALID_ARG, "length_scale is " + std::to_string(params.length_scale) +
+                                                "; speech that fast has no frames (at least 0.01)");
     }
     struct active_guard {
         vs_context * c;

@@ -1,6 +1,8 @@
 // Context: device, scheduler and the stage runner shared by the architectures.
 #include "vs-context.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -1073,13 +1075,23 @@ static bool captures_graphs(ggml_backend_dev_t dev) {
     return false;
 }
 
+// The CPUs this process may run on (its affinity mask: a container's or taskset's share).
+static int available_cpus() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) {
+        return CPU_COUNT(&set);
+    }
+    return (int) std::max(1u, std::thread::hardware_concurrency());
+}
+
 // One context; a worker has no phonemizer (its context phonemizes) and writes no trace.
 static std::unique_ptr<vs_context> make_one(vs_model & model, const vs_context_params & params, bool worker) {
     auto ctx       = std::make_unique<vs_context>();
     ctx->model     = &model;
     ctx->dev       = resolve_device(params.device ? params.device : "auto");
     ctx->device    = device_id(ctx->dev);
-    ctx->n_threads = params.n_threads > 0 ? params.n_threads : (int) std::max(1u, std::thread::hardware_concurrency());
+    ctx->n_threads = params.n_threads > 0 ? params.n_threads : available_cpus();
 
     ctx->backend.reset(ggml_backend_dev_init(ctx->dev, nullptr));
     if (!ctx->backend) {
@@ -1166,6 +1178,12 @@ static std::unique_ptr<vs_context> make_one(vs_model & model, const vs_context_p
 }
 
 std::unique_ptr<vs_context> make_context(vs_model & model, const vs_context_params & params) {
+    // More threads than CPUs only wait for each other at every op's barrier.
+    const int cpus = available_cpus();
+    if (params.n_threads < 0 || params.n_threads > cpus) {
+        throw error(VS_ERR_INVALID_ARG, std::to_string(params.n_threads) + " threads: this machine runs 1 to " +
+                                            std::to_string(cpus) + " (0: all of them)");
+    }
     if (params.n_workers > VS_MAX_WORKERS) {
         throw error(VS_ERR_INVALID_ARG,
                     "at most " + std::to_string(VS_MAX_WORKERS) + " workers, not " + std::to_string(params.n_workers));

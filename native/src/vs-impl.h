@@ -6,6 +6,8 @@
 #include <ggml.h>
 #include <gguf.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -134,9 +136,30 @@ struct vs_model {
     float                    f32(const std::string & key) const;
     std::vector<int32_t>     i32_array(const std::string & key) const;
     std::vector<std::string> str_array(const std::string & key) const;
+
+    // Metadata checked against what the architecture can run: each throws VS_ERR_FORMAT
+    // naming the key unless the value (every element of an array, of n_min to n_max
+    // elements) lies in [lo, hi] (and is finite).
+    int                  u32_in(const std::string & key, int lo, int hi) const;
+    float                f32_in(const std::string & key, float lo, float hi) const;
+    std::vector<int32_t> i32_array_in(const std::string & key, size_t n_min, size_t n_max, int32_t lo,
+                                      int32_t hi) const;
+    [[noreturn]] void    bad(const std::string & what) const;  // VS_ERR_FORMAT: "'<path>': <what>"
 };
 
 namespace vs {
+
+// A tensor an architecture reads: its shape (ggml's ne; dimensions left out are 1), and
+// whether it may be stored in a reduced type (F16 or Q8_0: a matrix that feeds a matmul)
+// or must be F32.
+struct tensor_spec {
+    std::string            name;
+    std::array<int64_t, 4> ne;
+    bool                   reducible;
+};
+// Throws VS_ERR_FORMAT naming the first tensor of `specs` that the model lacks or holds
+// in another shape or type.
+void check_tensors(const vs_model & model, const std::vector<tensor_spec> & specs);
 
 // Weights for `dev`: the host copy for CPU devices, else an uploaded copy.
 std::shared_ptr<weight_set> weights_for(vs_model & model, ggml_backend_dev_t dev);
@@ -170,5 +193,48 @@ std::string           utf8_encode(char32_t c);
 
 // The lines of phoneme input (one sentence a line), without their newlines.
 std::vector<std::string> split_lines(const std::string & s);
+
+// A sentence cut into pieces of at most `max` symbols, so that no chunk's graphs grow past
+// what a sentence of that length needs (attention is quadratic in it): each cut after the
+// last clause break (is_clause) before the limit where that keeps at least a quarter of it,
+// else after the last word break (is_space), else at the limit. Word breaks at either end
+// of a piece are dropped, and pieces left empty.
+template <typename T, typename IsClause, typename IsSpace>
+std::vector<std::vector<T>> split_long(const std::vector<T> & seq, size_t max, IsClause is_clause, IsSpace is_space) {
+    std::vector<std::vector<T>> out;
+    auto                        emit = [&](size_t begin, size_t end) {
+        while (begin < end && is_space(seq[begin])) {
+            ++begin;
+        }
+        while (end > begin && is_space(seq[end - 1])) {
+            --end;
+        }
+        if (begin < end) {
+            out.emplace_back(seq.begin() + begin, seq.begin() + end);
+        }
+    };
+    size_t start = 0;
+    while (start < seq.size() && is_space(seq[start])) {
+        ++start;
+    }
+    while (seq.size() - start > max) {
+        size_t clause = 0, word = 0;
+        for (size_t i = start + 1; i < start + max; ++i) {
+            if (is_clause(seq[i])) {
+                clause = i + 1;
+            } else if (is_space(seq[i])) {
+                word = i + 1;
+            }
+        }
+        const size_t end = clause > start + max / 4 ? clause : word > start ? word : start + max;
+        emit(start, end);
+        start = end;
+        while (start < seq.size() && is_space(seq[start])) {
+            ++start;
+        }
+    }
+    emit(start, seq.size());
+    return out;
+}
 
 }  // namespace vs

@@ -131,9 +131,48 @@ static std::string strip_language_flags(const std::string & s) {
     return out;
 }
 
-std::vector<phonemized_sentence> phonemizer::phonemize(const std::string & text, const std::string & voice,
+static bool is_space(char32_t c) {
+    return c == U' ' || c == U'\t' || c == U'\n' || c == U'\r' || c == U'\f' || c == U'\v' || c == 0xA0 ||
+           c == 0x2028 || c == 0x2029;
+}
+
+// Text cut into pieces that espeak-ng takes safely, each phonemized on its own: valid UTF-8
+// (each invalid byte a U+FFFD) of at most MAX_PIECE code points. espeak-ng overflows a
+// buffer of its own on a long clause of many short words (a hundred letters each followed by
+// a dot, "a.a.a.…", is enough), so a longer stretch is cut after its last clause punctuation
+// past half the limit, else at its last white space past a quarter, else at the limit.
+static std::vector<std::string> espeak_pieces(const std::string & text) {
+    constexpr size_t            MAX_PIECE = 160;
+    const std::vector<char32_t> cps       = utf8_decode(text);
+    std::vector<std::string>    pieces;
+    for (size_t begin = 0; begin < cps.size();) {
+        size_t end = cps.size();
+        if (end - begin > MAX_PIECE) {
+            size_t clause = 0, space = 0;
+            for (size_t k = begin + MAX_PIECE / 4; k < begin + MAX_PIECE; ++k) {
+                if (is_space(cps[k])) {
+                    space = k + 1;
+                    if (k >= begin + MAX_PIECE / 2 && is_clause_punct(cps[k - 1])) {
+                        clause = k + 1;
+                    }
+                }
+            }
+            end = clause ? clause : space ? space : begin + MAX_PIECE;
+        }
+        std::string piece;
+        for (size_t k = begin; k < end; ++k) {
+            piece += utf8_encode(cps[k]);
+        }
+        pieces.push_back(std::move(piece));
+        begin = end;
+    }
+    return pieces;
+}
+
+std::vector<phonemized_sentence> phonemizer::phonemize(const std::string & input, const std::string & voice,
                                                        int mode) const {
-    std::lock_guard<std::mutex> lock(api_->mutex);
+    const std::vector<std::string> pieces = espeak_pieces(input);
+    std::lock_guard<std::mutex>    lock(api_->mutex);
     if (api_->voice != voice) {
         if (api_->set_voice(voice.c_str()) != 0) {
             throw error(VS_ERR_PHONEMIZER, "espeak-ng has no voice '" + voice + "'");
@@ -142,36 +181,41 @@ std::vector<phonemized_sentence> phonemizer::phonemize(const std::string & text,
     }
     std::vector<phonemized_sentence> sentences;
     std::string                      current;
-    const char *                     cursor    = text.c_str();
-    const char *                     end       = cursor + text.size();
-    const char *                     lookahead = cursor;  // start of the code point espeak-ng read ahead last time
-    while (cursor && cursor < end) {
-        const char * before = lookahead;
-        const void * ptr    = cursor;
-        const char * clause = api_->text_to_phonemes(&ptr, espeak_CHARS_UTF8, mode);
-        cursor              = (const char *) ptr;
-        if (cursor) {
-            lookahead = cursor - 1;
-            while (lookahead > text.c_str() && (((unsigned char) *lookahead) & 0xC0) == 0x80) {
-                --lookahead;
+    for (size_t p = 0; p < pieces.size(); ++p) {
+        const std::string & text      = pieces[p];
+        const bool          last      = p + 1 == pieces.size();
+        const char *        cursor    = text.c_str();
+        const char *        end       = cursor + text.size();
+        const char *        lookahead = cursor;  // start of the code point espeak-ng read ahead last time
+        while (cursor && cursor < end) {
+            const char * before = lookahead;
+            const void * ptr    = cursor;
+            const char * clause = api_->text_to_phonemes(&ptr, espeak_CHARS_UTF8, mode);
+            cursor              = (const char *) ptr;
+            if (cursor) {
+                lookahead = cursor - 1;
+                while (lookahead > text.c_str() && (((unsigned char) *lookahead) & 0xC0) == 0x80) {
+                    --lookahead;
+                }
             }
-        }
-        char32_t    punct = clause_terminator(before, cursor ? cursor : end, !cursor);
-        std::string ipa   = strip_language_flags(clause ? clause : "");
-        if (!ipa.empty()) {
-            if (!current.empty()) {
-                current += ' ';
+            char32_t    punct = clause_terminator(before, cursor ? cursor : end, !cursor);
+            std::string ipa   = strip_language_flags(clause ? clause : "");
+            if (!ipa.empty()) {
+                if (!current.empty()) {
+                    current += ' ';
+                }
+                current += ipa;
             }
-            current += ipa;
-        }
-        if (punct && !current.empty()) {
-            current += utf8_encode(punct);
-        }
-        if ((punct && is_sentence_end(punct)) || !cursor) {
-            if (!current.empty()) {
-                sentences.push_back({ current });
+            if (punct && !current.empty()) {
+                current += utf8_encode(punct);
             }
-            current.clear();
+            // A piece's end ends no sentence: the next piece goes on with it.
+            if ((punct && is_sentence_end(punct)) || (!cursor && last)) {
+                if (!current.empty()) {
+                    sentences.push_back({ current });
+                }
+                current.clear();
+            }
         }
     }
     if (!current.empty()) {

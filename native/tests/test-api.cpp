@@ -188,15 +188,27 @@ int main() {
         cp.device            = "no-such-device";
         vs_context * ctx     = nullptr;
         EXPECT(vs_context_init(model, cp, &ctx) == VS_ERR_DEVICE);
-        cp.device    = "cpu";
+        cp.device = "cpu";
+        for (int threads : { -5, 100000 }) {  // outside 0 .. the CPUs: refused, not a crash in the thread pool
+            cp.n_threads = threads;
+            EXPECT(vs_context_init(model, cp, &ctx) == VS_ERR_INVALID_ARG && ctx == nullptr);
+        }
         cp.n_threads = 2;
         EXPECT(vs_context_init(model, cp, &ctx) == VS_OK);
+
+        uint64_t digest = 0, again = 0;
+        EXPECT(vs_file_digest(path, &digest) == VS_OK && vs_file_digest(path, &again) == VS_OK && digest == again);
+        EXPECT(vs_file_digest("/no/such/file", &digest) == VS_ERR_IO);
 
         vs_audio * audio = nullptr;
         EXPECT(vs_synthesize(ctx, "hello", VS_INPUT_TEXT, vs_synth_default_params(), &audio) == VS_ERR_PHONEMIZER);
         EXPECT(vs_synthesize(ctx, "həlˈoʊ.", VS_INPUT_PHONEMES, vs_synth_default_params(), &audio) == VS_OK);
         EXPECT(audio && vs_audio_length(audio) > 0 && vs_audio_sample_rate(audio) == vs_model_sample_rate(model));
         vs_audio_free(audio);
+
+        vs_synth_params nan_speed = vs_synth_default_params();
+        nan_speed.length_scale    = NAN;
+        EXPECT(vs_synthesize(ctx, "həlˈoʊ.", VS_INPUT_PHONEMES, nan_speed, &audio) == VS_ERR_INVALID_ARG);
 
         vs_synth_params sp = vs_synth_default_params();
         sp.abort           = [](void *) { return true; };

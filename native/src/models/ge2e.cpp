@@ -18,19 +18,32 @@ struct ge2e_hparams {
 
 ge2e_hparams read_hparams(const vs_model & m) {
     ge2e_hparams h;
-    h.n_fft          = m.u32("ge2e.n_fft");
-    h.hop            = m.u32("ge2e.hop");
-    h.n_mels         = m.u32("ge2e.n_mels");
-    h.partial_frames = m.u32("ge2e.partial_frames");
-    h.layers         = m.u32("ge2e.layers");
-    h.hidden         = m.u32("ge2e.hidden");
-    h.partial_rate   = m.f32("ge2e.partial_rate");
-    h.min_coverage   = m.f32("ge2e.min_coverage");
-    if (h.n_fft < 2 || h.hop < 1 || h.partial_frames < 1 || h.layers < 1 || h.partial_rate <= 0.0f ||
-        h.min_coverage <= 0.0f || h.min_coverage > 1.0f) {
-        throw error(VS_ERR_FORMAT, "hyperparameters of '" + m.path + "' are not a GE2E encoder's");
-    }
+    h.n_fft          = m.u32_in("ge2e.n_fft", 2, 8192);
+    h.hop            = m.u32_in("ge2e.hop", 1, 8192);
+    h.n_mels         = m.u32_in("ge2e.n_mels", 1, 512);
+    h.partial_frames = m.u32_in("ge2e.partial_frames", 1, 4096);
+    h.layers         = m.u32_in("ge2e.layers", 1, 16);
+    h.hidden         = m.u32_in("ge2e.hidden", 1, 4096);
+    h.partial_rate   = m.f32_in("ge2e.partial_rate", 1e-3f, 1e3f);
+    h.min_coverage   = m.f32_in("ge2e.min_coverage", 1e-3f, 1.0f);
     return h;
+}
+
+// Every tensor the encoder reads: the DFT's cosine and sine rows, the mel filters, the
+// LSTM's layers and the projection (all F32, as the converter writes them).
+std::vector<tensor_spec> ge2e_layout(const vs_model & m, const ge2e_hparams & h) {
+    const int64_t            bins = h.n_fft / 2 + 1, E = m.tensor("linear.weight")->ne[1];
+    std::vector<tensor_spec> s = { { "dft", { h.n_fft, 2 * bins, 1, 1 }, false },
+                                   { "mel", { bins, h.n_mels, 1, 1 }, false } };
+    for (int64_t l = 0; l < h.layers; ++l) {
+        const std::string p = "lstm." + std::to_string(l) + ".";
+        s.push_back({ p + "weight_ih", { l == 0 ? h.n_mels : h.hidden, 4 * h.hidden, 1, 1 }, false });
+        s.push_back({ p + "weight_hh", { h.hidden, 4 * h.hidden, 1, 1 }, false });
+        s.push_back({ p + "bias", { 4 * h.hidden, 1, 1, 1 }, false });
+    }
+    s.push_back({ "linear.weight", { h.hidden, E, 1, 1 }, false });
+    s.push_back({ "linear.bias", { E, 1, 1, 1 }, false });
+    return s;
 }
 
 // First frames of the partial utterances, as Resemblyzer's compute_partial_slices chooses
@@ -195,10 +208,17 @@ void normalize(float * v, int64_t n) {
 }  // namespace
 
 void ge2e_validate(const vs_model & model) {
-    read_hparams(model);
-    for (const char * name :
-         { "dft", "mel", "lstm.0.weight_ih", "lstm.0.weight_hh", "lstm.0.bias", "linear.weight", "linear.bias" }) {
-        model.tensor(name);
+    const ge2e_hparams h = read_hparams(model);
+    check_tensors(model, ge2e_layout(model, h));
+    const int64_t E = model.tensor("linear.weight")->ne[1];
+    if (E < 1 || E > 4096) {
+        model.bad("tensor 'linear.weight' makes embeddings of " + std::to_string(E) + " values; at most 4096");
+    }
+    // The partials' step, in frames (partial_starts), from one partial to a frame.
+    const double step = std::nearbyint((double) model.sample_rate / h.partial_rate / (double) h.hop);
+    if (step < 1 || step > h.partial_frames) {
+        model.bad("metadata 'ge2e.partial_rate' gives partials " + std::to_string((long long) step) +
+                  " frames apart; a partial has " + std::to_string(h.partial_frames));
     }
 }
 

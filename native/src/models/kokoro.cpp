@@ -77,11 +77,11 @@ struct kokoro_hparams {
 
 kokoro_hparams read_hparams(const vs_model & m) {
     kokoro_hparams h;
-    h.sample_rate = (int) m.u32("kokoro.sample_rate");
+    h.sample_rate = m.u32_in("kokoro.sample_rate", 1000, 384000);
     auto symbols  = m.str_array("kokoro.vocab_symbols");
     auto ids      = m.i32_array("kokoro.vocab_ids");
     if (symbols.size() != ids.size()) {
-        throw error(VS_ERR_FORMAT, "vocabulary of '" + m.path + "' is inconsistent");
+        m.bad("metadata 'kokoro.vocab_symbols' and 'kokoro.vocab_ids' differ in length");
     }
     for (size_t i = 0; i < symbols.size(); ++i) {
         h.vocab[symbols[i]] = ids[i];
@@ -468,46 +468,14 @@ std::vector<int32_t> kokoro_voice::to_ids(const std::string & ipa, int & skipped
 }
 
 std::vector<std::vector<int32_t>> kokoro_voice::chunks(std::vector<int32_t> ids) const {
-    std::vector<std::vector<int32_t>> out;
-    if (ids.empty()) {
-        return out;
-    }
     auto id_of = [&](const char * s) {
         auto it = hp_.vocab.find(s);
         return it == hp_.vocab.end() ? -1 : it->second;
     };
     const int32_t space = id_of(" "), comma = id_of(","), semi = id_of(";"), colon = id_of(":");
-    size_t        start = 0;
-    while (ids.size() - start > (size_t) MAX_TOKENS) {
-        size_t cut = 0, word = 0;
-        for (size_t i = start + 1; i < start + MAX_TOKENS; ++i) {
-            if (ids[i] == comma || ids[i] == semi || ids[i] == colon) {
-                cut = i + 1;
-            } else if (ids[i] == space) {
-                word = i + 1;
-            }
-        }
-        size_t end = cut > start + MAX_TOKENS / 4 ? cut : word > start ? word : start + MAX_TOKENS;
-        out.emplace_back(ids.begin() + start, ids.begin() + end);
-        start = end;
-        while (start < ids.size() && ids[start] == space) {
-            ++start;
-        }
-    }
-    if (start < ids.size()) {
-        out.emplace_back(ids.begin() + start, ids.end());
-    }
-    for (auto & chunk : out) {  // no chunk starts or ends with a space
-        while (!chunk.empty() && chunk.back() == space) {
-            chunk.pop_back();
-        }
-        size_t lead = 0;
-        while (lead < chunk.size() && chunk[lead] == space) {
-            ++lead;
-        }
-        chunk.erase(chunk.begin(), chunk.begin() + lead);
-    }
-    return out;
+    return split_long(
+        ids, (size_t) MAX_TOKENS, [&](int32_t id) { return id == comma || id == semi || id == colon; },
+        [&](int32_t id) { return id == space; });
 }
 
 std::vector<float> kokoro_voice::style_row(const vs_synth_params & p, size_t n_phonemes) const {
@@ -2829,15 +2797,26 @@ std::vector<std::vector<float>> kokoro_voice::synthesize_batch(vs_context &     
 }  // namespace
 
 void kokoro_validate(const vs_model & model) {
-    kokoro_hparams hp = read_hparams(model);
-    for (const auto & v : hp.voices) {
-        model.tensor("voice." + v);
+    static const std::vector<tensor_spec> layout = {
+#include "kokoro-layout.inc"
+    };
+    check_tensors(model, layout);
+    const kokoro_hparams hp = read_hparams(model);
+    if (hp.voices.size() > 4096) {
+        model.bad("metadata 'kokoro.voices' names " + std::to_string(hp.voices.size()) + " voices; at most 4096");
     }
-    for (const char * name :
-         { "bert.embeddings.word_embeddings.weight", "bert_encoder.weight", "predictor.lstm.weight_ih",
-           "predictor.shared.weight_hh", "text_encoder.lstm.bias", "decoder.encode.conv1.weight",
-           "generator.conv_post.weight", "generator.stft.istft.stft.inverse_basis", "generator.stft.window" }) {
-        model.tensor(name);
+    std::vector<tensor_spec> packs;
+    for (const auto & v : hp.voices) {
+        packs.push_back({ "voice." + v, { 2 * STYLE_DIM, MAX_TOKENS, 1, 1 }, false });
+    }
+    check_tensors(model, packs);
+    const int64_t n_vocab = std::min(model.tensor(BERT + "embeddings.word_embeddings.weight")->ne[1],
+                                     model.tensor(TEXT + "embedding.weight")->ne[1]);
+    for (const auto & [symbol, id] : hp.vocab) {
+        if (id < 0 || id >= n_vocab) {
+            model.bad("metadata 'kokoro.vocab_ids' maps '" + symbol + "' to " + std::to_string(id) +
+                      "; the embeddings have " + std::to_string(n_vocab) + " rows");
+        }
     }
 }
 

@@ -29,6 +29,10 @@ constexpr int same_padding(int kernel, int dilation) {
 constexpr int64_t DEFAULT_DECODER_TILE = 256;
 constexpr int64_t DEVICE_DECODER_TILE  = 4096;
 
+// Phonemes of a chunk: a longer sentence is split (split_long), so that its encoder's
+// attention ([T, T] a head) and every stage stay the size of a sentence of half a minute.
+constexpr size_t MAX_PHONEMES = 500;
+
 // Off the CPU a batch's sentences share each stage's graphs (see packing), up to this many
 // tokens (slots included) a graph.
 constexpr int64_t PACK_TOKENS = 8192;
@@ -156,59 +160,201 @@ struct piper_hparams {
     std::map<char32_t, int32_t> phoneme_ids;
 };
 
+// The hyperparameters, each checked against what the graphs below can build (any value
+// outside would divide by zero, assert in ggml, or ask for a graph the size of the file's
+// whim): VS_ERR_FORMAT naming the key otherwise.
 piper_hparams read_hparams(const vs_model & m) {
     piper_hparams     h;
     const std::string p = "piper.";
-    h.sample_rate       = (int) m.u32(p + "sample_rate");
-    h.hidden            = (int) m.u32(p + "hidden_channels");
-    h.inter             = (int) m.u32(p + "inter_channels");
-    h.n_heads           = (int) m.u32(p + "n_heads");
-    h.n_layers          = (int) m.u32(p + "n_layers");
-    h.window            = (int) m.u32(p + "window_size");
-    h.ffn_kernel        = (int) m.u32(p + "ffn_kernel");
-    h.ups_rates         = m.i32_array(p + "dec_upsample_rates");
-    h.ups_kernels       = m.i32_array(p + "dec_upsample_kernels");
-    h.res_kernels       = m.i32_array(p + "dec_resblock_kernels");
-    h.res_dilations     = m.i32_array(p + "dec_resblock_dilations");
-    h.res_convs         = (int) m.u32(p + "dec_resblock_convs");
+    h.sample_rate       = m.u32_in(p + "sample_rate", 1000, 384000);
+    h.hidden            = m.u32_in(p + "hidden_channels", 1, 4096);
+    h.inter             = m.u32_in(p + "inter_channels", 2, 4096);
+    h.n_heads           = m.u32_in(p + "n_heads", 1, 64);
+    h.n_layers          = m.u32_in(p + "n_layers", 1, 64);
+    h.window            = m.u32_in(p + "window_size", 1, 256);
+    h.ffn_kernel        = m.u32_in(p + "ffn_kernel", 1, 31);
+    h.ups_rates         = m.i32_array_in(p + "dec_upsample_rates", 1, 8, 1, 64);
+    h.ups_kernels       = m.i32_array_in(p + "dec_upsample_kernels", 1, 8, 2, 128);
+    h.res_kernels       = m.i32_array_in(p + "dec_resblock_kernels", 1, 8, 1, 31);
+    h.res_convs         = m.u32_in(p + "dec_resblock_convs", 1, 8);
+    h.res_dilations     = m.i32_array_in(p + "dec_resblock_dilations", 1, 64, 1, 64);
     h.dec_kernel_pre    = (int) m.tensor("dec.conv_pre.weight")->ne[1];
     h.dec_kernel_post   = (int) m.tensor("dec.conv_post.weight")->ne[1];
-    h.flow_ids          = m.i32_array(p + "flow_ids");
-    h.wn_layers         = (int) m.u32(p + "flow_wn_layers");
-    h.wn_kernel         = (int) m.u32(p + "flow_wn_kernel");
-    h.wn_dilation_rate  = (int) m.u32(p + "flow_wn_dilation_rate");
-    h.dp_flow_ids       = m.i32_array(p + "dp_flow_ids");
-    h.dp_layers         = (int) m.u32(p + "dp_layers");
-    h.dp_kernel         = (int) m.u32(p + "dp_kernel");
-    h.dp_bins           = (int) m.u32(p + "dp_num_bins");
-    h.dp_tail_bound     = m.f32(p + "dp_tail_bound");
-    h.noise_scale       = m.f32(p + "noise_scale");
-    h.length_scale      = m.f32(p + "length_scale");
-    h.noise_w           = m.f32(p + "noise_w");
+    h.flow_ids          = m.i32_array_in(p + "flow_ids", 1, 16, 0, 63);
+    h.wn_layers         = m.u32_in(p + "flow_wn_layers", 1, 64);
+    h.wn_kernel         = m.u32_in(p + "flow_wn_kernel", 1, 31);
+    h.wn_dilation_rate  = m.u32_in(p + "flow_wn_dilation_rate", 1, 8);
+    h.dp_flow_ids       = m.i32_array_in(p + "dp_flow_ids", 1, 16, 1, 63);
+    h.dp_layers         = m.u32_in(p + "dp_layers", 1, 16);
+    h.dp_kernel         = m.u32_in(p + "dp_kernel", 1, 31);
+    h.dp_bins           = m.u32_in(p + "dp_num_bins", 1, 64);
+    h.dp_tail_bound     = m.f32_in(p + "dp_tail_bound", 1e-3f, 1e3f);
+    h.noise_scale       = m.f32_in(p + "noise_scale", 0.0f, 10.0f);
+    h.length_scale      = m.f32_in(p + "length_scale", 0.05f, 20.0f);
+    h.noise_w           = m.f32_in(p + "noise_w", 0.0f, 10.0f);
     auto it             = m.strings.find(p + "espeak_voice");
     h.espeak_voice      = it == m.strings.end() ? "en-us" : it->second;
+
+    if (h.hidden % h.n_heads != 0) {
+        m.bad("metadata 'piper.n_heads' (" + std::to_string(h.n_heads) + ") does not divide 'piper.hidden_channels' (" +
+              std::to_string(h.hidden) + ")");
+    }
+    if (h.inter % 2 != 0) {
+        m.bad("metadata 'piper.inter_channels' (" + std::to_string(h.inter) + ") is odd; the flow halves it");
+    }
+    if (h.ups_kernels.size() != h.ups_rates.size()) {
+        m.bad("metadata 'piper.dec_upsample_kernels' and 'piper.dec_upsample_rates' differ in length");
+    }
+    int64_t hop = 1;
+    for (size_t i = 0; i < h.ups_rates.size(); ++i) {
+        if (h.ups_kernels[i] != 2 * h.ups_rates[i]) {  // conv_transpose1d's overlap-add of two halves
+            m.bad("metadata 'piper.dec_upsample_kernels'[" + std::to_string(i) + "] is " +
+                  std::to_string(h.ups_kernels[i]) + "; this engine runs kernels of twice the rate (" +
+                  std::to_string(2 * h.ups_rates[i]) + ")");
+        }
+        hop *= h.ups_rates[i];
+    }
+    if (hop > 4096) {
+        m.bad("metadata 'piper.dec_upsample_rates' upsample " + std::to_string(hop) + " times; at most 4096");
+    }
+    if (h.res_dilations.size() != h.res_kernels.size() * (size_t) h.res_convs) {
+        m.bad("metadata 'piper.dec_resblock_dilations' has " + std::to_string(h.res_dilations.size()) +
+              " values, not one for each of 'piper.dec_resblock_convs' convolutions of each kernel");
+    }
+    const std::pair<const char *, int> odd[] = { { "ffn_kernel", h.ffn_kernel },
+                                                 { "flow_wn_kernel", h.wn_kernel },
+                                                 { "dp_kernel", h.dp_kernel },
+                                                 { "dec.conv_pre.weight's kernel", h.dec_kernel_pre },
+                                                 { "dec.conv_post.weight's kernel", h.dec_kernel_post } };
+    for (const auto & [what, k] : odd) {
+        if (k % 2 == 0 || k > 31) {
+            m.bad(std::string(what) + " is " + std::to_string(k) + "; this engine runs odd kernels up to 31");
+        }
+    }
+    for (int k : h.res_kernels) {
+        if (k % 2 == 0) {
+            m.bad("metadata 'piper.dec_resblock_kernels' holds " + std::to_string(k) +
+                  "; this engine runs odd kernels");
+        }
+    }
+    // Dilations grow by the rate (the kernel, in the duration predictor) a layer: bounded so
+    // that a padding stays within a few thousand frames.
+    if (std::pow((double) h.wn_dilation_rate, h.wn_layers - 1) > 4096 ||
+        std::pow((double) h.dp_kernel, h.dp_layers - 1) > 4096) {
+        m.bad("metadata 'piper.flow_wn_dilation_rate' or 'piper.dp_kernel' gives dilations past 4096");
+    }
 
     auto phonemes = m.str_array(p + "phonemes");
     auto ids      = m.i32_array(p + "phoneme_ids");
     if (phonemes.size() != ids.size()) {
-        throw error(VS_ERR_FORMAT, "phoneme map of '" + m.path + "' is inconsistent");
+        m.bad("metadata 'piper.phonemes' and 'piper.phoneme_ids' differ in length");
     }
+    const int64_t n_vocab = m.tensor("enc_p.emb.weight")->ne[1];
     for (size_t i = 0; i < phonemes.size(); ++i) {
+        if (ids[i] < 0 || ids[i] >= n_vocab) {
+            m.bad("metadata 'piper.phoneme_ids'[" + std::to_string(i) + "] is " + std::to_string(ids[i]) +
+                  "; the embedding has " + std::to_string(n_vocab) + " rows");
+        }
         auto cps = utf8_decode(phonemes[i]);
         if (cps.size() == 1) {
             h.phoneme_ids[cps[0]] = ids[i];
         }
     }
-    for (char32_t special : { U'^', U'$', U'_' }) {
+    for (char32_t special : { U'^', U'$', U'_', U' ' }) {
         if (!h.phoneme_ids.count(special)) {
-            throw error(VS_ERR_FORMAT, "phoneme map of '" + m.path + "' lacks BOS/EOS/pad");
+            m.bad("metadata 'piper.phonemes' lacks BOS, EOS, pad or space ('^', '$', '_', ' ')");
         }
     }
-    if (h.hidden % h.n_heads != 0 || h.ups_rates.size() != h.ups_kernels.size() ||
-        h.res_dilations.size() != h.res_kernels.size() * (size_t) h.res_convs) {
-        throw error(VS_ERR_FORMAT, "hyperparameters of '" + m.path + "' are inconsistent");
-    }
     return h;
+}
+
+// Every tensor the graphs read, in the shape the hyperparameters give it (ggml's ne order:
+// a convolution [IC, K, OC], a transposed one [IC, OC, K]); the text encoder's and the
+// duration predictor's stay F32, as the converter writes them.
+std::vector<tensor_spec> piper_layout(const vs_model & m, const piper_hparams & h) {
+    const int64_t            H = h.hidden, I = h.inter, V = m.tensor("enc_p.emb.weight")->ne[1];
+    const int64_t            FF = m.tensor("enc_p.encoder.ffn_layers.0.conv_1.bias")->ne[0];
+    const int64_t            DP = m.tensor("dp.pre.bias")->ne[0];
+    const int64_t            C0 = m.tensor("dec.conv_pre.bias")->ne[0];
+    std::vector<tensor_spec> s;
+    auto                     add = [&](const std::string & name, std::array<int64_t, 4> ne, bool reducible = false) {
+        s.push_back({ name, ne, reducible });
+    };
+    auto conv = [&](const std::string & name, int64_t ic, int64_t k, int64_t oc, bool reducible, bool bias = true) {
+        add(name + ".weight", { ic, k, oc, 1 }, reducible && ic * k * oc >= 64);
+        if (bias) {
+            add(name + ".bias", { oc, 1, 1, 1 });
+        }
+    };
+    add("enc_p.emb.weight", { H, V, 1, 1 });
+    for (int l = 0; l < h.n_layers; ++l) {
+        const std::string a = "enc_p.encoder.attn_layers." + std::to_string(l) + ".";
+        for (const char * qkvo : { "conv_q", "conv_k", "conv_v", "conv_o" }) {
+            conv(a + qkvo, H, 1, H, false);
+        }
+        add(a + "emb_rel_k", { H / h.n_heads, 2 * h.window + 1, 1, 1 });
+        add(a + "emb_rel_v", { H / h.n_heads, 2 * h.window + 1, 1, 1 });
+        const std::string f = "enc_p.encoder.ffn_layers." + std::to_string(l) + ".";
+        conv(f + "conv_1", H, h.ffn_kernel, FF, false);
+        conv(f + "conv_2", FF, h.ffn_kernel, H, false);
+        for (const char * norm : { "norm_layers_1.", "norm_layers_2." }) {
+            add("enc_p.encoder." + std::string(norm) + std::to_string(l) + ".gamma", { H, 1, 1, 1 });
+            add("enc_p.encoder." + std::string(norm) + std::to_string(l) + ".beta", { H, 1, 1, 1 });
+        }
+    }
+    conv("enc_p.proj", H, 1, 2 * I, false);
+    auto dds = [&](const std::string & prefix) {
+        for (int l = 0; l < h.dp_layers; ++l) {
+            const std::string n = std::to_string(l);
+            add(prefix + "convs_sep." + n + ".weight", { DP, h.dp_kernel, 1, 1 });
+            add(prefix + "convs_sep." + n + ".bias", { DP, 1, 1, 1 });
+            conv(prefix + "convs_1x1." + n, DP, 1, DP, false);
+            for (const char * norm : { "norms_1.", "norms_2." }) {
+                add(prefix + norm + n + ".gamma", { DP, 1, 1, 1 });
+                add(prefix + norm + n + ".beta", { DP, 1, 1, 1 });
+            }
+        }
+    };
+    conv("dp.pre", H, 1, DP, false);
+    conv("dp.proj", DP, 1, DP, false);
+    dds("dp.convs.");
+    add("dp.flows.0.m", { 1, 2, 1, 1 });
+    add("dp.flows.0.exp_neg_logs", { 1, 2, 1, 1 });
+    for (int id : h.dp_flow_ids) {
+        const std::string f = "dp.flows." + std::to_string(id) + ".";
+        conv(f + "pre", 1, 1, DP, false);
+        dds(f + "convs.");
+        conv(f + "proj", DP, 1, 3 * h.dp_bins - 1, false);
+    }
+    for (int id : h.flow_ids) {
+        const std::string f = "flow.flows." + std::to_string(id) + ".";
+        conv(f + "pre", I / 2, 1, H, true);
+        for (int l = 0; l < h.wn_layers; ++l) {
+            const std::string n = std::to_string(l);
+            conv(f + "enc.in_layers." + n, H, h.wn_kernel, 2 * H, true);
+            conv(f + "enc.res_skip_layers." + n, H, 1, l + 1 < h.wn_layers ? 2 * H : H, true);
+        }
+        conv(f + "post", H, 1, I / 2, true);
+    }
+    conv("dec.conv_pre", I, h.dec_kernel_pre, C0, true);
+    int64_t C = C0;
+    for (size_t i = 0; i < h.ups_rates.size(); ++i) {
+        if (C % 2 != 0) {
+            m.bad("the decoder's channels (" + std::to_string(C0) + ") cannot be halved at each upsampling");
+        }
+        const std::string u = "dec.ups." + std::to_string(i) + ".";
+        add(u + "weight", { C, C / 2, h.ups_kernels[i], 1 }, true);
+        add(u + "bias", { C / 2, 1, 1, 1 });
+        C /= 2;
+        for (size_t j = 0; j < h.res_kernels.size(); ++j) {
+            const std::string r = "dec.resblocks." + std::to_string(i * h.res_kernels.size() + j) + ".convs.";
+            for (int cv = 0; cv < h.res_convs; ++cv) {
+                conv(r + std::to_string(cv), C, h.res_kernels[j], C, true);
+            }
+        }
+    }
+    conv("dec.conv_post", C, h.dec_kernel_post, 1, true, false);
+    return s;
 }
 
 // Host-side constants of the spline: cumulative sum, difference, end-point masks.
@@ -230,10 +376,7 @@ class piper_voice final : public voice {
         }
         std::vector<std::vector<int32_t>> out;
         for (const auto & s : ctx.phonemizer->phonemize(text, hp_.espeak_voice)) {
-            auto ids = to_ids(s.ipa, skipped);
-            if (!ids.empty()) {
-                out.push_back(std::move(ids));
-            }
+            add_chunks(s.ipa, skipped, out);
         }
         return out;
     }
@@ -241,10 +384,7 @@ class piper_voice final : public voice {
     std::vector<std::vector<int32_t>> ids_from_phonemes(const std::string & ipa, int & skipped) override {
         std::vector<std::vector<int32_t>> out;
         for (const auto & line : split_lines(ipa)) {
-            auto ids = to_ids(line, skipped);
-            if (!ids.empty()) {
-                out.push_back(std::move(ids));
-            }
+            add_chunks(line, skipped, out);
         }
         return out;
     }
@@ -276,11 +416,24 @@ class piper_voice final : public voice {
   private:
     piper_hparams hp_;
 
+    // A sentence's chunks of at most MAX_PHONEMES phonemes (split_long), each as ids.
+    void add_chunks(const std::string & ipa, int & skipped, std::vector<std::vector<int32_t>> & out) const {
+        const auto pieces = split_long(
+            utf8_decode(ipa), MAX_PHONEMES, [](char32_t c) { return c == U',' || c == U';' || c == U':'; },
+            [](char32_t c) { return c == U' '; });
+        for (const auto & piece : pieces) {
+            auto ids = to_ids(piece, skipped);
+            if (!ids.empty()) {
+                out.push_back(std::move(ids));
+            }
+        }
+    }
+
     // BOS, pad, then each phoneme followed by pad, then EOS (piper-phonemize's layout).
-    std::vector<int32_t> to_ids(const std::string & ipa, int & skipped) const {
+    std::vector<int32_t> to_ids(const std::vector<char32_t> & ipa, int & skipped) const {
         std::vector<int32_t> ids;
         const int32_t        pad = hp_.phoneme_ids.at(U'_');
-        for (char32_t c : utf8_decode(ipa)) {
+        for (char32_t c : ipa) {
             if (c == U'\r' || c == U'\n') {
                 continue;
             }
@@ -1300,19 +1453,7 @@ void piper_voice::decode(vs_context & c, std::vector<job> & jobs, size_t first, 
 }  // namespace
 
 void piper_validate(const vs_model & model) {
-    piper_hparams            hp       = read_hparams(model);
-    std::vector<std::string> required = { "enc_p.emb.weight",    "enc_p.proj.weight",       "dp.pre.weight",
-                                          "dp.flows.0.m",        "dp.flows.0.exp_neg_logs", "dec.conv_pre.weight",
-                                          "dec.conv_post.weight" };
-    for (int i = 0; i < hp.n_layers; ++i) {
-        required.push_back("enc_p.encoder.attn_layers." + std::to_string(i) + ".emb_rel_k");
-    }
-    for (int id : hp.flow_ids) {
-        required.push_back("flow.flows." + std::to_string(id) + ".post.weight");
-    }
-    for (const auto & name : required) {
-        model.tensor(name);
-    }
+    check_tensors(model, piper_layout(model, read_hparams(model)));
 }
 
 std::unique_ptr<voice> make_piper_voice(vs_model & model) {
