@@ -30,7 +30,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 run: setup
 	$(PY) main.py
 
-test: setup lint native-test fuzz-short py-test
+test: setup lint native-test fuzz-short py-test sanitize
 
 setup: system-deps $(STAMP) engine models
 
