@@ -205,6 +205,7 @@ def cmd_synth(args) -> int:
     from app.core.atomic import atomic_path
     from app.core.audio_io import SUBTYPES
     from app.core.engine import Engine
+    from app.core.errors import NothingToSpeakError
 
     if not (math.isfinite(args.speed) and 0.05 <= args.speed <= 20.0):
         raise VoiceStudioError(f"--speed must lie from 0.05 to 20, not {args.speed}")
@@ -225,18 +226,23 @@ def cmd_synth(args) -> int:
                 str(tmp), "w", engine.sample_rate, 1, subtype=SUBTYPES[args.format], format="WAV"
             ) as wav:
                 for block in _blocks(source, is_phonemes):
-                    take = engine.synthesize(
-                        text=None if is_phonemes else block,
-                        phonemes=block if is_phonemes else None,
-                        noise_scale=args.noise_scale,
-                        length_scale=1.0 / args.speed,
-                        noise_w=args.noise_w,
-                        seed=args.seed,
-                    )
+                    try:
+                        take = engine.synthesize(
+                            text=None if is_phonemes else block,
+                            phonemes=block if is_phonemes else None,
+                            noise_scale=args.noise_scale,
+                            length_scale=1.0 / args.speed,
+                            noise_w=args.noise_w,
+                            seed=args.seed,
+                        )
+                    except NothingToSpeakError:
+                        continue  # a block of punctuation alone; the script as a whole is judged below
                     wav.write(np.clip(take.audio, -1.0, 1.0))
                     samples += len(take.audio)
                     timings = _sum_timings(timings, take.timings)  # first_audio_ms: the first block's
                     warnings += [w for w in take.warnings if w not in warnings]
+            if timings is None:
+                raise NothingToSpeakError("nothing to speak in the input")
         rate = engine.sample_rate
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)

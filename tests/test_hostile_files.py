@@ -306,3 +306,17 @@ def test_cli_writes_a_long_script_block_by_block_as_one_take(engine, tmp_path, m
     written, _ = sf.read(out, dtype="float32")
     whole = engine.synthesize(text=script).audio
     np.testing.assert_array_equal(written, np.clip(whole, -1, 1))
+
+
+def test_cli_block_of_punctuation_alone_is_skipped_not_fatal(tmp_path, monkeypatch):
+    from app import cli
+
+    monkeypatch.setattr(cli, "BLOCK_CHARS", 12)
+    out = tmp_path / "o.wav"
+    script = "Hello there. ?! ... !! ?? Goodbye now."
+    assert any(not any(c.isalpha() for c in b) for b in cli._blocks(script, phonemes=False))
+    assert cli.main(["synth", "--voice", "piper:joe", "--device", "cpu", "--threads", "2", "--text", script,
+                     "--out", str(out)]) == 0  # fmt: skip
+    assert cli.main(["synth", "--voice", "piper:joe", "--device", "cpu", "--threads", "2", "--text", "?! ...",
+                     "--out", str(tmp_path / "none.wav")]) == 1  # fmt: skip
+    assert not (tmp_path / "none.wav").exists()
