@@ -126,7 +126,7 @@ def test_a_fifo_is_written_through(tmp_path):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     got = []
-    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
     reader.start()
     write_bytes_atomic(fifo, b"through the pipe")
     reader.join(timeout=10)
