@@ -71,7 +71,10 @@ $(STAMP): pyproject.toml tools/requirements.py
 	  echo "GPU=vulkan: ggml's Vulkan backend needs Vulkan headers with VK_EXT_layer_settings (2023); the system's are"; \
 	  echo "1.3.$$(sed -n 's/^#define VK_HEADER_VERSION \([0-9]*\).*/\1/p' /usr/include/vulkan/vulkan_core.h): unpacking Debian 13's libvulkan-dev into $(VK_HEADERS)"; \
 	  d=$$(mktemp -d) && chmod 755 $$d && mkdir -p $$d/lists/partial $$d/cache/archives/partial && \
-	  echo "deb http://deb.debian.org/debian trixie main" > $$d/trixie.list && \
+	  archive=$$(sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | head -n 1); \
+	  [ -n "$$archive" ] || archive=$$(awk '$$1 == "deb" && $$2 !~ /security/ { print $$2; exit }' /etc/apt/sources.list 2>/dev/null); \
+	  [ -n "$$archive" ] || { echo "GPU=vulkan: no Debian archive in this machine's apt sources"; exit 1; }; \
+	  echo "deb $$archive trixie main" > $$d/trixie.list && \
 	  apt="-o Dir::Etc::SourceList=$$d/trixie.list -o Dir::Etc::SourceParts=/dev/null -o Dir::State::Lists=$$d/lists -o Dir::Cache=$$d/cache" && \
 	  apt-get $$apt update -qq && (cd $$d && apt-get $$apt download -qq libvulkan-dev 2>/dev/null) && \
 	  mkdir -p $(VK_HEADERS) && dpkg -x $$d/libvulkan-dev_*.deb $(VK_HEADERS) && rm -rf $$d; fi
