@@ -382,3 +382,18 @@ def test_a_kokoro_voice_synthesizes_with_its_own_stages(qtbot, window):
     assert window.timings.stages == kokoro and all(window.timings.stage_ms[s] > 0 for s in kokoro[1:])
     take = window.project.sentences[0].take
     assert take.sample_rate == 24000 and take.voice == "kokoro:jm_kumo"
+
+
+def test_an_uncaught_exception_is_logged_and_shown_naming_the_log(window):
+    import sys
+
+    from app.ui.main import excepthook_for
+
+    try:
+        raise ValueError("nobody caught this")
+    except ValueError:
+        excepthook_for(window)(*sys.exc_info())
+    assert window.last_error == "nobody caught this"
+    assert str(window.log_path) in window._error_box.informativeText()
+    logged = window.log_path.read_text(encoding="utf-8")
+    assert "uncaught ValueError" in logged and "Traceback" in logged and "nobody caught this" in logged

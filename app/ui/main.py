@@ -829,6 +829,21 @@ def _placement_note(engine: Engine) -> str:
     return "\non the CPU instead: " + "; ".join(f"{stage}: {', '.join(ops)}" for stage, ops in moved.items())
 
 
+def excepthook_for(window: StudioWindow):
+    """``sys.excepthook`` for the studio: an exception nothing caught (in a slot, a timer's
+    callback) is logged with its traceback and shown in the window's error dialog, which
+    names the log file; the studio goes on."""
+
+    def hook(kind, value, tb) -> None:
+        if issubclass(kind, KeyboardInterrupt):
+            sys.__excepthook__(kind, value, tb)
+            return
+        log.error("uncaught %s", kind.__name__, exc_info=(kind, value, tb))
+        window.show_error(value)
+
+    return hook
+
+
 def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="main.py")
     parser.add_argument("--screenshot", help="render the window offscreen after one synthesis, save a PNG, exit")
@@ -845,6 +860,7 @@ def run(argv: list[str]) -> int:
     app.setApplicationName("Voice Studio")
     probe = bool(args.screenshot or args.quit_when_shown)
     window = StudioWindow(ask_recovery=not probe, persist=not probe)
+    sys.excepthook = excepthook_for(window)
     if args.voice:
         window.inspector.voice.setCurrentText(args.voice)
     if args.device:
