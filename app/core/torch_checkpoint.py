@@ -59,8 +59,14 @@ class _TensorRef:
     stride: tuple
 
 
+def _ints(v) -> bool:
+    return isinstance(v, tuple) and all(isinstance(n, int) for n in v)
+
+
 def _rebuild_tensor_v2(storage, offset, size, stride, requires_grad=False, hooks=None, *_):
-    return _TensorRef(storage, int(offset), tuple(size), tuple(stride))
+    if not (isinstance(storage, _Storage) and isinstance(offset, int) and _ints(size) and _ints(stride)):
+        raise CheckpointError("a tensor is not a storage, an offset, a size and a stride")
+    return _TensorRef(storage, offset, size, stride)
 
 
 class _Unpickler(pickle.Unpickler):
