@@ -320,3 +320,13 @@ def test_cli_block_of_punctuation_alone_is_skipped_not_fatal(tmp_path, monkeypat
     assert cli.main(["synth", "--voice", "piper:joe", "--device", "cpu", "--threads", "2", "--text", "?! ...",
                      "--out", str(tmp_path / "none.wav")]) == 1  # fmt: skip
     assert not (tmp_path / "none.wav").exists()
+
+
+def test_a_tensor_whose_storage_is_not_a_storage_is_refused(tmp_path):
+    # _rebuild_tensor_v2(("x",), 0, (1,), (1,)): a tuple where the storage belongs.
+    tensor = b"\x80\x02ctorch._utils\n_rebuild_tensor_v2\n(X\x01\x00\x00\x00x\x85K\x00K\x01\x85K\x01\x85tR."
+    head = b"".join(pickle.dumps(x, protocol=2) for x in (torch_checkpoint.MAGIC, torch_checkpoint.PROTOCOL, {}))
+    path = tmp_path / "odd.pt"
+    path.write_bytes(head + tensor + pickle.dumps([], protocol=2))
+    with pytest.raises(torch_checkpoint.CheckpointError, match="storage"):
+        torch_checkpoint.load(path)
