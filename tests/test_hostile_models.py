@@ -32,6 +32,16 @@ def _set_field(path, key, value, index=0):
     del reader
 
 
+def _swap_dims(path, tensor):
+    """Swaps a tensor's first and third dimensions in place (its bytes stay where they are)."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(path), "r+")
+    dims = next(t for t in reader.tensors if t.name == tensor).field.parts[3]
+    dims[0], dims[2] = dims[2], dims[0]
+    del reader
+
+
 def _refused(path) -> str:
     with pytest.raises(ModelFileError) as info:
         _engine.Model(str(path))
@@ -66,13 +76,8 @@ def test_piper_metadata_outside_the_architecture_is_refused(joe_path, tmp_path, 
 
 
 def test_a_tensor_with_its_dimensions_reordered_is_refused(joe_path, tmp_path):
-    import gguf
-
     path = _copy(joe_path, tmp_path)
-    reader = gguf.GGUFReader(str(path), "r+")
-    dims = next(t for t in reader.tensors if t.name == "dec.conv_pre.weight").field.parts[3]
-    dims[0], dims[2] = dims[2], dims[0]
-    del reader
+    _swap_dims(path, "dec.conv_pre.weight")
     assert "dec.conv_pre.weight" in _refused(path)
 
 
@@ -98,16 +103,11 @@ def test_speaker_encoder_metadata_and_shapes_are_checked(tmp_path):
 
 
 def test_kokoro_vocabulary_and_shapes_are_checked(tmp_path):
-    import gguf
-
     path = _copy(KOKORO, tmp_path)
     _set_field(path, "kokoro.vocab_ids", 5000, 3)
     assert "kokoro.vocab_ids" in _refused(path)
     path = _copy(KOKORO, tmp_path)
-    reader = gguf.GGUFReader(str(path), "r+")
-    dims = next(t for t in reader.tensors if t.name == "decoder.decode.0.conv1.weight").field.parts[3]
-    dims[0], dims[2] = dims[2], dims[0]
-    del reader
+    _swap_dims(path, "decoder.decode.0.conv1.weight")
     assert "decoder.decode.0.conv1.weight" in _refused(path)
 
 
