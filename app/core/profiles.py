@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from app.core import paths
+from app.core.archive import MemberTooLarge, read_bounded
 from app.core.atomic import atomic_path
 from app.core.errors import VoiceStudioError
 
@@ -359,8 +360,8 @@ def import_file(path: Path | str, *, name: str | None = None) -> Profile:
             missing = [f for f in FILES if f not in members]
             if missing:
                 raise ProfileError(f"{path.name}: not a profile file ({', '.join(missing)} missing)")
-            data = {f: _read_member(zf, f, MAX_BYTES[f], path.name) for f in FILES}
-    except (OSError, zipfile.BadZipFile, zlib.error, NotImplementedError, EOFError) as exc:
+            data = {f: read_bounded(zf, f, MAX_BYTES[f]) for f in FILES}
+    except (OSError, zipfile.BadZipFile, zlib.error, NotImplementedError, EOFError, MemberTooLarge) as exc:
         raise ProfileError(f"{path.name}: not a profile file ({exc})") from exc
     tmp = Path(tempfile.mkdtemp(prefix=".imp-", dir=profiles_dir()))
     try:
@@ -378,12 +379,3 @@ def import_file(path: Path | str, *, name: str | None = None) -> Profile:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return _read(folder)
-
-
-def _read_member(zf: zipfile.ZipFile, member: str, limit: int, where: str) -> bytes:
-    """A member's bytes, refused once more than ``limit`` come out (whatever its header says)."""
-    with zf.open(member) as fh:
-        data = fh.read(limit + 1)
-    if len(data) > limit:
-        raise ProfileError(f"{where}: {member} is larger than {limit:,} bytes uncompressed; not a profile file")
-    return data

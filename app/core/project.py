@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from app.core import paths
+from app.core.archive import read_bounded
 from app.core.atomic import write_bytes_atomic
 from app.core.script import segment
 
@@ -196,7 +197,7 @@ class Project:
         take's audio. A malformed file raises ProjectFileError and nothing else."""
         try:
             with zipfile.ZipFile(io.BytesIO(data)) as zf:
-                meta = json.loads(_member(zf, "project.json", MAX_JSON_BYTES).decode("utf-8"))
+                meta = json.loads(read_bounded(zf, "project.json", MAX_JSON_BYTES).decode("utf-8"))
                 project = cls._from_meta(meta, name)
                 budget = [MAX_TAKES_BYTES]
                 for sentence, stored in zip(project.sentences, meta["sentences"], strict=True):
@@ -320,15 +321,6 @@ def _alive(pid) -> bool:
     return True
 
 
-def _member(zf: zipfile.ZipFile, member: str, limit: int) -> bytes:
-    """A member's bytes, refused once more than ``limit`` come out (whatever its header says)."""
-    with zf.open(member) as fh:
-        data = fh.read(limit + 1)
-    if len(data) > limit:
-        raise ProjectFileError(f"{member} is larger than {limit:,} bytes uncompressed")
-    return data
-
-
 def _take_from(zf: zipfile.ZipFile, t, name: str, budget: list[int]) -> Take:
     """A take's metadata checked and its audio read, within the project's remaining ``budget``."""
     if not isinstance(t, dict):
@@ -342,7 +334,7 @@ def _take_from(zf: zipfile.ZipFile, t, name: str, budget: list[int]) -> Take:
     for key, kind in fields.items():
         if not isinstance(t.get(key), kind):
             raise ProjectFileError(f"{name}: take {take_id} lacks its {key}")
-    blob = _member(zf, f"takes/{take_id}.wav", min(MAX_TAKE_BYTES, budget[0]))
+    blob = read_bounded(zf, f"takes/{take_id}.wav", min(MAX_TAKE_BYTES, budget[0]))
     budget[0] -= len(blob)
     audio, file_rate = _read_wav_bytes(blob)
     if file_rate != rate or audio.ndim != 1 or not np.all(np.isfinite(audio)):
