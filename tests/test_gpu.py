@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from app.core.dsp import log_mel_cosine
-from app.core.engine import Engine, devices
+from app.core.engine import Engine, EngineDebug, devices
 
 GPUS = [d["id"] for d in devices() if d["type"] in ("gpu", "igpu")]
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not GPUS, reason="this ggml build reports no GPU")]
@@ -149,15 +149,14 @@ def test_workers_on_a_gpu_give_the_takes_of_one(device, voice, sentences, joe_pa
 
 
 @pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
-def test_kept_graphs_on_a_gpu_give_the_takes_of_graphs_built_for_them(device, joe_path, monkeypatch):
+def test_kept_graphs_on_a_gpu_give_the_takes_of_graphs_built_for_them(device, joe_path):
     """A CUDA device keeps Piper's stage graphs by their rounded shapes: a batch in another
     order, then one sentence a call (other sentences of the same rounded lengths), runs
     kept graphs, and every take is the one a graph built for it gives."""
     from test_kept_graphs import CALLS
 
     def run(keep: str):
-        monkeypatch.setenv("VOICESTUDIO_KEEP_GRAPHS", keep)
-        with Engine.open("piper:joe", device=device) as gpu:
+        with Engine.open("piper:joe", device=device, debug=EngineDebug(keep_graphs=keep == "1")) as gpu:
             return [gpu.synthesize_many(texts, seed=3, batch=batch) for texts, batch in CALLS]
 
     kept, fresh = run("1"), run("0")
@@ -180,7 +179,7 @@ def test_kept_graphs_on_a_gpu_give_the_takes_of_graphs_built_for_them(device, jo
 @pytest.mark.parametrize("voice", ["piper:joe", "kokoro:jf_alpha"])
 @pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
 def test_a_take_repeated_on_cuda_is_the_same_and_only_kept_graphs_are_captured(
-    device, voice, keep, sentences, joe_path, monkeypatch, capfd
+    device, voice, keep, sentences, joe_path, capfd
 ):
     """The same sentence four times in a row. Where ggml is built with CUDA graphs it
     captures a graph run twice with the same nodes and replays it: a kept graph's replays
@@ -190,9 +189,8 @@ def test_a_take_repeated_on_cuda_is_the_same_and_only_kept_graphs_are_captured(
 
     if voice.startswith("kokoro") and not models.kokoro_installed():
         pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
-    monkeypatch.setenv("VOICESTUDIO_KEEP_GRAPHS", keep)
     capfd.readouterr()
-    with Engine.open(voice, device=device) as gpu:
+    with Engine.open(voice, device=device, debug=EngineDebug(keep_graphs=keep == "1")) as gpu:
         takes = [gpu.synthesize_many([sentences[4]], seed=2)[0].audio for _ in range(4)]
         reused = gpu.synthesize_many([sentences[4]], seed=2)[0].timings["graphs_reused"]
     for take in takes[1:]:
@@ -205,12 +203,10 @@ def test_a_take_repeated_on_cuda_is_the_same_and_only_kept_graphs_are_captured(
 
 @pytest.mark.parametrize("voice", ["piper:joe", "kokoro:jf_alpha"])
 @pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
-def test_inputs_staged_in_pinned_memory_give_the_takes_of_inputs_set_one_by_one(
-    device, voice, sentences, joe_path, monkeypatch
-):
+def test_inputs_staged_in_pinned_memory_give_the_takes_of_inputs_set_one_by_one(device, voice, sentences, joe_path):
     """On CUDA a graph's inputs are copied on the device's stream through pinned host memory
     without a wait each, the next compute waiting for them all. The takes must be those of
-    inputs each set and waited for (VOICESTUDIO_STAGING_KIB=0), also where that memory is so
+    inputs each set and waited for (staging_kib=0), also where that memory is so
     small (1 KiB) that a call fills it again and again (waited for, then used from its
     start) and grows it for larger inputs."""
     from app.core import models
@@ -219,8 +215,7 @@ def test_inputs_staged_in_pinned_memory_give_the_takes_of_inputs_set_one_by_one(
         pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
     takes = {}
     for kib in ("0", "1", "4096"):
-        monkeypatch.setenv("VOICESTUDIO_STAGING_KIB", kib)
-        with Engine.open(voice, device=device, prewarm=False) as gpu:
+        with Engine.open(voice, device=device, prewarm=False, debug=EngineDebug(staging_kib=int(kib))) as gpu:
             alone = [t.audio for t in gpu.synthesize_many(sentences[:3], seed=2)]
             batch = [t.audio for t in gpu.synthesize_many(sentences[:4], seed=2, batch=4)]
             takes[kib] = alone + batch
@@ -232,10 +227,10 @@ def test_inputs_staged_in_pinned_memory_give_the_takes_of_inputs_set_one_by_one(
 
 @pytest.mark.parametrize("voice", ["piper:joe", "kokoro:jf_alpha"])
 @pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
-def test_graphs_queued_without_a_wait_give_the_takes_of_graphs_waited_for(device, voice, sentences, monkeypatch):
+def test_graphs_queued_without_a_wait_give_the_takes_of_graphs_waited_for(device, voice, sentences):
     """On CUDA the host queues a graph and goes on without waiting for it; ggml's stream and
     the engine's kernels' are ordered by events, and the host waits at each stage's end. The
-    takes must be those of every graph waited for (VOICESTUDIO_GRAPH_WAIT=1): one sentence a
+    takes must be those of every graph waited for (wait_each_graph): one sentence a
     call (the same ones again, through the captured graphs), a batch, and a batch divided
     between two workers."""
     from app.core import models
@@ -244,11 +239,11 @@ def test_graphs_queued_without_a_wait_give_the_takes_of_graphs_waited_for(device
         pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
     takes = {}
     for wait in ("1", "0"):
-        monkeypatch.setenv("VOICESTUDIO_GRAPH_WAIT", wait)
-        with Engine.open(voice, device=device, prewarm=False) as one:
+        debug = EngineDebug(wait_each_graph=wait == "1")
+        with Engine.open(voice, device=device, prewarm=False, debug=debug) as one:
             alone = [t.audio for _ in range(2) for t in one.synthesize_many(sentences[:4], seed=2)]
             batch = [t.audio for t in one.synthesize_many(sentences[:6], seed=2, batch=6)]
-        with Engine.open(voice, device=device, prewarm=False, workers=2) as two:
+        with Engine.open(voice, device=device, prewarm=False, workers=2, debug=debug) as two:
             split = [t.audio for t in two.synthesize_many(sentences[:6], seed=2, batch=6)]
         takes[wait] = alone + batch + split
     for got, want in zip(takes["0"], takes["1"], strict=True):
@@ -303,8 +298,8 @@ def test_kokoro_stacks_captured_at_one_length_replay_for_the_others_of_its_bucke
             d[longest] -= fewer
             variants.append(d)
         takes = [gpu.synthesize(phonemes=line, durations=d, seed=2) for d in variants]
-    monkeypatch.setenv("GGML_CUDA_DISABLE_GRAPHS", "1")
-    with Engine.open(voice, device=device, prewarm=False) as direct:
+    monkeypatch.setenv("GGML_CUDA_DISABLE_GRAPHS", "1")  # ggml's own switch
+    with Engine.open(voice, device=device, prewarm=False, debug=EngineDebug(captures=False)) as direct:
         wants = [direct.synthesize(phonemes=line, durations=d, seed=2) for d in variants]
         assert all(w.timings["captures_replayed"] == 0 for w in wants)
     # The call that gave the durations ran the stacks of this length, the first take captured
@@ -321,7 +316,7 @@ def test_kokoro_stacks_captured_at_one_length_replay_for_the_others_of_its_bucke
 
 
 @pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
-def test_kokoro_outputs_left_on_the_device_read_back_as_ggml_ops_give_them(device, sentences, monkeypatch):
+def test_kokoro_outputs_left_on_the_device_read_back_as_ggml_ops_give_them(device, sentences):
     """On CUDA the decoder's output and the generator's source spectrum ("har") stay on the
     device, read back only when asked for. They must be what the stages computed: the same
     device with the engine's kernels off (every stage in ggml ops, its outputs read back as
@@ -340,8 +335,7 @@ def test_kokoro_outputs_left_on_the_device_read_back_as_ggml_ops_give_them(devic
         durations = gpu.output("durations").reshape(-1).astype(np.int32)
         got = {name: gpu.output(name) for name in names}
         assert all(np.array_equal(gpu.output(name), got[name]) for name in names)  # asked for again
-    monkeypatch.setenv("VOICESTUDIO_CUDA_KERNELS", "0")
-    with Engine.open(voice, device=device, prewarm=False) as ops:
+    with Engine.open(voice, device=device, prewarm=False, debug=EngineDebug(engine_kernels=False)) as ops:
         want_take = ops.synthesize(phonemes=line, durations=durations, seed=1)
         want = {name: ops.output(name) for name in names}
     assert len(take.audio) == len(want_take.audio)
@@ -387,14 +381,14 @@ def test_kokoro_outputs_of_a_batch_across_workers_are_its_last_sentences(device,
 
 
 @pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
-def test_kokoro_kept_graphs_on_a_gpu_give_the_takes_of_graphs_built_for_them(device, monkeypatch):
+def test_kokoro_kept_graphs_on_a_gpu_give_the_takes_of_graphs_built_for_them(device):
     from test_kept_graphs import assert_kokoro_kept_like_fresh, kokoro_calls
 
     from app.core import models
 
     if not models.kokoro_installed():
         pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
-    kept, fresh = kokoro_calls(monkeypatch, device, "1"), kokoro_calls(monkeypatch, device, "0")
+    kept, fresh = kokoro_calls(device, True), kokoro_calls(device, False)
     # The CPU's 8 a call and the six LSTMs' input projections (their recurrences in the
     # engine's kernel), less four graphs computed in the next LSTM's projections graph: the
     # duration encoder's three AdaLayerNorms and the text encoder's convolutions. A sentence
@@ -404,7 +398,7 @@ def test_kokoro_kept_graphs_on_a_gpu_give_the_takes_of_graphs_built_for_them(dev
 
 
 @pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
-def test_kokoro_graphs_dropped_for_room_and_built_again_give_the_same_takes(device, sentences, monkeypatch):
+def test_kokoro_graphs_dropped_for_room_and_built_again_give_the_same_takes(device, sentences):
     """With room for a few sentences' kept graphs, each sentence drops others' (captured by
     ggml: each is run twice) and new ones are built in their metadata, at the addresses
     ggml keys its captures by. No replay or update may run a dropped graph's kernels: every
@@ -413,9 +407,8 @@ def test_kokoro_graphs_dropped_for_room_and_built_again_give_the_same_takes(devi
 
     if not models.kokoro_installed():
         pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
-    monkeypatch.setenv("VOICESTUDIO_KEPT_GRAPHS_MIB", "64")
     first, again, rebuilt = {}, {}, 0
-    with Engine.open("kokoro:jf_alpha", device=device) as gpu:
+    with Engine.open("kokoro:jf_alpha", device=device, debug=EngineDebug(kept_graphs_mib=64)) as gpu:
         for round_ in range(3):
             for i, text in enumerate(sentences):
                 for repeat in range(2):
@@ -448,7 +441,7 @@ def test_automatic_workers_on_cuda_with_room_for_them(device, joe_path):
 
 
 @pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
-def test_cuda_kernels_match_the_ggml_ops(device, monkeypatch):
+def test_cuda_kernels_match_the_ggml_ops(device):
     """Kokoro's LSTMs and its generator's residual stacks run in the engine's own CUDA kernels;
     ggml's ops on the same device are the reference."""
     from app.core import models
@@ -465,8 +458,7 @@ def test_cuda_kernels_match_the_ggml_ops(device, monkeypatch):
     # Two stages, each a residual stack and a mean of three: in the kernels, not in ggml's ops.
     assert kernels.get("residual stacks (engine's CUDA kernels)") == 2
     assert "GROUP_NORM" not in kernels
-    monkeypatch.setenv("VOICESTUDIO_CUDA_KERNELS", "0")
-    with Engine.open(voice, device=device) as ops:
+    with Engine.open(voice, device=device, debug=EngineDebug(engine_kernels=False)) as ops:
         want_audio = ops.synthesize(phonemes=ipa, durations=got["durations"].reshape(-1).astype(np.int32)).audio
         for name in ("duration_logits", "F0", "N", "text_encoder"):
             want = ops.output(name)
@@ -481,7 +473,7 @@ def test_cuda_kernels_match_the_ggml_ops(device, monkeypatch):
 
 
 @pytest.mark.parametrize("device", [d for d in GPUS if d.startswith("cuda")])
-def test_piper_decoder_kernels_match_the_ggml_ops(device, sentences, joe_path, monkeypatch):
+def test_piper_decoder_kernels_match_the_ggml_ops(device, sentences, joe_path):
     """With F16 or F32 weights (F32 ones read as F16 copies), Piper's decoder runs its residual
     blocks in the engine's CUDA kernels, one sentence at a time and packed (the gaps masked
     inside the kernels); ggml's ops on the same device, with the installed weights, are the
@@ -508,8 +500,7 @@ def test_piper_decoder_kernels_match_the_ggml_ops(device, sentences, joe_path, m
         fast.set_op_profiling(False)
         got = run(fast)
     assert kernels.get("residual blocks (engine's CUDA kernels)") == 3  # one a upsampling stage
-    monkeypatch.setenv("VOICESTUDIO_CUDA_KERNELS", "0")
-    with Engine.open("piper:joe", device=device) as ops:
+    with Engine.open("piper:joe", device=device, debug=EngineDebug(engine_kernels=False)) as ops:
         want = run(ops)
     for got_takes, want_takes in zip(got, want, strict=True):
         assert len(got_takes) == len(want_takes) == len(lines)

@@ -1,14 +1,14 @@
 """Graphs kept between calls: on CUDA a context keeps each stage's graph by its shapes
 (lengths rounded up, the added frames masked) and the next sentence of those shapes only
 sets its inputs. A take must not depend on whether its graphs were built for it or kept
-from another sentence. On the CPU, VOICESTUDIO_KEEP_GRAPHS=1 keeps them too and
-VOICESTUDIO_DEVICE_GRAPHS=1 builds the graphs a GPU runs, so CI checks that path."""
+from another sentence. On the CPU, EngineDebug(keep_graphs=True) keeps them too and
+device_graphs=True builds the graphs a GPU runs, so CI checks that path."""
 
 import numpy as np
 import pytest
 from test_workers import TEXTS
 
-from app.core.engine import Engine
+from app.core.engine import Engine, EngineDebug
 
 OTHERS = [
     "Hello!",
@@ -23,15 +23,10 @@ OTHERS = [
 CALLS = [(TEXTS, 6), (TEXTS[::-1], 6), (TEXTS, 6), (TEXTS + OTHERS, 1), (OTHERS + TEXTS, 1)]
 
 
-def _calls(monkeypatch, keep: str, workers: int = 1, limit_mib: str | None = None, device_limits: str | None = None):
-    monkeypatch.setenv("VOICESTUDIO_DEVICE_GRAPHS", "1")
-    monkeypatch.setenv("VOICESTUDIO_KEEP_GRAPHS", keep)
-    if limit_mib is not None:
-        monkeypatch.setenv("VOICESTUDIO_KEPT_GRAPHS_MIB", limit_mib)
-    if device_limits is not None:
-        monkeypatch.setenv("VOICESTUDIO_DEVICE_LIMITS", device_limits)
+def _calls(keep: bool, workers: int = 1, limit_mib: int | None = None, device_limits: str = ""):
+    debug = EngineDebug(device_graphs=True, keep_graphs=keep, kept_graphs_mib=limit_mib, device_limits=device_limits)
     out = []
-    with Engine.open("piper:joe", device="cpu", threads=2, workers=workers) as engine:
+    with Engine.open("piper:joe", device="cpu", threads=2, workers=workers, debug=debug) as engine:
         for texts, batch in CALLS:
             takes = engine.synthesize_many(texts, seed=3, batch=batch)
             out.append(([t.audio for t in takes], takes[0].timings))
@@ -40,8 +35,7 @@ def _calls(monkeypatch, keep: str, workers: int = 1, limit_mib: str | None = Non
 
 @pytest.fixture(scope="module")
 def fresh(joe_path):
-    with pytest.MonkeyPatch.context() as mp:
-        return _calls(mp, "0")
+    return _calls(False)
 
 
 def _assert_same_takes(calls, fresh):
@@ -51,8 +45,8 @@ def _assert_same_takes(calls, fresh):
             assert np.max(np.abs(a - r)) < 5e-4 * max(1.0, float(np.max(np.abs(r))))
 
 
-def test_kept_graphs_give_the_takes_of_graphs_built_for_them(monkeypatch, fresh):
-    kept = _calls(monkeypatch, "1")
+def test_kept_graphs_give_the_takes_of_graphs_built_for_them(fresh):
+    kept = _calls(True)
     _assert_same_takes(kept, fresh)
     assert all(t["graphs_reused"] == 0 for _, t in fresh)
     reused = [t["graphs_reused"] for _, t in kept]
@@ -67,36 +61,35 @@ def test_kept_graphs_give_the_takes_of_graphs_built_for_them(monkeypatch, fresh)
         assert t["graphs_built"] + t["graphs_reused"] == f["graphs_built"]
 
 
-def test_workers_keep_graphs_of_their_own(monkeypatch, fresh):
-    kept = _calls(monkeypatch, "1", workers=3)
+def test_workers_keep_graphs_of_their_own(fresh):
+    kept = _calls(True, workers=3)
     _assert_same_takes(kept, fresh)
     assert kept[2][1]["graphs_reused"] == 9  # each worker's two sentences: its three graphs again
 
 
-def test_a_limit_too_small_for_any_graph_keeps_none(monkeypatch, fresh):
-    kept = _calls(monkeypatch, "1", limit_mib="0")
+def test_a_limit_too_small_for_any_graph_keeps_none(fresh):
+    kept = _calls(True, limit_mib=0)
     _assert_same_takes(kept, fresh)
     assert all(t["graphs_reused"] == 0 for _, t in kept)
 
 
-def test_kept_graphs_within_a_vulkan_devices_limits(monkeypatch, joe_path):
+def test_kept_graphs_within_a_vulkan_devices_limits(joe_path):
     """The graphs a Vulkan device gets (no matmul over a fourth axis, no strided matrices in
-    a matmul: im2col for every convolution), kept with VOICESTUDIO_KEEP_GRAPHS=1."""
+    a matmul: im2col for every convolution), kept with keep_graphs=True."""
     limits = "1024,0,0"
-    fresh = _calls(monkeypatch, "0", device_limits=limits)
-    kept = _calls(monkeypatch, "1", device_limits=limits)
+    fresh = _calls(False, device_limits=limits)
+    kept = _calls(True, device_limits=limits)
     _assert_same_takes(kept, fresh)
     assert [t["graphs_reused"] for _, t in kept][1:3] == [3, 3]
 
 
-def test_the_prewarm_leaves_graphs_for_short_sentences_and_long(monkeypatch, joe_path):
+def test_the_prewarm_leaves_graphs_for_short_sentences_and_long(joe_path):
     """Off the CPU the prewarm speaks seven lengths, from one word to 17 s, so that a first
     take of any length finds graphs of its rounded shapes kept: the encoder's and the
     duration predictor's (by its tokens) at least; the flow's frames follow the take's seed."""
-    monkeypatch.setenv("VOICESTUDIO_DEVICE_GRAPHS", "1")
-    monkeypatch.setenv("VOICESTUDIO_KEEP_GRAPHS", "1")
     phrase = "ðə kwˈɪk bɹˈaʊn fˈɑːks"
-    with Engine.open("piper:joe", device="cpu", threads=2, prewarm=True) as engine:
+    debug = EngineDebug(device_graphs=True, keep_graphs=True)
+    with Engine.open("piper:joe", device="cpu", threads=2, prewarm=True, debug=debug) as engine:
         for ipa in ("fˈɑːks.", phrase + ".", f"{phrase}, {phrase}, {phrase}.", ", ".join([phrase] * 13) + "."):
             assert engine.synthesize(phonemes=ipa).timings["graphs_reused"] >= 2, ipa
 
@@ -114,12 +107,12 @@ KOKORO_CALLS = [(KOKORO_TEXTS, 1), (KOKORO_TEXTS[::-1], 1), (KOKORO_TEXTS, 3), (
 STAGE_OUTPUTS = ("text_encoder", "duration_logits", "F0", "N", "decoder")
 
 
-def kokoro_calls(monkeypatch, device: str, keep: str):
+def kokoro_calls(device: str, keep: bool, device_graphs: bool = False):
     """Each call's takes, timings, last sentence's BERT output, sample rate and last
     sentence's other stage outputs (by name)."""
-    monkeypatch.setenv("VOICESTUDIO_KEEP_GRAPHS", keep)
     out = []
-    with Engine.open("kokoro:jf_alpha", device=device, threads=2) as engine:
+    debug = EngineDebug(device_graphs=device_graphs, keep_graphs=keep)
+    with Engine.open("kokoro:jf_alpha", device=device, threads=2, debug=debug) as engine:
         for texts, batch in KOKORO_CALLS:
             takes = engine.synthesize_many(texts, seed=3, batch=batch)
             stages = {name: engine.output(name) for name in STAGE_OUTPUTS}
@@ -164,14 +157,13 @@ def assert_kokoro_kept_like_fresh(kept, fresh, per_call: int, on_gpu: bool = Fal
     assert same_length >= n // 2
 
 
-def test_kokoro_keeps_its_graphs(monkeypatch):
+def test_kokoro_keeps_its_graphs():
     from app.core import models
 
     if not models.kokoro_installed():
         pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
-    monkeypatch.setenv("VOICESTUDIO_DEVICE_GRAPHS", "1")
-    fresh = kokoro_calls(monkeypatch, "cpu", "0")
-    kept = kokoro_calls(monkeypatch, "cpu", "1")
+    fresh = kokoro_calls("cpu", False, device_graphs=True)
+    kept = kokoro_calls("cpu", True, device_graphs=True)
     # BERT, the duration predictor's three AdaLayerNorms and projection, F0/N, the text
     # encoder and the decoder: 8 a call (the CPU's LSTMs are graphs of their steps, not kept).
     assert_kokoro_kept_like_fresh(kept, fresh, per_call=8)

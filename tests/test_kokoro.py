@@ -5,7 +5,7 @@ import pytest
 
 from app.core import models
 from app.core.dsp import log_mel_cosine
-from app.core.engine import Engine
+from app.core.engine import Engine, EngineDebug
 from app.core.errors import CancelledError, InvalidArgumentError, NothingToSpeakError
 from app.core.reference import KokoroReference, kokoro_bert_float
 
@@ -159,7 +159,7 @@ def test_batched_sentences_sound_as_they_do_alone(kokoro):
     assert kokoro.output("durations").shape[0] == len("wˈɛɹ ɪz ɪt?") + 2
 
 
-def test_gpu_graphs_on_the_cpu_sound_like_the_cpu_graphs(kokoro, monkeypatch):
+def test_gpu_graphs_on_the_cpu_sound_like_the_cpu_graphs(kokoro):
     """The graphs built for GPUs, run by the CPU backend (CI has no GPU): AdaIN and Snake with
     time along ne0, convolutions as batched GEMMs over their input's phases (conv1d_phases), a
     batch's BERT in one masked graph, its decoder and F0/N blocks on the sentences packed
@@ -169,8 +169,7 @@ def test_gpu_graphs_on_the_cpu_sound_like_the_cpu_graphs(kokoro, monkeypatch):
     alone = []
     kokoro.synthesize(phonemes=ipa, on_chunk=lambda i, audio: alone.append(audio))
     bert, durations = kokoro.output("bert"), kokoro.output("durations")
-    monkeypatch.setenv("VOICESTUDIO_DEVICE_GRAPHS", "1")
-    with Engine.open("kokoro:jf_alpha", device="cpu", threads=2) as gpu_graphs:
+    with Engine.open("kokoro:jf_alpha", device="cpu", threads=2, debug=EngineDebug(device_graphs=True)) as gpu_graphs:
         together, one_by_one = [], []
         gpu_graphs.synthesize(phonemes=ipa, batch=2, on_chunk=lambda i, audio: together.append(audio))
         # The masked BERT keeps each sentence to itself: its second sentence as alone.
@@ -192,17 +191,15 @@ def test_gpu_graphs_on_the_cpu_sound_like_the_cpu_graphs(kokoro, monkeypatch):
             assert np.abs(y - x).max() <= 0.1 * np.abs(x).max()
 
 
-def test_graphs_within_a_vulkan_devices_limits_sound_like_the_gpu_graphs(kokoro, monkeypatch):
+def test_graphs_within_a_vulkan_devices_limits_sound_like_the_gpu_graphs(kokoro):
     """A device whose ops take tensors up to a size, and no matmul over a fourth axis (a Vulkan
     device): dilated convolutions go through im2col in tiles, packings stay within the size,
     the batch's LSTMs take a matmul a sentence for their input projections."""
     ipa = "wˈɛɹ ɪz ɪt?\nhˈaɪ!"
-    monkeypatch.setenv("VOICESTUDIO_DEVICE_GRAPHS", "1")
     takes, durations = {}, {}
     for limits in (None, "16,0"):
-        if limits:
-            monkeypatch.setenv("VOICESTUDIO_DEVICE_LIMITS", limits)
-        with Engine.open("kokoro:jf_alpha", device="cpu", threads=2) as e:
+        debug = EngineDebug(device_graphs=True, device_limits=limits or "")
+        with Engine.open("kokoro:jf_alpha", device="cpu", threads=2, debug=debug) as e:
             takes[limits] = []
             e.synthesize(phonemes=ipa, batch=2, on_chunk=lambda i, audio, key=limits: takes[key].append(audio))
             durations[limits] = e.output("durations")
@@ -217,17 +214,16 @@ def test_graphs_within_a_vulkan_devices_limits_sound_like_the_gpu_graphs(kokoro,
         assert log_mel_cosine(y, x, kokoro.sample_rate) >= 0.999
 
 
-def test_packed_adain_statistics_agree_with_and_without_out_prod(kokoro, monkeypatch):
+def test_packed_adain_statistics_agree_with_and_without_out_prod(kokoro):
     """A batch's AdaIN statistics (decoder, F0 and N blocks): products with the mask over time
     (out_prod) where the device has it, sums over transposed activations where it has not
     (Vulkan). Both take each sentence's own frames: F0 and N agree to rounding, the decoder's
     output to the F16 rounding of its convolutions' inputs."""
     ipa = "wˈɛɹ ɪz ɪt?\nhˈaɪ!"
-    monkeypatch.setenv("VOICESTUDIO_DEVICE_GRAPHS", "1")
     outputs, takes = {}, {}
     for limits in ("1024,1,1,1", "1024,1,1,0"):
-        monkeypatch.setenv("VOICESTUDIO_DEVICE_LIMITS", limits)
-        with Engine.open("kokoro:jf_alpha", device="cpu", threads=2) as e:
+        debug = EngineDebug(device_graphs=True, device_limits=limits)
+        with Engine.open("kokoro:jf_alpha", device="cpu", threads=2, debug=debug) as e:
             takes[limits] = e.synthesize(phonemes=ipa, batch=2).audio
             outputs[limits] = {name: e.output(name) for name in ("F0", "N", "decoder")}
     with_op, without = outputs["1024,1,1,1"], outputs["1024,1,1,0"]

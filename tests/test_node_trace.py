@@ -1,20 +1,17 @@
-"""Node traces (VOICESTUDIO_NODE_TRACE), which tools/nodes_vs_cpu.py compares between a device and the CPU."""
+"""Node traces (EngineDebug.node_trace), which tools/nodes_vs_cpu.py compares between a device and the CPU."""
 
 import numpy as np
 import pytest
 
 from app.core import node_trace
-from app.core.engine import Engine
+from app.core.engine import Engine, EngineDebug
 
 IPA = "ðə kwˈɪk bɹˈaʊn fˈɑːks dʒˈʌmps."
 
 
-def traced_piper(tmp_path, monkeypatch, name, **env):
+def traced_piper(tmp_path, name, **debug):
     path = tmp_path / name
-    monkeypatch.setenv("VOICESTUDIO_NODE_TRACE", str(path))
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    with Engine.open("piper:joe", device="cpu", threads=2) as engine:
+    with Engine.open("piper:joe", device="cpu", threads=2, debug=EngineDebug(node_trace=path, **debug)) as engine:
         engine.synthesize(phonemes=IPA, noise_scale=0.0, noise_w=0.0)  # not traced: profiling is off
         engine.set_op_profiling(True)
         take = engine.synthesize(phonemes=IPA, noise_scale=0.0, noise_w=0.0)
@@ -22,8 +19,8 @@ def traced_piper(tmp_path, monkeypatch, name, **env):
     return node_trace.read(path), take, logw
 
 
-def test_a_trace_holds_each_graph_and_the_values_its_nodes_computed(tmp_path, monkeypatch, joe_path):
-    trace, take, logw = traced_piper(tmp_path, monkeypatch, "trace.txt")
+def test_a_trace_holds_each_graph_and_the_values_its_nodes_computed(tmp_path, joe_path):
+    trace, take, logw = traced_piper(tmp_path, "trace.txt")
     assert trace.device == "cpu"
     # One synthesis: Piper's four stages, each a graph (the first, untraced call left none).
     assert [g.stage for g in trace.graphs] == ["encoder", "duration", "flow", "decoder"]
@@ -43,17 +40,17 @@ def test_a_trace_holds_each_graph_and_the_values_its_nodes_computed(tmp_path, mo
     assert node.rms == pytest.approx(np.sqrt(np.mean(logw.astype(np.float64) ** 2)), rel=1e-5)
 
 
-def test_the_same_graphs_twice_line_up_node_by_node(tmp_path, monkeypatch, joe_path):
+def test_the_same_graphs_twice_line_up_node_by_node(tmp_path, joe_path):
     # A device's graphs built on the CPU, as tools/nodes_vs_cpu.py's reference does.
-    env = {"VOICESTUDIO_DEVICE_GRAPHS": "1", "VOICESTUDIO_DEVICE_LIMITS": "64,0,0"}
-    a, take_a, _ = traced_piper(tmp_path, monkeypatch, "a.txt", **env)
-    b, take_b, _ = traced_piper(tmp_path, monkeypatch, "b.txt", **env)
+    debug = {"device_graphs": True, "device_limits": "64,0,0"}
+    a, take_a, _ = traced_piper(tmp_path, "a.txt", **debug)
+    b, take_b, _ = traced_piper(tmp_path, "b.txt", **debug)
     assert np.array_equal(take_a.audio, take_b.audio)
     diffs, problems = node_trace.compare(a, b)
     assert problems == []
     assert len(diffs) > 500 and max(d.error for d in diffs) == 0.0
     # The CPU's own graphs are other graphs: the comparison says where they stop lining up.
-    own, _, _ = traced_piper(tmp_path, monkeypatch, "own.txt", VOICESTUDIO_DEVICE_GRAPHS="0")
+    own, _, _ = traced_piper(tmp_path, "own.txt", device_graphs=False)
     _, problems = node_trace.compare(own, a)
     assert problems and all("node" in p for p in problems)
 

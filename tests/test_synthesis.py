@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from app.core.engine import Engine
+from app.core.engine import Engine, EngineDebug
 from app.core.errors import CancelledError, InvalidArgumentError, NothingToSpeakError
 
 
@@ -218,7 +218,7 @@ def test_batch_gives_the_same_audio(engine):
     assert np.array_equal(a.audio, b.audio) and b.timings["chunks"] == 2
 
 
-def test_gpu_graphs_on_the_cpu_give_the_cpu_graphs_flow_and_audio(joe_path, monkeypatch):
+def test_gpu_graphs_on_the_cpu_give_the_cpu_graphs_flow_and_audio(joe_path):
     """The graphs built for a GPU (im2col matrices, 1x1 convolutions straight from their input)
     run here on the CPU backend: on the same phonemes, noise off, they give the CPU graphs' flow
     output and audio."""
@@ -229,8 +229,8 @@ def test_gpu_graphs_on_the_cpu_give_the_cpu_graphs_flow_and_audio(joe_path, monk
     text = "The quick brown fox, at last, jumps over the lazy dog."
     outs = {}
     for graphs in ("0", "1"):
-        monkeypatch.setenv("VOICESTUDIO_DEVICE_GRAPHS", graphs)
-        with Engine.open("piper:joe", device="cpu", threads=2) as e:
+        debug = EngineDebug(device_graphs=graphs == "1")
+        with Engine.open("piper:joe", device="cpu", threads=2, debug=debug) as e:
             take = e.synthesize(phonemes="\n".join(e.phonemize(text)), noise_scale=0.0, noise_w=0.0)
             outs[graphs] = (e.output("z"), take.audio)
     (z_cpu, audio_cpu), (z_dev, audio_dev) = outs["0"], outs["1"]
@@ -239,7 +239,7 @@ def test_gpu_graphs_on_the_cpu_give_the_cpu_graphs_flow_and_audio(joe_path, monk
     np.testing.assert_allclose(audio_dev, audio_cpu, atol=1e-3)
 
 
-def test_gpu_graphs_pack_a_batch_and_each_sentence_sounds_as_alone(joe_path, monkeypatch):
+def test_gpu_graphs_pack_a_batch_and_each_sentence_sounds_as_alone(joe_path):
     """Off the CPU a batch's sentences share each stage's graph, laid end to end with masked
     gaps and attention kept to each sentence. The CPU backend runs those graphs here (CI has
     no GPU). Exact only with F32 weights (the default install): with F16 ones, matmuls of
@@ -256,8 +256,7 @@ def test_gpu_graphs_pack_a_batch_and_each_sentence_sounds_as_alone(joe_path, mon
             "wˈɛɹ ɪz ɪt?",
         ]
     )
-    monkeypatch.setenv("VOICESTUDIO_DEVICE_GRAPHS", "1")
-    with Engine.open("piper:joe", device="cpu", threads=2) as e:
+    with Engine.open("piper:joe", device="cpu", threads=2, debug=EngineDebug(device_graphs=True)) as e:
         alone, together, tiled = [], [], []
         e.synthesize(phonemes=ipa, seed=3, on_chunk=lambda i, audio: alone.append(audio))
         logw, z = e.output("logw"), e.output("z")
@@ -278,8 +277,8 @@ def test_gpu_graphs_pack_a_batch_and_each_sentence_sounds_as_alone(joe_path, mon
     # graphs built within it (the decoder's tile sized to its largest tensor, 64 KiB a latent
     # frame) give the same audio. The CPU has no such limit, so a tile too large for one
     # would go unseen here; what this checks is the sound.
-    monkeypatch.setenv("VOICESTUDIO_DEVICE_LIMITS", "16,0")
-    with Engine.open("piper:joe", device="cpu", threads=2) as e:
+    debug = EngineDebug(device_graphs=True, device_limits="16,0")
+    with Engine.open("piper:joe", device="cpu", threads=2, debug=debug) as e:
         small = []
         e.synthesize(phonemes=ipa, seed=3, batch=3, on_chunk=lambda i, audio: small.append(audio))
         assert len(alone[1]) > 256 * 256

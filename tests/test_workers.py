@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from app import _engine
-from app.core.engine import AUTO_WORKERS, MAX_WORKERS, Engine
+from app.core.engine import AUTO_WORKERS, MAX_WORKERS, Engine, EngineDebug
 from app.core.errors import CancelledError, InvalidArgumentError
 
 TEXTS = [
@@ -41,15 +41,14 @@ def _run(engine, batch=6):
 
 
 @pytest.mark.parametrize("device_graphs", [False, True], ids=["cpu-graphs", "device-graphs"])
-def test_workers_divide_a_batch_and_each_sentence_sounds_as_with_one(joe_path, monkeypatch, device_graphs):
+def test_workers_divide_a_batch_and_each_sentence_sounds_as_with_one(joe_path, device_graphs):
     """Piper on the CPU (with device_graphs, the packed graphs a GPU runs): three workers, a
     thread each, take two sentences each of a batch of six."""
-    if device_graphs:
-        monkeypatch.setenv("VOICESTUDIO_DEVICE_GRAPHS", "1")
-    with Engine.open("piper:joe", device="cpu", threads=1) as one:
+    debug = EngineDebug(device_graphs=device_graphs)
+    with Engine.open("piper:joe", device="cpu", threads=1, debug=debug) as one:
         takes1, take1, chunks1, _ = _run(one)
         z1, fallback1 = one.output("z"), one.fallback_ops
-    with Engine.open("piper:joe", device="cpu", threads=1, workers=3) as three:
+    with Engine.open("piper:joe", device="cpu", threads=1, workers=3, debug=debug) as three:
         assert three.workers == 3
         takes3, take3, chunks3, stage_threads = _run(three)
         z3 = three.output("z")

@@ -2,17 +2,16 @@
 
     python tools/nodes_vs_cpu.py vulkan0 [--voice kokoro:jf_alpha] [--threads 16] [--top 15]
 
-Synthesizes one sentence on the device with node tracing on (VOICESTUDIO_NODE_TRACE),
-then on the CPU building that device's graphs (VOICESTUDIO_DEVICE_GRAPHS=1 and the
-device's limits) with the same durations, and compares the two traces node by node. Prints
-each graph's largest error, then the nodes where an error appears that their sources do not
-have. On CUDA, set VOICESTUDIO_CUDA_KERNELS=0 so that both runs are ggml graphs.
+Synthesizes one sentence on the device with node tracing on (EngineDebug.node_trace),
+then on the CPU building that device's graphs (EngineDebug.device_graphs and the device's
+limits) with the same durations, and compares the two traces node by node. Prints each
+graph's largest error, then the nodes where an error appears that their sources do not
+have. On CUDA the engine's own kernels are off, so that both runs are ggml graphs.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -25,12 +24,12 @@ sys.path.insert(0, str(ROOT))
 from stages_vs_cpu import SENTENCE  # noqa: E402  (this folder, the script's, comes first on the path)
 
 from app.core import node_trace  # noqa: E402
-from app.core.engine import Engine  # noqa: E402
+from app.core.engine import Engine, EngineDebug  # noqa: E402
 
 SENTENCES = {"kokoro": SENTENCE, "piper": "ðə kwˈɪk bɹˈaʊn fˈɑːks dʒˈʌmps ˌoʊvɚ ðə lˈeɪzi dˈɑːɡ."}
 
 
-def traced(voice: str, device: str, threads: int, path: Path, durations: np.ndarray | None):
+def traced(voice: str, device: str, threads: int, path: Path, durations: np.ndarray | None, limits: str = ""):
     """One traced synthesis and the trace; Kokoro's durations, from an untraced one first
     where none are given (Piper's, without noise, come out the same where its graphs agree).
     Both with op profiling on, so every node runs on its own (Mesa's lavapipe crashes on
@@ -42,14 +41,12 @@ def traced(voice: str, device: str, threads: int, path: Path, durations: np.ndar
             engine.set_op_profiling(True)
             engine.synthesize(phonemes=ipa)
             durations = engine.output("durations").reshape(-1).astype(np.int32)
-    os.environ["VOICESTUDIO_NODE_TRACE"] = str(path)
-    try:
-        with Engine.open(voice, device=device, threads=threads, prewarm=False) as engine:
-            engine.set_op_profiling(True)
-            options = {"durations": durations} if kokoro else {"noise_scale": 0.0, "noise_w": 0.0}
-            engine.synthesize(phonemes=ipa, **options)
-    finally:
-        del os.environ["VOICESTUDIO_NODE_TRACE"]
+    on_cpu = device == "cpu"
+    debug = EngineDebug(node_trace=path, engine_kernels=False, device_graphs=on_cpu, device_limits=limits)
+    with Engine.open(voice, device=device, threads=threads, prewarm=False, debug=debug) as engine:
+        engine.set_op_profiling(True)
+        options = {"durations": durations} if kokoro else {"noise_scale": 0.0, "noise_w": 0.0}
+        engine.synthesize(phonemes=ipa, **options)
     return node_trace.read(path), durations
 
 
@@ -64,9 +61,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         got, durations = traced(args.voice, args.device, args.threads, Path(tmp) / "device.txt", None)
-        os.environ["VOICESTUDIO_DEVICE_GRAPHS"] = "1"
-        os.environ["VOICESTUDIO_DEVICE_LIMITS"] = got.limits
-        want, _ = traced(args.voice, "cpu", args.threads, Path(tmp) / "cpu.txt", durations)
+        want, _ = traced(args.voice, "cpu", args.threads, Path(tmp) / "cpu.txt", durations, got.limits)
 
     print(f"{args.voice} on {got.device} (limits {got.limits}) against the CPU building the same graphs")
     diffs, problems = node_trace.compare(got, want)

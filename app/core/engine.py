@@ -64,6 +64,50 @@ def devices() -> list[dict]:
     return _native().devices()
 
 
+@dataclass(frozen=True)
+class EngineDebug:
+    """Switches for tests and diagnostics (the engine's ``vs_context_params.debug``); the
+    defaults are what a user's synthesis runs with."""
+
+    # Build the graphs an accelerator runs even on the CPU (to test them where there is none).
+    device_graphs: bool = False
+    # A device's limits to build graphs within, as a node trace's first line gives them:
+    # "<MiB>[,<matmul 4d 0|1>[,<strided matmul 0|1>[,<out_prod 0|1>]]]". "": the device's own.
+    device_limits: str = ""
+    # On CUDA, the engine's own kernels where they apply (False: every stage in ggml's ops).
+    engine_kernels: bool = True
+    # On CUDA, capture no graphs of the engine's kernels, nor tag ggml's (with ggml's own
+    # GGML_CUDA_DISABLE_GRAPHS set too, every kernel is launched one by one).
+    captures: bool = True
+    # Keep each stage's graphs between calls: None only on CUDA, or never / on any device.
+    keep_graphs: bool | None = None
+    kept_graphs_mib: int | None = None  # the most memory kept graphs hold; None: 1024
+    staging_kib: int | None = None  # CUDA's pinned staging memory; None: 4096; 0: none
+    wait_each_graph: bool = False  # on CUDA, wait for each graph before the next
+    node_trace: Path | str | None = None  # a file for the nodes of graphs run while profiling
+
+    def native(self) -> dict:
+        out: dict = {
+            "device_graphs": self.device_graphs,
+            "no_engine_kernels": not self.engine_kernels,
+            "no_captures": not self.captures,
+            "keep_graphs": -1 if self.keep_graphs is None else int(self.keep_graphs),
+            "kept_graphs_mib": -1 if self.kept_graphs_mib is None else self.kept_graphs_mib,
+            "staging_kib": -1 if self.staging_kib is None else self.staging_kib,
+            "wait_each_graph": self.wait_each_graph,
+        }
+        if self.node_trace is not None:
+            out["node_trace"] = str(self.node_trace)
+        if self.device_limits:
+            fields = [int(v) for v in self.device_limits.split(",")]
+            if not 1 <= len(fields) <= 4 or fields[0] <= 0:
+                raise InvalidArgumentError(f"device limits '{self.device_limits}': <MiB>[,0|1[,0|1[,0|1]]]")
+            flags = [*(bool(v) for v in fields[1:]), True, True, True][:3]
+            out["limit_tensor_mib"] = fields[0]
+            out["limit_matmul_4d"], out["limit_strided_matmul"], out["limit_out_prod"] = flags
+        return out
+
+
 @dataclass
 class Take:
     audio: np.ndarray  # float32, mono
@@ -103,6 +147,7 @@ class Engine:
         progress: Callable[[float], bool | None] | None = None,
         prewarm: bool | None = None,
         workers: int | None = 1,
+        debug: EngineDebug | None = None,
     ) -> Engine:
         """``prewarm``: synthesize while opening (off the CPU, seven sentences from one word to
         17 s; twice where ggml captures graphs), so that the first real take is not the slow
@@ -112,7 +157,8 @@ class Engine:
         between (``synthesize_many``, ``synthesize`` with ``batch`` > 1), so that one's host
         work overlaps the others' device work; the audio is the same. None: ``AUTO_WORKERS`` on
         a CUDA device with 16 GiB free, 2 with 8, else 1 (on Vulkan, ggml serializes
-        contexts and workers were slower)."""
+        contexts and workers were slower).
+        ``debug``: switches for tests and diagnostics (``EngineDebug``)."""
         native = _native()
         native.set_log_handler(_on_log)
         pack = None
@@ -137,6 +183,7 @@ class Engine:
                 data,
                 -1 if prewarm is None else int(prewarm),
                 -1 if workers is None else _check_workers(workers),
+                None if debug is None else debug.native(),
             )
         except BaseException:
             model.close()

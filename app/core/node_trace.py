@@ -1,11 +1,11 @@
-"""Node traces (VOICESTUDIO_NODE_TRACE): read them, and find where two runs of the same graphs part ways.
+"""Node traces (EngineDebug.node_trace): read them, and find where two runs of the same graphs part ways.
 
-A context opened with ``VOICESTUDIO_NODE_TRACE=<file>`` writes, while op profiling is on,
+A context opened with ``EngineDebug(node_trace=<file>)`` writes, while op profiling is on,
 one line per graph and one per node it computes, in the order the backend ran them: the
 node's id (its place in the graph as built), op, shape, sources (ids of other nodes of its
 graph, -1 for inputs and weights), statistics over its values and 64 of them evenly
 spaced. Two traces of the same graphs (a device's, and the CPU's building that device's
-graphs through ``VOICESTUDIO_DEVICE_GRAPHS=1``) then compare node by node.
+graphs through ``EngineDebug(device_graphs=True)``) then compare node by node.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class Graph:
 @dataclass
 class Trace:
     device: str = ""
-    limits: str = ""  # as VOICESTUDIO_DEVICE_LIMITS takes it
+    limits: str = ""  # as EngineDebug.device_limits takes it
     graphs: list[Graph] = field(default_factory=list)
 
 

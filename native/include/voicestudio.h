@@ -171,6 +171,44 @@ struct vs_context_params {
     // workers' threads, concurrently, while on_chunk stays on the calling thread, in order.
     // The audio is the same as with one worker.
     int n_workers;
+    // Switches for tests and diagnostics; vs_context_default_params() sets each to what a
+    // user's synthesis runs with.
+    struct vs_context_debug {
+        // Build the graphs an accelerator runs (fewer, larger kernels; ggml's im2col op) even
+        // on the CPU, so that they are tested where there is no accelerator.
+        bool device_graphs;
+        // Build graphs for a device whose ops take less than ggml's express, such as a Vulkan
+        // device: tensors of at most limit_tensor_mib MiB (0: the device's own limits, and the
+        // three below are not read), no matmul over a fourth axis unless limit_matmul_4d, no
+        // strided matrices in a matmul unless limit_strided_matmul, no out_prod unless
+        // limit_out_prod. With device_graphs the CPU runs such graphs.
+        size_t limit_tensor_mib;
+        bool   limit_matmul_4d;       // default true
+        bool   limit_strided_matmul;  // default true
+        bool   limit_out_prod;        // default true
+        // On CUDA, run every stage in ggml's ops, not the engine's own kernels (to compare them).
+        bool no_engine_kernels;
+        // On CUDA, capture no graphs of the engine's own kernels and leave ggml's graphs
+        // untagged (set ggml's GGML_CUDA_DISABLE_GRAPHS too, for every kernel launched one
+        // by one).
+        bool no_captures;
+        // Keep each stage's graphs between calls: < 0 only on a CUDA device (default), 0
+        // never, > 0 on any device.
+        int keep_graphs;
+        // The most memory kept graphs hold together, in MiB; < 0: 1024 (default).
+        int64_t kept_graphs_mib;
+        // Pinned host memory through which a CUDA device's inputs are copied, in KiB; < 0:
+        // 4096 (default); 0: each input set and waited for at once.
+        int64_t staging_kib;
+        // On CUDA, wait for each graph before the next, as other backends do (by default kept
+        // graphs are queued and ordered by events).
+        bool wait_each_graph;
+        // A file to write, while op profiling is on, every graph's nodes, their sources and a
+        // summary of their values, so that a device's run can be compared with the CPU's node
+        // by node (tools/node_trace.py reads it). NULL: none (default). The context's
+        // workers write none.
+        const char * node_trace;
+    } debug;
 };
 
 #define VS_MAX_WORKERS 16

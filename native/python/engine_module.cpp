@@ -142,7 +142,7 @@ class busy_guard {
 class Context {
   public:
     Context(Model & model, const std::string & device, int threads, std::optional<std::string> espeak_library,
-            std::optional<std::string> espeak_data, int prewarm, int workers) :
+            std::optional<std::string> espeak_data, int prewarm, int workers, std::optional<nb::dict> debug) :
         model_(model.shared()), n_stages_(vs_model_stages(model.get(), stages_, VS_STAGE_COUNT)) {
         vs_context_params p = vs_context_default_params();
         p.device            = device.c_str();
@@ -151,7 +151,11 @@ class Context {
         p.espeak_data       = espeak_data ? espeak_data->c_str() : nullptr;
         p.prewarm           = prewarm;
         p.n_workers         = workers;
-        vs_model * m        = model.get();
+        std::string node_trace;
+        if (debug) {
+            set_debug(*debug, p.debug, node_trace);
+        }
+        vs_model * m = model.get();
         int        status;
         {
             nb::gil_scoped_release release;
@@ -160,6 +164,41 @@ class Context {
         check(status);
     }
     ~Context() { close(); }
+
+    // vs_context_params.debug from a dict of its fields' names (unknown names refused).
+    static void set_debug(const nb::dict & d, vs_context_params::vs_context_debug & dbg, std::string & node_trace) {
+        for (auto [key, value] : d) {
+            const std::string name = nb::cast<std::string>(key);
+            if (name == "device_graphs") {
+                dbg.device_graphs = nb::cast<bool>(value);
+            } else if (name == "limit_tensor_mib") {
+                dbg.limit_tensor_mib = nb::cast<size_t>(value);
+            } else if (name == "limit_matmul_4d") {
+                dbg.limit_matmul_4d = nb::cast<bool>(value);
+            } else if (name == "limit_strided_matmul") {
+                dbg.limit_strided_matmul = nb::cast<bool>(value);
+            } else if (name == "limit_out_prod") {
+                dbg.limit_out_prod = nb::cast<bool>(value);
+            } else if (name == "no_engine_kernels") {
+                dbg.no_engine_kernels = nb::cast<bool>(value);
+            } else if (name == "no_captures") {
+                dbg.no_captures = nb::cast<bool>(value);
+            } else if (name == "keep_graphs") {
+                dbg.keep_graphs = nb::cast<int>(value);
+            } else if (name == "kept_graphs_mib") {
+                dbg.kept_graphs_mib = nb::cast<int64_t>(value);
+            } else if (name == "staging_kib") {
+                dbg.staging_kib = nb::cast<int64_t>(value);
+            } else if (name == "wait_each_graph") {
+                dbg.wait_each_graph = nb::cast<bool>(value);
+            } else if (name == "node_trace") {
+                node_trace     = nb::cast<std::string>(value);
+                dbg.node_trace = node_trace.c_str();
+            } else {
+                throw nb::key_error(("no debug switch '" + name + "'").c_str());
+            }
+        }
+    }
 
     void close() {
         busy_guard busy(busy_, owner_);
@@ -568,9 +607,9 @@ NB_MODULE(_engine, m) {
 
     nb::class_<Context>(m, "Context")
         .def(nb::init<Model &, const std::string &, int, std::optional<std::string>, std::optional<std::string>, int,
-                      int>(),
+                      int, std::optional<nb::dict>>(),
              "model"_a, "device"_a = "auto", "threads"_a = 0, "espeak_library"_a = nb::none(),
-             "espeak_data"_a = nb::none(), "prewarm"_a = -1, "workers"_a = 1)
+             "espeak_data"_a = nb::none(), "prewarm"_a = -1, "workers"_a = 1, "debug"_a = nb::none())
         .def("close", &Context::close)
         .def("synthesize", &Context::synthesize, "input"_a, "phonemes"_a = false, "noise_scale"_a = -1.0f,
              "length_scale"_a = -1.0f, "noise_w"_a = -1.0f, "seed"_a = 0, "on_stage"_a = nb::none(),

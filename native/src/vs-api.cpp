@@ -198,6 +198,19 @@ struct vs_context_params vs_context_default_params(void) {
     p.espeak_data    = nullptr;
     p.prewarm        = -1;  // on a GPU or other accelerator
     p.n_workers      = 1;
+    // debug: what a user's synthesis runs with
+    p.debug.device_graphs        = false;  // only off the CPU
+    p.debug.limit_tensor_mib     = 0;      // the device's own limits
+    p.debug.limit_matmul_4d      = true;
+    p.debug.limit_strided_matmul = true;
+    p.debug.limit_out_prod       = true;
+    p.debug.no_engine_kernels    = false;    // the engine's CUDA kernels where they apply
+    p.debug.no_captures          = false;    // where the CUDA backend captures graphs
+    p.debug.keep_graphs          = -1;       // on CUDA
+    p.debug.kept_graphs_mib      = -1;       // 1024
+    p.debug.staging_kib          = -1;       // 4096
+    p.debug.wait_each_graph      = false;    // queued where the device orders them by events
+    p.debug.node_trace           = nullptr;  // none
     return p;
 }
 

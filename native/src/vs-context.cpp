@@ -174,8 +174,6 @@ vs::graph_build vs_context::new_graph(size_t max_nodes) {
         throw vs::error(VS_ERR_COMPUTE, "out of memory for a graph");
     }
     gb.gf = ggml_new_graph_custom(gb.ctx.get(), max_nodes, false);
-    vs::set_graph_device_is_cpu(!device_graphs);
-    vs::set_graph_device_limits(limits);
     return gb;
 }
 
@@ -430,7 +428,7 @@ struct node_trace {
     std::vector<uint8_t>                         raw;
     std::vector<float>                           vals;
 
-    // Its first line: what to give VOICESTUDIO_DEVICE_LIMITS for the CPU to build the
+    // Its first line: the device's limits (vs_context_debug's limit_* fields) for the CPU to build the
     // device's graphs.
     node_trace(const char * path, const std::string & device, const device_limits & l) : f(std::fopen(path, "w")) {
         if (!f) {
@@ -1059,9 +1057,11 @@ static bool is_cuda(ggml_backend_dev_t dev) {
 }
 
 // Whether ggml captures and replays graphs on dev: a CUDA backend built with CUDA graphs
-// (its feature USE_GRAPHS), not turned off by GGML_CUDA_DISABLE_GRAPHS.
+// (its feature USE_GRAPHS). Where ggml's own GGML_CUDA_DISABLE_GRAPHS turns them off and
+// vs_context_debug.no_captures is not set, runs are tagged and the prewarm runs twice for
+// nothing; the audio is the same.
 static bool captures_graphs(ggml_backend_dev_t dev) {
-    if (!is_cuda(dev) || std::getenv("GGML_CUDA_DISABLE_GRAPHS")) {
+    if (!is_cuda(dev)) {
         return false;
     }
     ggml_backend_reg_t reg          = ggml_backend_dev_backend_reg(dev);
@@ -1116,13 +1116,10 @@ static std::unique_ptr<vs_context> make_one(vs_model & model, const vs_context_p
             }
         }
     }
-    ctx->weights = weights_for(model, ctx->dev);
-    // VOICESTUDIO_CUDA_KERNELS=0 keeps every stage in ggml ops (to compare against them).
-    const char * kernels = std::getenv("VOICESTUDIO_CUDA_KERNELS");
-    ctx->cuda_device     = kernels && std::string(kernels) == "0" ? -1 : cuda::device_of(ctx->dev);
-    const char * graphs  = std::getenv("VOICESTUDIO_DEVICE_GRAPHS");
-    ctx->device_graphs =
-        ggml_backend_dev_type(ctx->dev) != GGML_BACKEND_DEVICE_TYPE_CPU || (graphs && std::string(graphs) == "1");
+    ctx->weights                                    = weights_for(model, ctx->dev);
+    const vs_context_params::vs_context_debug & dbg = params.debug;
+    ctx->cuda_device                                = dbg.no_engine_kernels ? -1 : cuda::device_of(ctx->dev);
+    ctx->device_graphs = ggml_backend_dev_type(ctx->dev) != GGML_BACKEND_DEVICE_TYPE_CPU || dbg.device_graphs;
     if (ggml_backend_dev_type(ctx->dev) != GGML_BACKEND_DEVICE_TYPE_CPU) {
         ctx->limits                 = probe_device_limits(ctx->dev);
         ctx->limits.strided_batches = vs::matmul_reads_batch_strides(ctx->backend.get());
@@ -1130,39 +1127,28 @@ static std::unique_ptr<vs_context> make_one(vs_model & model, const vs_context_p
             vs::log(VS_LOG_INFO, ctx->device + ": its matmuls read windows packed, so convolutions use im2col");
         }
     }
-    // VOICESTUDIO_DEVICE_LIMITS=<MiB>,<0|1>[,<0|1>[,<0|1>]] builds graphs for a device that
-    // takes tensors up to that size, (0) no matmul over a fourth axis, (0) no strided
-    // matrices in a matmul and (0) no out_prod, such as a Vulkan device: with
-    // VOICESTUDIO_DEVICE_GRAPHS=1 the CPU runs those graphs (to test them where there is none).
-    if (const char * lim = std::getenv("VOICESTUDIO_DEVICE_LIMITS")) {
-        unsigned long long mib = 0;
-        int                m4d = 1, strided = 1, out_prod = 1;
-        if (std::sscanf(lim, "%llu,%d,%d,%d", &mib, &m4d, &strided, &out_prod) >= 2 && mib > 0) {
-            ctx->limits.max_tensor_bytes = (size_t) mib << 20;
-            ctx->limits.matmul_4d        = m4d != 0;
-            ctx->limits.strided_batches  = strided != 0;
-            ctx->limits.out_prod         = out_prod != 0;
-        }
+    if (dbg.limit_tensor_mib > 0) {
+        ctx->limits.max_tensor_bytes = dbg.limit_tensor_mib << 20;
+        ctx->limits.matmul_4d        = dbg.limit_matmul_4d;
+        ctx->limits.strided_batches  = dbg.limit_strided_matmul;
+        ctx->limits.out_prod         = dbg.limit_out_prod;
     }
-    const char * trace_path = worker ? nullptr : std::getenv("VOICESTUDIO_NODE_TRACE");
-    if (const char * path = trace_path) {
-        ctx->trace = std::make_unique<vs::node_trace>(path, ctx->device, ctx->limits);
+    if (!worker && dbg.node_trace && *dbg.node_trace) {
+        ctx->trace = std::make_unique<vs::node_trace>(dbg.node_trace, ctx->device, ctx->limits);
     }
-    const char * keep = std::getenv("VOICESTUDIO_KEEP_GRAPHS");
-    ctx->keep_graphs  = keep ? std::string(keep) == "1" : is_cuda(ctx->dev);
-    ctx->tag_runs     = captures_graphs(ctx->dev);
-    if (const char * mib = std::getenv("VOICESTUDIO_KEPT_GRAPHS_MIB")) {
-        ctx->kept_limit = (size_t) std::strtoull(mib, nullptr, 10) << 20;
+    ctx->keep_graphs = dbg.keep_graphs < 0 ? is_cuda(ctx->dev) : dbg.keep_graphs > 0;
+    ctx->tag_runs    = captures_graphs(ctx->dev) && !dbg.no_captures;
+    if (dbg.kept_graphs_mib >= 0) {
+        ctx->kept_limit = (size_t) dbg.kept_graphs_mib << 20;
     }
-    if (const char * kib = std::getenv("VOICESTUDIO_STAGING_KIB")) {
-        ctx->staging_min = (size_t) std::strtoull(kib, nullptr, 10) << 10;
+    if (dbg.staging_kib >= 0) {
+        ctx->staging_min = (size_t) dbg.staging_kib << 10;
     }
     if (ctx->cuda_device >= 0) {
         ctx->graph_done.reset(ggml_backend_event_new(ctx->dev));
         ctx->engine_done.reset(ggml_backend_event_new(ctx->dev));
-        const char * wait = std::getenv("VOICESTUDIO_GRAPH_WAIT");
         ctx->queue_graphs = cuda_event(ctx->graph_done.get(), ctx->dev) &&
-                            cuda_event(ctx->engine_done.get(), ctx->dev) && !(wait && std::string(wait) == "1");
+                            cuda_event(ctx->engine_done.get(), ctx->dev) && !dbg.wait_each_graph;
     }
     ctx->sched.reset(ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), 32768, false, false));
     if (!worker && params.espeak_library && *params.espeak_library) {

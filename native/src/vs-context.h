@@ -25,7 +25,7 @@ struct scratch_layout {
 };
 
 class voice;        // an architecture's synthesis (models/*.cpp)
-struct node_trace;  // VOICESTUDIO_NODE_TRACE's writer (vs-context.cpp)
+struct node_trace;  // vs_context_debug.node_trace's writer (vs-context.cpp)
 
 // The memory of graph contexts' tensor and graph metadata, reused: a block goes back to the
 // pool when its graph is freed and the next graph of that size takes it, so a stage's graph
@@ -105,7 +105,7 @@ struct vs_context {
     std::shared_ptr<vs::weight_set> weights;
     int                             cuda_device = -1;  // CUDA ordinal where the engine's kernels run (vs-cuda.h)
     // Graphs built as for a GPU (fewer, larger kernels; ggml's im2col op): off the CPU, or on
-    // it with VOICESTUDIO_DEVICE_GRAPHS=1 (to test those graphs where there is no GPU).
+    // it with vs_context_debug.device_graphs (to test those graphs where there is no GPU).
     bool device_graphs = false;
     // What the device's ops take, where less than ggml's ops express: a Vulkan device binds
     // a shader's buffers up to its maxStorageBufferRange (128 MiB on some) and its matmuls
@@ -138,7 +138,7 @@ struct vs_context {
     std::chrono::steady_clock::time_point          node_start;
     std::map<std::pair<int, std::string>, op_stat> op_profile;
 
-    // Node tracing: with VOICESTUDIO_NODE_TRACE=<file> set when the context opens, while op
+    // Node tracing: with vs_context_debug.node_trace naming a file when the context opens, while op
     // profiling is on, every graph's nodes, their sources and a summary of their values go
     // to that file (tools/nodes_vs_cpu.py compares a device's with the CPU's).
     std::unique_ptr<vs::node_trace> trace;
@@ -205,10 +205,10 @@ struct vs_context {
 
     // Graphs kept between calls by their shapes (stage_graph), on a CUDA device: a kept
     // graph is built, checked and allocated once, in device memory of its own, and its next
-    // runs only set its inputs (VOICESTUDIO_KEEP_GRAPHS=0 keeps none, =1 keeps them on any
+    // runs only set its inputs (vs_context_debug.keep_graphs 0 keeps none, > 0 keeps them on any
     // device; not by default on Vulkan, where a test's take once moved further from a fresh
     // graph's than F16 rounding explains). Together they hold at most kept_limit bytes
-    // (VOICESTUDIO_KEPT_GRAPHS_MIB, 1024 by default: Kokoro keeps a graph a stage and length,
+    // (vs_context_debug.kept_graphs_mib, 1024 by default: Kokoro keeps a graph a stage and length,
     // its decoder's up to 2048 frames), the least recently used going first; one graph over
     // a quarter of that runs in memory of its own and is not kept.
     bool                                                    keep_graphs = false;
@@ -249,6 +249,9 @@ struct vs_context {
     // sentences too: where graphs are kept and built as for a device.
     bool rounds_shapes() const { return keep_graphs && device_graphs; }
 
+    // The device this context's graphs are built for (the graph builders' options).
+    vs::graph_options graph_opts() const { return { !device_graphs, limits }; }
+
     vs::graph_build new_graph(size_t max_nodes = 8192);
     // The graph of `stage` for shapes `key`, allocated and ready for its inputs: the kept one
     // of that key, or one `build` makes now (kept where the context keeps graphs and every
@@ -269,7 +272,7 @@ struct vs_context {
     // device, for a tensor in its memory, copied through pinned host memory on the backend's
     // stream, which the next compute waits for (no wait a tensor); elsewhere at once.
     void set_input(ggml_tensor * t, const void * data, size_t offset = 0, size_t bytes = SIZE_MAX);
-    // The pinned memory is at least staging_min bytes (VOICESTUDIO_STAGING_KIB, 4096 by
+    // The pinned memory is at least staging_min bytes (vs_context_debug.staging_kib, 4096 by
     // default; 0 sets every input at once), grown for a larger input; when it is full, the
     // copies in it are waited for and it is used again from its start.
     vs::buffer_ptr staging;
@@ -277,7 +280,7 @@ struct vs_context {
     size_t         staged      = 0;  // its bytes in copies not yet waited for
 
     // On a CUDA device a kept graph is queued on ggml's stream and the host goes on to the
-    // next one without a wait (queue_graphs; VOICESTUDIO_GRAPH_WAIT=1 waits for each, as
+    // next one without a wait (queue_graphs; vs_context_debug.wait_each_graph waits for each, as
     // other backends do). ggml's stream and the engine's kernels' (the calling thread's,
     // vs-cuda.h) are ordered by events instead: a graph waits for the engine's work queued
     // before it (after_engine), and the engine's later work, and every copy ggml makes on the

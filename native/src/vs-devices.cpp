@@ -41,17 +41,13 @@ static std::vector<device_entry> enumerate() {
     // ggml's Vulkan matmuls through NV_coopmat2 accumulate F16 products in F16: Kokoro's
     // batched BERT moved 1.2% from its output alone and Piper's packed batch fell to a log-mel
     // cosine of 0.997 on an H100, where CUDA, the CPU and Vulkan's other matmul paths keep
-    // within the tests' bounds at the same speed (docs/benchmarks.md). Read once, when ggml's
-    // Vulkan backend starts; VOICESTUDIO_VULKAN_COOPMAT2=1 keeps that path.
-    if (!std::getenv("VOICESTUDIO_VULKAN_COOPMAT2")) {
+    // within the tests' bounds at the same speed. ggml reads its switch once, when its Vulkan
+    // backend starts.
 #ifdef _WIN32
-        if (!std::getenv("GGML_VK_DISABLE_COOPMAT2")) {
-            _putenv_s("GGML_VK_DISABLE_COOPMAT2", "1");
-        }
+    _putenv_s("GGML_VK_DISABLE_COOPMAT2", "1");
 #else
-        setenv("GGML_VK_DISABLE_COOPMAT2", "1", 0);
+    setenv("GGML_VK_DISABLE_COOPMAT2", "1", 0);
 #endif
-    }
     ggml_backend_load_all();
     std::vector<device_entry> out;
     for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {

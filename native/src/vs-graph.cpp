@@ -10,9 +10,6 @@ namespace vs {
 
 namespace {
 
-thread_local bool          g_device_is_cpu = true;
-thread_local device_limits g_limits;
-
 // Largest im2col matrix (as F32) one convolution's mul_mat takes at once: on the CPU the
 // converted rows, elsewhere the matrix itself.
 constexpr size_t MAX_IM2COL_BYTES     = 64u << 20;
@@ -153,8 +150,8 @@ ggml_tensor * pad_time(ggml_context * ctx, ggml_tensor * x, int64_t before, int6
     return ggml_reshape_2d(ctx, flat, C, T + before + after);
 }
 
-ggml_tensor * conv1d_strided(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int stride,
-                             int padding) {
+ggml_tensor * conv1d_strided(const graph_options & o, ggml_context * ctx, ggml_tensor * x, ggml_tensor * w,
+                             ggml_tensor * b, int stride, int padding) {
     const int64_t IC = w->ne[0], K = w->ne[1], OC = w->ne[2];
     const int64_t T_out = (x->ne[1] + 2 * padding - K) / stride + 1;
     // Frames read: (T_out - 1) * stride + K; pad after up to that.
@@ -165,16 +162,16 @@ ggml_tensor * conv1d_strided(ggml_context * ctx, ggml_tensor * x, ggml_tensor * 
     }
     GGML_ASSERT(xp->ne[0] == IC);
     const size_t  fb   = xp->nb[1];
-    ggml_tensor * cols = g_device_is_cpu
+    ggml_tensor * cols = o.device_is_cpu
                              ? overlapping_rows(ctx, xp, IC * K, T_out, stride * fb, 1, fb * xp->ne[1], 0)
                              : im2col(ctx, ggml_view_2d(ctx, xp, IC, (T_out - 1) * stride + K, fb, 0), w, stride, 1);
     ggml_tensor * y    = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w, IC * K, OC), cols);  // [OC, T_out]
     return b ? ggml_add(ctx, y, b) : y;
 }
 
-bool phases_apply(const ggml_tensor * w, int dilation) {
-    return !g_device_is_cpu && g_limits.strided_batches && (w->type == GGML_TYPE_F16 || w->type == GGML_TYPE_F32) &&
-           w->ne[1] > 1 && (dilation == 1 || g_limits.matmul_4d);
+bool phases_apply(const graph_options & o, const ggml_tensor * w, int dilation) {
+    return !o.device_is_cpu && o.limits.strided_batches && (w->type == GGML_TYPE_F16 || w->type == GGML_TYPE_F32) &&
+           w->ne[1] > 1 && (dilation == 1 || o.limits.matmul_4d);
 }
 
 namespace {
@@ -244,14 +241,6 @@ bool matmul_reads_batch_strides(ggml_backend_t backend) {
     return matmul_reads_batch_strides(backend, GGML_TYPE_F16) && matmul_reads_batch_strides(backend, GGML_TYPE_F32);
 }
 
-void set_graph_device_is_cpu(bool is_cpu) {
-    g_device_is_cpu = is_cpu;
-}
-
-void set_graph_device_limits(const device_limits & limits) {
-    g_limits = limits;
-}
-
 int64_t conv1d_frames_needed(int64_t T_out, int64_t K, int dilation) {
     if (dilation == 1) {
         return T_out + K - 1;
@@ -260,13 +249,13 @@ int64_t conv1d_frames_needed(int64_t T_out, int64_t K, int dilation) {
     return (phases_len + K - 1) * dilation;
 }
 
-ggml_tensor * conv1d_window(ggml_context * ctx, ggml_tensor * xp, int64_t start, int64_t T_out, ggml_tensor * w,
-                            ggml_tensor * b, int dilation) {
+ggml_tensor * conv1d_window(const graph_options & o, ggml_context * ctx, ggml_tensor * xp, int64_t start, int64_t T_out,
+                            ggml_tensor * w, ggml_tensor * b, int dilation) {
     const int64_t IC = w->ne[0], K = w->ne[1], OC = w->ne[2];
     GGML_ASSERT(xp->ne[0] == IC && ggml_is_contiguous(xp));
     GGML_ASSERT(start + conv1d_frames_needed(T_out, K, dilation) <= xp->ne[1]);
     const size_t fb = xp->nb[1];  // bytes per frame
-    if (w->type == GGML_TYPE_F32 && g_device_is_cpu) {
+    if (w->type == GGML_TYPE_F32 && o.device_is_cpu) {
         // F32 weights on the CPU: ggml's tiled F32 GEMM needs a contiguous src1, so one
         // mul_mat per tap over a shifted view, summed.
         ggml_tensor * y = nullptr;
@@ -282,24 +271,24 @@ ggml_tensor * conv1d_window(ggml_context * ctx, ggml_tensor * xp, int64_t start,
     // nothing extra: one mul_mat with the taps folded into the contraction. That
     // conversion (or, off the CPU, the materialized im2col) holds K times the input,
     // so long outputs go in tiles of time.
-    const size_t limit = std::min(g_device_is_cpu ? MAX_IM2COL_BYTES : MAX_IM2COL_BYTES_DEV, g_limits.max_tensor_bytes);
+    const size_t limit = std::min(o.device_is_cpu ? MAX_IM2COL_BYTES : MAX_IM2COL_BYTES_DEV, o.limits.max_tensor_bytes);
     const int64_t tile = std::max<int64_t>(64, (int64_t) (limit / (IC * K * sizeof(float))) / dilation) * dilation;
     if (T_out > tile) {
         ggml_tensor * y = nullptr;
         for (int64_t t0 = 0; t0 < T_out; t0 += tile) {
             const int64_t n    = std::min(tile, T_out - t0);
-            ggml_tensor * part = conv1d_window(ctx, xp, start + t0, n, w, b, dilation);
+            ggml_tensor * part = conv1d_window(o, ctx, xp, start + t0, n, w, b, dilation);
             y = y ? ggml_acc_inplace(ctx, y, part, y->nb[1], ggml_nbytes(y), ggml_nbytes(y), t0 * y->nb[1])
                   : pad_time(ctx, part, 0, T_out - n);
         }
         return y;
     }
     ggml_tensor * w2 = ggml_reshape_2d(ctx, w, IC * K, OC);
-    if (!g_device_is_cpu && K == 1) {  // the input is its own im2col matrix
+    if (!o.device_is_cpu && K == 1) {  // the input is its own im2col matrix
         ggml_tensor * y = ggml_mul_mat(ctx, w2, ggml_view_2d(ctx, xp, IC, T_out, fb, start * fb));
         return b ? ggml_add(ctx, y, b) : y;
     }
-    if (!g_device_is_cpu) {
+    if (!o.device_is_cpu) {
         ggml_tensor * x = ggml_view_2d(ctx, xp, IC, T_out + (K - 1) * dilation, fb, start * fb);
         ggml_tensor * y = ggml_mul_mat(ctx, w2, im2col(ctx, x, w, 1, dilation));  // [OC, T_out]
         return b ? ggml_add(ctx, y, b) : y;
@@ -322,12 +311,13 @@ ggml_tensor * conv1d_window(ggml_context * ctx, ggml_tensor * xp, int64_t start,
     return d * So == T_out ? y : ggml_view_2d(ctx, y, OC, T_out, y->nb[1], 0);
 }
 
-ggml_tensor * conv1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int dilation, int padding) {
+ggml_tensor * conv1d(const graph_options & o, ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b,
+                     int dilation, int padding) {
     const int64_t K = w->ne[1], T_out = x->ne[1] + 2 * padding - dilation * (K - 1);
     const int64_t need  = conv1d_frames_needed(T_out, K, dilation);
     const int64_t after = need - x->ne[1] - padding;  // >= padding; the extra frames feed dropped outputs
     ggml_tensor * xp    = (padding > 0 || after > 0) ? pad_time(ctx, x, padding, after) : x;
-    return conv1d_window(ctx, xp, 0, T_out, w, b, dilation);
+    return conv1d_window(o, ctx, xp, 0, T_out, w, b, dilation);
 }
 
 ggml_tensor * conv1d_depthwise(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int dilation,

@@ -12,14 +12,8 @@
 
 namespace vs {
 
-// Graphs built on this thread from now on run on the CPU backend (true) or on another
-// device (false). The CPU's mul_mat accepts a src1 whose rows overlap (an im2col matrix
-// for free); other backends copy src1 with strided 2-D copies that need disjoint rows,
-// so there ggml's im2col op builds the matrix (in F16 for F16 weights).
-void set_graph_device_is_cpu(bool is_cpu);
-
 // What a device's ops take where that is less than ggml's ops express (probed when a
-// context opens): graphs built on this thread from now on stay within it.
+// context opens): graphs built for it stay within it.
 struct device_limits {
     size_t max_tensor_bytes = SIZE_MAX;  // the largest tensor an op takes (im2col tiles)
     bool   matmul_4d        = true;      // a matmul of a 2-D src0 over src1 [., ., n2, n3 > 1]
@@ -30,7 +24,17 @@ struct device_limits {
     // time of [C, T] activations without a transpose. ggml's Vulkan backend has none.
     bool out_prod = true;
 };
-void set_graph_device_limits(const device_limits & limits);
+
+// The device a graph is built for, which the builders below that depend on it take first.
+struct graph_options {
+    // The graph runs on the CPU backend (true) or on another device (false). The CPU's mul_mat
+    // accepts a src1 whose rows overlap (an im2col matrix for free); other backends copy src1
+    // with strided 2-D copies that need disjoint rows, so there ggml's im2col op builds the
+    // matrix (in F16 for F16 weights).
+    bool          device_is_cpu = true;
+    device_limits limits;
+};
+
 // Whether `backend`'s matmul reads such windows right, with F16 and with F32 operands: small
 // matmuls computed there (small integers, so any summation is exact) against the host.
 bool matmul_reads_batch_strides(ggml_backend_t backend);
@@ -38,14 +42,15 @@ bool matmul_reads_batch_strides(ggml_backend_t backend);
 // Conv1d with PyTorch semantics. w: [IC, K, OC] (PyTorch's [OC, IC, K] with the
 // taps moved inside each output row, so a row is one im2col column's weights);
 // b: [OC] or null; x: [IC, T] -> [OC, T'].
-ggml_tensor * conv1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int dilation, int padding);
+ggml_tensor * conv1d(const graph_options & o, ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b,
+                     int dilation, int padding);
 
 // The same convolution read from an already padded input: output frame t sums
 // xp[start + t + k * dilation] over taps k. xp must hold conv1d_frames_needed()
 // frames from `start` (the extra frames only feed outputs that are dropped).
 // Returns a contiguous [OC, T_out].
-ggml_tensor * conv1d_window(ggml_context * ctx, ggml_tensor * xp, int64_t start, int64_t T_out, ggml_tensor * w,
-                            ggml_tensor * b, int dilation);
+ggml_tensor * conv1d_window(const graph_options & o, ggml_context * ctx, ggml_tensor * xp, int64_t start, int64_t T_out,
+                            ggml_tensor * w, ggml_tensor * b, int dilation);
 
 int64_t conv1d_frames_needed(int64_t T_out, int64_t K, int dilation);
 
@@ -78,9 +83,9 @@ ggml_tensor * conv1d_phases_ct(ggml_context * ctx, ggml_tensor * x, int64_t pad_
 // are dropped.
 int64_t phase_columns(int64_t n, bool fine = false);
 
-// Whether conv1d_phases takes these weights and dilation on this thread's graphs (F16 or
+// Whether conv1d_phases takes these weights and dilation on graphs for o's device (F16 or
 // F32, off the CPU, K > 1; dilated where the device's matmuls take its [., ., K, d] batches).
-bool phases_apply(const ggml_tensor * w, int dilation);
+bool phases_apply(const graph_options & o, const ggml_tensor * w, int dilation);
 
 // Depthwise conv1d. w: [C, K] (stored transposed by the converter); x: [C, T].
 ggml_tensor * conv1d_depthwise(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int dilation,
@@ -97,8 +102,8 @@ ggml_tensor * conv_transpose1d_zero_edges(ggml_context * ctx, ggml_tensor * x, g
                                           int stride, int padding, int64_t zeros_before, int64_t zeros_after);
 
 // Convolution with a stride: x [IC, T] -> [OC, (T + 2p - K) / stride + 1]; w [IC, K, OC].
-ggml_tensor * conv1d_strided(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int stride,
-                             int padding);
+ggml_tensor * conv1d_strided(const graph_options & o, ggml_context * ctx, ggml_tensor * x, ggml_tensor * w,
+                             ggml_tensor * b, int stride, int padding);
 
 // Zero frames before and after a [C, T] activation.
 ggml_tensor * pad_time(ggml_context * ctx, ggml_tensor * x, int64_t before, int64_t after);

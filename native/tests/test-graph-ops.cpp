@@ -97,6 +97,9 @@ ggml_tensor * f16_weights(ggml_context * ctx, std::vector<float> & w, int IC, in
 // (conv1d_phases_ct, undilated), time_along_ne0 from [T, C] (as Kokoro's GPU graphs pass it).
 enum class layout { plain, phases_ct, time_along_ne0 };
 
+// The device the tests' graphs are built for: the CPU's, then a GPU's (main).
+vs::graph_options g_opts;
+
 // With pad_ic, conv1d_phases reads weights of IC + pad_ic input channels, the extra ones
 // zero (as channel_padded_weight makes them); with fine, its columns by eight steps an octave.
 void test_conv1d(int IC, int OC, int K, int T, int dilation, int pad, ggml_type wtype = GGML_TYPE_F32,
@@ -122,7 +125,7 @@ void test_conv1d(int IC, int OC, int K, int T, int dilation, int pad, ggml_type 
         if (how == layout::phases_ct) {
             return vs::conv1d_phases_ct(ctx, xt, pad, T_out, wt, input(ctx, b, { OC }), fine);
         }
-        return vs::conv1d(ctx, xt, wt, input(ctx, b, { OC }), dilation, pad);
+        return vs::conv1d(g_opts, ctx, xt, wt, input(ctx, b, { OC }), dilation, pad);
     });
     char      name[96];
     snprintf(name, sizeof name, "conv1d %s k%d d%d p%d T%d%s%s%s", ggml_type_name(wtype), K, dilation, pad, T,
@@ -141,7 +144,7 @@ void test_conv1d_window(int IC, int OC, int K, int T_out, int dilation, int star
     const int T = start + (int) vs::conv1d_frames_needed(T_out, K, dilation) + 5;
     auto      x = random_vec(IC * T), w = random_vec(OC * IC * K), b = random_vec(OC);
     auto      got = run([&](ggml_context * ctx) {
-        return vs::conv1d_window(ctx, input(ctx, x, { IC, T }), start, T_out, f16_weights(ctx, w, IC, K, OC),
+        return vs::conv1d_window(g_opts, ctx, input(ctx, x, { IC, T }), start, T_out, f16_weights(ctx, w, IC, K, OC),
                                       input(ctx, b, { OC }), dilation);
     });
     char      name[64];
@@ -286,7 +289,7 @@ int main() {
     // conv1d_phases from [T, C] and from [C, T] (outputs a multiple of K * d or not, phases'
     // columns rounded up).
     printf("as built for a GPU:\n");
-    vs::set_graph_device_is_cpu(false);
+    g_opts.device_is_cpu = false;
     test_conv1d(8, 6, 3, 17, 1, 1);
     test_conv1d(5, 7, 5, 23, 6, 12);
     test_conv1d(16, 8, 3, 64, 3, 3, GGML_TYPE_F16);
@@ -314,7 +317,7 @@ int main() {
     test_conv1d(12, 9, 7, 28, 1, 3, GGML_TYPE_F32, layout::phases_ct);
     test_conv1d(10, 8, 3, 60, 1, 1, GGML_TYPE_F32, layout::phases_ct, 6);
     test_conv1d(2, 3, 3, 70000, 1, 1, GGML_TYPE_F32, layout::phases_ct, 2);  // more frames than a GPU grid's rows
-    vs::set_graph_device_is_cpu(true);
+    g_opts.device_is_cpu = true;
     // The probe that keeps conv1d_phases off devices whose matmul reads its windows wrong.
     ggml_backend_t cpu     = ggml_backend_cpu_init();
     const bool     strided = vs::matmul_reads_batch_strides(cpu);

@@ -866,7 +866,7 @@ ggml_tensor * conv1d_tc(vs_context & c, ggml_context * g, ggml_tensor * xt, cons
     ggml_tensor * w  = c.w(w_name);
     const int64_t IC = w->ne[0], K = w->ne[1], OC = w->ne[2];
     const int64_t T_out = xt->ne[0] + 2 * padding - dilation * (K - 1);
-    if (phases_apply(w, dilation)) {  // its rows a multiple of 8 halves (channel_padded_weight)
+    if (phases_apply(c.graph_opts(), w, dilation)) {  // its rows a multiple of 8 halves (channel_padded_weight)
         return conv1d_phases(g, xt, padding, T_out, c.channel_padded_weight(w_name), b, dilation, fine_columns);
     }
     ggml_tensor * ws =
@@ -874,7 +874,7 @@ ggml_tensor * conv1d_tc(vs_context & c, ggml_context * g, ggml_tensor * xt, cons
             ? c.swapped_weight(w_name)
             : nullptr;
     if (!ws) {
-        return conv1d(g, ggml_cont(g, ggml_transpose(g, xt)), w, b, dilation, padding);
+        return conv1d(c.graph_opts(), g, ggml_cont(g, ggml_transpose(g, xt)), w, b, dilation, padding);
     }
     const ggml_type type = ws->type == GGML_TYPE_F16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
     ggml_tensor *   cols = ggml_im2col(g, ws, xt, 1, 0, padding, 0, dilation, 0, false, type);  // [IC * K, T']
@@ -889,10 +889,10 @@ ggml_tensor * conv1d_ct(vs_context & c, ggml_context * g, ggml_tensor * x, const
                         bool fine_columns) {
     ggml_tensor * w   = c.w(w_name);
     const int     pad = (int) (w->ne[1] - 1) / 2;
-    if (phases_apply(w, 1)) {
+    if (phases_apply(c.graph_opts(), w, 1)) {
         return conv1d_phases_ct(g, x, pad, x->ne[1], c.channel_padded_weight(w_name), b, fine_columns);
     }
-    return conv1d(g, x, w, b, 1, pad);
+    return conv1d(c.graph_opts(), g, x, w, b, 1, pad);
 }
 
 // Frames repeated twice: [C, T] -> [C, 2T].
@@ -962,9 +962,9 @@ ggml_tensor * kokoro_voice::adain_res_block(vs_context & c, ggml_context * g, gg
         if (upsample) {
             r = depthwise_upsample(g, r, c.w(pre + "pool.weight"), c.w(pre + "pool.bias"));
         }
-        r = conv1d(g, r, c.w(pre + "conv1.weight"), c.w(pre + "conv1.bias"), 1, 1);
+        r = conv1d(c.graph_opts(), g, r, c.w(pre + "conv1.weight"), c.w(pre + "conv1.bias"), 1, 1);
         r = ggml_leaky_relu(g, adain(c, g, r, k, pre + "norm2.fc"), 0.2f, false);
-        r = conv1d(g, r, c.w(pre + "conv2.weight"), c.w(pre + "conv2.bias"), 1, 1);
+        r = conv1d(c.graph_opts(), g, r, c.w(pre + "conv2.weight"), c.w(pre + "conv2.bias"), 1, 1);
     }
 
     // The shortcut: the 1x1 convolution (no bias) before the frames are repeated, on half
@@ -972,7 +972,7 @@ ggml_tensor * kokoro_voice::adain_res_block(vs_context & c, ggml_context * g, gg
     ggml_tensor * sc = x;
     auto          it = c.weights->tensors.find(pre + "conv1x1.weight");
     if (it != c.weights->tensors.end()) {
-        sc = conv1d(g, sc, it->second, nullptr, 1, 0);
+        sc = conv1d(c.graph_opts(), g, sc, it->second, nullptr, 1, 0);
     }
     sc = upsample ? upsample2(g, sc) : sc;
     return ggml_scale(g, ggml_add(g, r, sc), 1.0f / std::sqrt(2.0f));
@@ -994,10 +994,10 @@ ggml_tensor * kokoro_voice::snake_res_block(vs_context & c, ggml_context * g, gg
             y = conv1d_tc(c, g, adain_snake_tc(c, g, y, k, a2, s2), c2 + ".weight", c.w(c2 + ".bias"), 1,
                           (kernel - 1) / 2);
         } else {
-            y = conv1d(g, adain_snake(c, g, x, k, a1, c.w(s1)), c.w(c1 + ".weight"), c.w(c1 + ".bias"), d,
-                       (kernel * d - d) / 2);
-            y = conv1d(g, adain_snake(c, g, y, k, a2, c.w(s2)), c.w(c2 + ".weight"), c.w(c2 + ".bias"), 1,
-                       (kernel - 1) / 2);
+            y = conv1d(c.graph_opts(), g, adain_snake(c, g, x, k, a1, c.w(s1)), c.w(c1 + ".weight"), c.w(c1 + ".bias"),
+                       d, (kernel * d - d) / 2);
+            y = conv1d(c.graph_opts(), g, adain_snake(c, g, y, k, a2, c.w(s2)), c.w(c2 + ".weight"), c.w(c2 + ".bias"),
+                       1, (kernel - 1) / 2);
         }
         x = ggml_add(g, x, y);
     }
@@ -1661,7 +1661,8 @@ void kokoro_voice::run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) c
                     y = adain_res_block(c, g, y, i < 2 ? k : k_up, PRED + branch[r] + "." + std::to_string(i) + ".",
                                           i == 1);
                 }
-                y = conv1d(g, y, c.w(PRED + branch[r] + "_proj.weight"), c.w(PRED + branch[r] + "_proj.bias"), 1, 0);
+                y = conv1d(c.graph_opts(), g, y, c.w(PRED + branch[r] + "_proj.weight"),
+                             c.w(PRED + branch[r] + "_proj.bias"), 1, 0);
                 ggml_set_output(y);
                 ggml_build_forward_expand(gf, y);
                 t.push_back(y);
@@ -1721,7 +1722,7 @@ void kokoro_voice::run_text_encoder(vs_context & c, std::vector<kokoro_job> & jo
         for (int i = 0; i < 3; ++i) {
             const std::string l = TEXT + "cnn." + std::to_string(i) + ".";
             ggml_tensor *     w = c.w(l + "0.weight");
-            x                   = conv1d(g, x, w, c.w(l + "0.bias"), 1, (int) (w->ne[1] - 1) / 2);
+            x                   = conv1d(c.graph_opts(), g, x, w, c.w(l + "0.bias"), 1, (int) (w->ne[1] - 1) / 2);
             x                   = layer_norm(g, x, c.w(l + "1.gamma"), c.w(l + "1.beta"), 1e-5f);
             x                   = mk(ggml_leaky_relu(g, x, 0.2f, false));
         }
@@ -1810,11 +1811,14 @@ void kokoro_voice::run_decoder(vs_context & c, const std::vector<kokoro_job *> &
         }
 
         ggml_tensor * asr = ggml_get_rows(g, te, fr);  // [512, B * L]: each token's frames
-        ggml_tensor * f0d = conv1d_strided(g, fi, c.w(DEC + "F0_conv.weight"), c.w(DEC + "F0_conv.bias"), 2, 1);
-        ggml_tensor * nd  = conv1d_strided(g, ni, c.w(DEC + "N_conv.weight"), c.w(DEC + "N_conv.bias"), 2, 1);
-        ggml_tensor * x   = ggml_concat(g, ggml_concat(g, asr, f0d, 0), nd, 0);  // [514, B * L]
-        x                 = adain_res_block(c, g, x, k, DEC + "encode.", false);
-        ggml_tensor * res = conv1d(g, asr, c.w(DEC + "asr_res.0.weight"), c.w(DEC + "asr_res.0.bias"), 1, 0);
+        ggml_tensor * f0d =
+            conv1d_strided(c.graph_opts(), g, fi, c.w(DEC + "F0_conv.weight"), c.w(DEC + "F0_conv.bias"), 2, 1);
+        ggml_tensor * nd =
+            conv1d_strided(c.graph_opts(), g, ni, c.w(DEC + "N_conv.weight"), c.w(DEC + "N_conv.bias"), 2, 1);
+        ggml_tensor * x = ggml_concat(g, ggml_concat(g, asr, f0d, 0), nd, 0);  // [514, B * L]
+        x               = adain_res_block(c, g, x, k, DEC + "encode.", false);
+        ggml_tensor * res =
+            conv1d(c.graph_opts(), g, asr, c.w(DEC + "asr_res.0.weight"), c.w(DEC + "asr_res.0.bias"), 1, 0);
         // The channels every decode block appends to its input, concatenated once.
         ggml_tensor * tail = ggml_concat(g, ggml_concat(g, res, f0d, 0), nd, 0);  // [66, B * L]
         for (int i = 0; i < 4; ++i) {
@@ -2023,7 +2027,8 @@ struct gen_source {
             padded = ggml_set_rows(g, padded, right, edges_at);  // [1, L + N_FFT]
         }
         ggml_tensor * basis = stft_basis(c, model);
-        frames = conv1d_strided(g, padded, ggml_reshape_3d(g, basis, 1, N_FFT, basis->ne[1]), nullptr, HOP, 0);
+        frames = conv1d_strided(c.graph_opts(), g, padded, ggml_reshape_3d(g, basis, 1, N_FFT, basis->ne[1]), nullptr,
+                                HOP, 0);
         if (with_har) {
             har = har_of(g, frames);  // [22, n_frames]
             ggml_set_output(har);
@@ -2064,13 +2069,13 @@ ggml_tensor * kokoro_voice::gen_noise_conv(vs_context & c, ggml_context * g, ggm
     ggml_tensor *     nw = c.w(GEN + "noise_convs." + n + ".weight");
     ggml_tensor *     nb = c.w(GEN + "noise_convs." + n + ".bias");
     if (i + 1 == hp_.gen_rates.size()) {
-        return conv1d(g, har, nw, nb, 1, 0);
+        return conv1d(c.graph_opts(), g, har, nw, nb, 1, 0);
     }
     int stride = 1;
     for (size_t j = i + 1; j < hp_.gen_rates.size(); ++j) {
         stride *= hp_.gen_rates[j];
     }
-    return conv1d_strided(g, har, nw, nb, stride, (stride + 1) / 2);
+    return conv1d_strided(c.graph_opts(), g, har, nw, nb, stride, (stride + 1) / 2);
 }
 
 // Stage i's upsampling of x: LeakyReLU, the transposed convolution and, on the last stage,
@@ -2098,10 +2103,10 @@ ggml_tensor * kokoro_voice::gen_frames(vs_context & c, ggml_context * g, ggml_te
     x                    = ggml_leaky_relu(g, x, 0.01f, false);
     ggml_tensor * w_post = c.w(GEN + "conv_post.weight");
     ggml_tensor * b_post = c.w(GEN + "conv_post.bias");
-    x                    = phases_apply(w_post, 1) ? conv1d_phases_ct(g, x, 3, x->ne[1], w_post, b_post, fine_columns)
-                                                   : conv1d(g, x, w_post, b_post, 1, 3);  // [22, n_frames]
-    ggml_tensor * spec   = ggml_exp(g, channels(g, x, 0, bins));
-    ggml_tensor * phase  = ggml_sin(g, channels(g, x, bins, bins));
+    x = phases_apply(c.graph_opts(), w_post, 1) ? conv1d_phases_ct(g, x, 3, x->ne[1], w_post, b_post, fine_columns)
+                                                : conv1d(c.graph_opts(), g, x, w_post, b_post, 1, 3);  // [22, n_frames]
+    ggml_tensor * spec  = ggml_exp(g, channels(g, x, 0, bins));
+    ggml_tensor * phase = ggml_sin(g, channels(g, x, bins, bins));
     ggml_tensor * cplx =
         ggml_concat(g, ggml_mul(g, spec, ggml_cos(g, phase)), ggml_mul(g, spec, ggml_sin(g, phase)), 0);
     if (mask) {

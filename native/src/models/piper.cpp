@@ -553,9 +553,9 @@ ggml_tensor * piper_voice::attention(vs_context & c, ggml_context * g, ggml_tens
     const std::string pre = "enc_p.encoder.attn_layers." + std::to_string(il) + ".";
     const int64_t     S = x->ne[1] / n, H = hp_.n_heads, d = hp_.hidden / hp_.n_heads;
 
-    ggml_tensor * q = conv1d(g, x, c.w(pre + "conv_q.weight"), c.w(pre + "conv_q.bias"), 1, 0);
-    ggml_tensor * k = conv1d(g, x, c.w(pre + "conv_k.weight"), c.w(pre + "conv_k.bias"), 1, 0);
-    ggml_tensor * v = conv1d(g, x, c.w(pre + "conv_v.weight"), c.w(pre + "conv_v.bias"), 1, 0);
+    ggml_tensor * q = conv1d(c.graph_opts(), g, x, c.w(pre + "conv_q.weight"), c.w(pre + "conv_q.bias"), 1, 0);
+    ggml_tensor * k = conv1d(c.graph_opts(), g, x, c.w(pre + "conv_k.weight"), c.w(pre + "conv_k.bias"), 1, 0);
+    ggml_tensor * v = conv1d(c.graph_opts(), g, x, c.w(pre + "conv_v.weight"), c.w(pre + "conv_v.bias"), 1, 0);
     q               = ggml_scale(g, q, 1.0f / std::sqrt((float) d));
 
     q = ggml_cont(g, ggml_permute(g, ggml_reshape_4d(g, q, d, H, S, n), 0, 2, 1, 3));  // [d, S, H, n]
@@ -578,7 +578,7 @@ ggml_tensor * piper_voice::attention(vs_context & c, ggml_context * g, ggml_tens
     ggml_tensor * a_rel = absolute_to_relative(g, ggml_reshape_3d(g, attn, S, S, H * n));
     out                 = ggml_add(g, out, ggml_reshape_4d(g, ggml_mul_mat(g, rel_v, a_rel), d, S, H, n));
     out = ggml_reshape_2d(g, ggml_cont(g, ggml_permute(g, out, 0, 2, 1, 3)), hp_.hidden, S * n);  // [C, S * n]
-    return conv1d(g, out, c.w(pre + "conv_o.weight"), c.w(pre + "conv_o.bias"), 1, 0);
+    return conv1d(c.graph_opts(), g, out, c.w(pre + "conv_o.weight"), c.w(pre + "conv_o.bias"), 1, 0);
 }
 
 void piper_voice::run_encoder(vs_context & c, const std::vector<int32_t> & ids, const packing & pk,
@@ -602,16 +602,19 @@ void piper_voice::run_encoder(vs_context & c, const std::vector<int32_t> & ids, 
                                               c.w("enc_p.encoder.norm_layers_1." + l + ".gamma"),
                                               c.w("enc_p.encoder.norm_layers_1." + l + ".beta"), 1e-5f);
             const std::string f = "enc_p.encoder.ffn_layers." + l + ".";
-            ggml_tensor * y = conv1d(g, masked(g, x, mask), c.w(f + "conv_1.weight"), c.w(f + "conv_1.bias"), 1, pad);
-            y = conv1d(g, masked(g, ggml_relu(g, y), mask), c.w(f + "conv_2.weight"), c.w(f + "conv_2.bias"), 1, pad);
+            ggml_tensor *     y =
+                conv1d(c.graph_opts(), g, masked(g, x, mask), c.w(f + "conv_1.weight"), c.w(f + "conv_1.bias"), 1, pad);
+            y = conv1d(c.graph_opts(), g, masked(g, ggml_relu(g, y), mask), c.w(f + "conv_2.weight"),
+                        c.w(f + "conv_2.bias"), 1, pad);
             x = layer_norm(g, ggml_add(g, x, y), c.w("enc_p.encoder.norm_layers_2." + l + ".gamma"),
                             c.w("enc_p.encoder.norm_layers_2." + l + ".beta"), 1e-5f);
         }
         ggml_set_name(x, "enc_hidden");
         ggml_set_output(x);
-        ggml_tensor * stats = conv1d(g, x, c.w("enc_p.proj.weight"), c.w("enc_p.proj.bias"), 1, 0);  // [2*inter, T]
-        ggml_tensor * m     = channels(g, stats, 0, hp_.inter);
-        ggml_tensor * logs  = channels(g, stats, hp_.inter, hp_.inter);
+        ggml_tensor * stats =
+            conv1d(c.graph_opts(), g, x, c.w("enc_p.proj.weight"), c.w("enc_p.proj.bias"), 1, 0);  // [2*inter, T]
+        ggml_tensor * m    = channels(g, stats, 0, hp_.inter);
+        ggml_tensor * logs = channels(g, stats, hp_.inter, hp_.inter);
         ggml_set_name(m, "m_p");
         ggml_set_name(logs, "logs_p");
         ggml_set_output(m);
@@ -645,10 +648,11 @@ ggml_tensor * piper_voice::dds_conv(vs_context & c, ggml_context * g, ggml_tenso
                                                  c.w(prefix + "convs_sep." + l + ".bias"), dilation, pad);
         y                     = ggml_gelu_erf(g, layer_norm(g, y, c.w(prefix + "norms_1." + l + ".gamma"),
                                                             c.w(prefix + "norms_1." + l + ".beta"), 1e-5f));
-        y = conv1d(g, y, c.w(prefix + "convs_1x1." + l + ".weight"), c.w(prefix + "convs_1x1." + l + ".bias"), 1, 0);
-        y = ggml_gelu_erf(g, layer_norm(g, y, c.w(prefix + "norms_2." + l + ".gamma"),
-                                        c.w(prefix + "norms_2." + l + ".beta"), 1e-5f));
-        x = ggml_add(g, x, y);
+        y                     = conv1d(c.graph_opts(), g, y, c.w(prefix + "convs_1x1." + l + ".weight"),
+                                       c.w(prefix + "convs_1x1." + l + ".bias"), 1, 0);
+        y                     = ggml_gelu_erf(g, layer_norm(g, y, c.w(prefix + "norms_2." + l + ".gamma"),
+                                                            c.w(prefix + "norms_2." + l + ".beta"), 1e-5f));
+        x                     = ggml_add(g, x, y);
     }
     return x;
 }
@@ -741,9 +745,9 @@ std::vector<float> piper_voice::run_duration(vs_context & c, const std::vector<f
         ggml_set_name(z_in, "dp_noise");
         const spline_consts k = spline_constants(c);
 
-        ggml_tensor * cond = conv1d(g, x_in, c.w("dp.pre.weight"), c.w("dp.pre.bias"), 1, 0);
+        ggml_tensor * cond = conv1d(c.graph_opts(), g, x_in, c.w("dp.pre.weight"), c.w("dp.pre.bias"), 1, 0);
         cond               = dds_conv(c, g, cond, nullptr, "dp.convs.", mask);
-        cond               = conv1d(g, cond, c.w("dp.proj.weight"), c.w("dp.proj.bias"), 1, 0);
+        cond               = conv1d(c.graph_opts(), g, cond, c.w("dp.proj.weight"), c.w("dp.proj.bias"), 1, 0);
 
         // z0, z1: [1, T] each.
         ggml_tensor * z0 = ggml_cont(g, ggml_view_2d(g, z_in, 1, T, ggml_element_size(z_in), 0));
@@ -751,10 +755,10 @@ std::vector<float> piper_voice::run_duration(vs_context & c, const std::vector<f
         // Reverse order: each ConvFlow, then the Flip that precedes it in the forward list.
         for (auto it = hp_.dp_flow_ids.rbegin(); it != hp_.dp_flow_ids.rend(); ++it) {
             const std::string f = "dp.flows." + std::to_string(*it) + ".";
-            ggml_tensor *     h = conv1d(g, z0, c.w(f + "pre.weight"), c.w(f + "pre.bias"), 1, 0);
+            ggml_tensor *     h = conv1d(c.graph_opts(), g, z0, c.w(f + "pre.weight"), c.w(f + "pre.bias"), 1, 0);
             h                   = dds_conv(c, g, h, cond, f + "convs.", mask);
-            h                   = conv1d(g, h, c.w(f + "proj.weight"), c.w(f + "proj.bias"), 1, 0);  // [3*bins-1, T]
-            z1                  = spline_inverse(g, z1, h, k);
+            h  = conv1d(c.graph_opts(), g, h, c.w(f + "proj.weight"), c.w(f + "proj.bias"), 1, 0);  // [3*bins-1, T]
+            z1 = spline_inverse(g, z1, h, k);
             std::swap(z0, z1);
         }
         // ElementwiseAffine in reverse: (z - m) * exp(-logs), first channel only.
@@ -780,17 +784,17 @@ ggml_tensor * piper_voice::wavenet(vs_context & c, ggml_context * g, ggml_tensor
     ggml_tensor * out      = nullptr;
     int           dilation = 1;
     for (int i = 0; i < hp_.wn_layers; ++i, dilation *= hp_.wn_dilation_rate) {
-        const std::string l    = std::to_string(i);
-        const int         pad  = (hp_.wn_kernel * dilation - dilation) / 2;
-        ggml_tensor *     x_in = conv1d(g, masked(g, x, mask), c.w(prefix + "in_layers." + l + ".weight"),
-                                        c.w(prefix + "in_layers." + l + ".bias"), dilation, pad);  // [2H, T]
+        const std::string l   = std::to_string(i);
+        const int         pad = (hp_.wn_kernel * dilation - dilation) / 2;
+        ggml_tensor * x_in = conv1d(c.graph_opts(), g, masked(g, x, mask), c.w(prefix + "in_layers." + l + ".weight"),
+                                    c.w(prefix + "in_layers." + l + ".bias"), dilation, pad);  // [2H, T]
         // The gate: tanh of the first half times the sigmoid of the second, each over all of
         // x_in (unary ops take contiguous inputs) and multiplied as views.
         const size_t  half = hp_.hidden * x_in->nb[0];
         ggml_tensor * acts =
             ggml_mul(g, ggml_view_2d(g, ggml_tanh(g, x_in), hp_.hidden, x_in->ne[1], x_in->nb[1], 0),
                      ggml_view_2d(g, ggml_sigmoid(g, x_in), hp_.hidden, x_in->ne[1], x_in->nb[1], half));
-        ggml_tensor * rs = conv1d(g, acts, c.w(prefix + "res_skip_layers." + l + ".weight"),
+        ggml_tensor * rs = conv1d(c.graph_opts(), g, acts, c.w(prefix + "res_skip_layers." + l + ".weight"),
                                   c.w(prefix + "res_skip_layers." + l + ".bias"), 1, 0);
         if (i < hp_.wn_layers - 1) {
             // The residual half and the skip half, read as views.
@@ -836,13 +840,14 @@ std::vector<float> piper_voice::run_flow(vs_context & c, const std::vector<float
             const size_t  nb1   = z->nb[1];
             ggml_tensor * lo    = ggml_view_2d(g, z, half, F, nb1, 0);
             ggml_tensor * hi    = ggml_view_2d(g, z, half, F, nb1, half * z->nb[0]);
-            ggml_tensor * h     = conv1d(g, ggml_cont(g, reversed ? hi : lo),
+            ggml_tensor * h     = conv1d(c.graph_opts(), g, ggml_cont(g, reversed ? hi : lo),
                                      reversed ? c.reversed_weight(f + "pre.weight", 0) : c.w(f + "pre.weight"),
                                          c.w(f + "pre.bias"), 1, 0);
             h                   = wavenet(c, g, h, f + "enc.", mask);
-            ggml_tensor * mean  = reversed ? conv1d(g, h, c.reversed_weight(f + "post.weight", 2),
-                                                    c.reversed_weight(f + "post.bias", 0), 1, 0)
-                                           : conv1d(g, h, c.w(f + "post.weight"), c.w(f + "post.bias"), 1, 0);
+            ggml_tensor * mean  = reversed
+                                      ? conv1d(c.graph_opts(), g, h, c.reversed_weight(f + "post.weight", 2),
+                                               c.reversed_weight(f + "post.bias", 0), 1, 0)
+                                      : conv1d(c.graph_opts(), g, h, c.w(f + "post.weight"), c.w(f + "post.bias"), 1, 0);
             z = reversed ? ggml_concat(g, ggml_sub(g, lo, mean), hi, 0) : ggml_concat(g, lo, ggml_sub(g, hi, mean), 0);
         }
         if (reversed) {  // an odd number of coupling layers: the last flip made
@@ -974,7 +979,8 @@ std::vector<float> piper_voice::run_decoder_fused(vs_context & c, const std::vec
                 latent_mask = ggml_cpy(g, in.add(g, 1, F, pk.mask()), c.scratch_tensor(g, lmask_at, 1, F));
             }
             x = masked(g,
-                       conv1d(g, z_in, c.w("dec.conv_pre.weight"), c.w("dec.conv_pre.bias"), 1, hp_.dec_kernel_pre / 2),
+                       conv1d(c.graph_opts(), g, z_in, c.w("dec.conv_pre.weight"), c.w("dec.conv_pre.bias"), 1,
+                              hp_.dec_kernel_pre / 2),
                        latent_mask);
         } else {
             latent_mask = pk.packed() ? c.scratch_tensor(g, lmask_at, 1, F) : nullptr;
@@ -997,7 +1003,8 @@ std::vector<float> piper_voice::run_decoder_fused(vs_context & c, const std::vec
             }
             ggml_build_forward_expand(gb.gf, ggml_cpy(g, masked(g, x, mask), c.scratch_tensor(g, x_at, Cs[i], Ts[i])));
         } else {
-            out = ggml_tanh(g, conv1d(g, ggml_leaky_relu(g, x, 0.01f, false), c.w("dec.conv_post.weight"), nullptr, 1,
+            out = ggml_tanh(g, conv1d(c.graph_opts(), g, ggml_leaky_relu(g, x, 0.01f, false),
+                                      c.w("dec.conv_post.weight"), nullptr, 1,
                                       hp_.dec_kernel_post / 2));  // [1, N]
             ggml_set_name(out, "audio");
             ggml_set_output(out);
@@ -1074,8 +1081,9 @@ std::vector<float> piper_voice::run_decoder(vs_context & c, const std::vector<fl
     ggml_tensor * z_in = ggml_new_tensor_2d(g, GGML_TYPE_F32, hp_.inter, F);
     ggml_set_name(z_in, "z");
     ggml_set_input(z_in);
-    ggml_tensor * x = conv1d(g, z_in, c.w("dec.conv_pre.weight"), c.w("dec.conv_pre.bias"), 1, hp_.dec_kernel_pre / 2);
-    x               = masked(g, x, mask_at(1, 0, 0));
+    ggml_tensor * x     = conv1d(c.graph_opts(), g, z_in, c.w("dec.conv_pre.weight"), c.w("dec.conv_pre.bias"), 1,
+                                 hp_.dec_kernel_pre / 2);
+    x                   = masked(g, x, mask_at(1, 0, 0));
     const int n_kernels = (int) hp_.res_kernels.size();
     // Each stage keeps its signal between zero margins, so the residual blocks read their
     // padded input as views and add their output back in place: no per-convolution pad.
@@ -1110,10 +1118,10 @@ std::vector<float> piper_voice::run_decoder(vs_context & c, const std::vector<fl
             for (int cv = 0; cv < hp_.res_convs; ++cv) {
                 const int         d = hp_.res_dilations[j * hp_.res_convs + cv];
                 const std::string w = r + std::to_string(cv) + ".";
-                ggml_tensor *     y =
-                    conv1d_window(g, ggml_leaky_relu(g, rb, 0.1f, false), margin - same_padding(hp_.res_kernels[j], d),
-                                  T, c.w(w + "weight"), c.w(w + "bias"), d);  // [C, T]
-                y = masked(g, y, inner);
+                ggml_tensor *     y = conv1d_window(c.graph_opts(), g, ggml_leaky_relu(g, rb, 0.1f, false),
+                                                    margin - same_padding(hp_.res_kernels[j], d), T, c.w(w + "weight"),
+                                                    c.w(w + "bias"), d);  // [C, T]
+                y                   = masked(g, y, inner);
                 // rb += y over the signal frames; the margins stay zero.
                 rb = rb == x ? ggml_acc(g, rb, y, fb, ggml_nbytes(rb), ggml_nbytes(rb), margin * fb)
                              : ggml_acc_inplace(g, rb, y, fb, ggml_nbytes(rb), ggml_nbytes(rb), margin * fb);
@@ -1126,7 +1134,7 @@ std::vector<float> piper_voice::run_decoder(vs_context & c, const std::vector<fl
             x = ggml_view_2d(g, x, x->ne[0], T + 2, fb, (margin - 1) * fb);
         }
     }
-    x = conv1d_window(g, ggml_leaky_relu(g, x, 0.01f, false), margin - hp_.dec_kernel_post / 2, T,
+    x = conv1d_window(c.graph_opts(), g, ggml_leaky_relu(g, x, 0.01f, false), margin - hp_.dec_kernel_post / 2, T,
                       c.w("dec.conv_post.weight"), nullptr, 1);
     x = ggml_tanh(g, x);  // [1, N]
     ggml_set_name(x, "audio");
