@@ -16,13 +16,19 @@ def log_path() -> Path:
 
 
 def setup_logging() -> Path:
-    """Log to the rotating studio log (once per process); returns its path."""
+    """Log to the rotating studio log of the data directory; returns its path. The handler
+    is added once per process, and moved where the data directory has moved (the log named
+    in an error dialog is the one written)."""
     path = log_path()
     root = logging.getLogger()
-    if not any(getattr(h, "_voicestudio", False) for h in root.handlers):
-        handler = logging.handlers.RotatingFileHandler(path, maxBytes=2_000_000, backupCount=3, encoding="utf-8")
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        handler._voicestudio = True
-        root.addHandler(handler)
-        root.setLevel(logging.INFO)
+    for old in [h for h in root.handlers if getattr(h, "_voicestudio", False)]:
+        if Path(old.baseFilename) == path.resolve():
+            return path
+        root.removeHandler(old)
+        old.close()
+    handler = logging.handlers.RotatingFileHandler(path, maxBytes=2_000_000, backupCount=3, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler._voicestudio = True
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
     return path
