@@ -15,7 +15,7 @@ GGML_CMAKE_ARGS := -DGGML_LLAMAFILE=ON $(if $(filter cuda,$(GPU)),-DGGML_CUDA=ON
 STAMP    := $(VENV)/.deps-stamp-$(or $(GPU),cpu)-$(shell echo '$(GGML_CMAKE_ARGS)' | cksum | cut -d' ' -f1)
 
 CPP_SOURCES = $(wildcard native/include/*.h native/src/*.h native/src/*.cpp native/src/models/*.cpp native/src/cuda/*.cu native/tools/*.cpp \
-	native/tests/*.h native/tests/*.c native/tests/*.cpp native/python/*.cpp)
+	native/tests/*.h native/tests/*.c native/tests/*.cpp native/python/*.h native/python/*.cpp)
 
 # Vulkan headers for ggml's Vulkan backend where the system's are too old (Debian 12's):
 # Debian 13's libvulkan-dev, unpacked here (headers only; the loader stays the system's).
@@ -109,7 +109,7 @@ format: $(STAMP)
 	$(VENV)/bin/clang-format -i $(CPP_SOURCES)
 
 native-test: engine models
-	cd $(BUILD) && VS_TEST_MODEL="$$($(abspath $(PY)) -c 'import sys; sys.path.insert(0, "$(CURDIR)"); from app.core import models; print(models.installed_path("piper:joe"))')" \
+	cd $(BUILD) && VS_TEST_MODEL="$$($(abspath $(PY)) -c 'import sys; sys.path.insert(0, "$(CURDIR)"); from app.models import manager as models; print(models.installed_path("piper:joe"))')" \
 	  $(abspath $(VENV))/bin/ctest --output-on-failure
 
 py-test: engine models
@@ -134,7 +134,7 @@ sanitize: setup
 	$(VENV)/bin/cmake -S native -B $(ASAN_BUILD) -G Ninja -DPython_EXECUTABLE=$(abspath $(PY)) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DVS_SANITIZE=ON -DVS_PYTHON_OUTPUT_DIR=$(abspath $(ASAN_BUILD))/overlay/app >/dev/null
 	$(VENV)/bin/cmake --build $(ASAN_BUILD)
-	cd $(ASAN_BUILD) && $(SANITIZE_ENV) VS_TEST_MODEL="$$($(abspath $(PY)) -c 'import sys; sys.path.insert(0, "$(CURDIR)"); from app.core import models; print(models.installed_path("piper:joe"))')" \
+	cd $(ASAN_BUILD) && $(SANITIZE_ENV) VS_TEST_MODEL="$$($(abspath $(PY)) -c 'import sys; sys.path.insert(0, "$(CURDIR)"); from app.models import manager as models; print(models.installed_path("piper:joe"))')" \
 	  $(abspath $(VENV))/bin/ctest --output-on-failure
 	cd $(ASAN_BUILD) && $(SANITIZE_ENV) $(abspath $(PY)) $(CURDIR)/tools/fuzz.py --seconds 5 --driver $(abspath $(ASAN_BUILD))/fuzz-engine \
 	  gguf-piper gguf-ge2e phonemes-piper phonemes-kokoro text-piper text-kokoro

@@ -9,7 +9,7 @@ def main() -> int:
         from app.ui.main import run
 
         return run(argv)
-    from app.cli import main as cli_main
+    from app.cli.main import main as cli_main
 
     return cli_main(argv)
 

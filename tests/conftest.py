@@ -1,7 +1,7 @@
 import pytest
 
-from app.core import models
-from app.core.engine import Engine
+from app.engine.engine import Engine
+from app.models import manager as models
 
 
 @pytest.fixture(scope="session")
@@ -18,7 +18,7 @@ def engine(joe_path):
 
 @pytest.fixture(scope="session")
 def reference():
-    from app.core.reference import PiperReference
+    from tools.devkit.reference import PiperReference
 
     return PiperReference("piper:joe", threads=2)
 

@@ -177,7 +177,7 @@ def test_embed_and_similarity(joe_path):
 
 
 def test_profile_commands_round_trip(tmp_path, joe_path):
-    from app.core import models
+    from app.models import manager as models
 
     data = tmp_path / "data"
     data.mkdir()

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from app.core.dsp import log_mel_cosine
-from app.core.engine import Engine, EngineDebug, devices
+from app.audio.dsp import log_mel_cosine
+from app.engine.engine import Engine, EngineDebug, devices
 
 GPUS = [d["id"] for d in devices() if d["type"] in ("gpu", "igpu")]
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not GPUS, reason="this ggml build reports no GPU")]
@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not GPUS, reason="this ggml bu
 @pytest.mark.parametrize("voice", ["piper:joe", "kokoro:jf_alpha"])
 @pytest.mark.parametrize("device", GPUS)
 def test_opening_on_a_gpu_prewarms_and_checks_every_stage(device, voice, joe_path):
-    from app.core import models
+    from app.models import manager as models
 
     if voice.startswith("kokoro") and not models.kokoro_installed():
         pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
@@ -69,7 +69,7 @@ def test_gpu_packs_a_piper_batch_and_each_sentence_sounds_as_alone(device, sente
 
 @pytest.mark.parametrize("device", GPUS)
 def test_gpu_runs_all_of_kokoro(device, sentences):
-    from app.core import models
+    from app.models import manager as models
 
     if not models.kokoro_installed():
         pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
@@ -96,7 +96,7 @@ def test_gpu_runs_all_of_kokoro(device, sentences):
 
 @pytest.mark.parametrize("device", GPUS)
 def test_gpu_batch_sounds_like_one_at_a_time(device, sentences):
-    from app.core import models
+    from app.models import manager as models
 
     if not models.kokoro_installed():
         pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
@@ -130,7 +130,7 @@ def test_workers_on_a_gpu_give_the_takes_of_one(device, voice, sentences, joe_pa
     """Four workers, each its own queue and thread on the device, each take a pair of a
     batch of eight (two sentences, four times over): every pair packs as one worker packs
     those two alone, so every take is that one's, whichever worker made it."""
-    from app.core import models
+    from app.models import manager as models
 
     if voice.startswith("kokoro") and not models.kokoro_installed():
         pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
@@ -185,7 +185,7 @@ def test_a_take_repeated_on_cuda_is_the_same_and_only_kept_graphs_are_captured(
     captures a graph run twice with the same nodes and replays it: a kept graph's replays
     must give the take of its first, direct run; a graph built for one call must never be
     captured (each such run is new to ggml), which ggml would report on stderr."""
-    from app.core import models
+    from app.models import manager as models
 
     if voice.startswith("kokoro") and not models.kokoro_installed():
         pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
@@ -209,7 +209,7 @@ def test_inputs_staged_in_pinned_memory_give_the_takes_of_inputs_set_one_by_one(
     inputs each set and waited for (staging_kib=0), also where that memory is so
     small (1 KiB) that a call fills it again and again (waited for, then used from its
     start) and grows it for larger inputs."""
-    from app.core import models
+    from app.models import manager as models
 
     if voice.startswith("kokoro") and not models.kokoro_installed():
         pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
@@ -233,7 +233,7 @@ def test_graphs_queued_without_a_wait_give_the_takes_of_graphs_waited_for(device
     takes must be those of every graph waited for (wait_each_graph): one sentence a
     call (the same ones again, through the captured graphs), a batch, and a batch divided
     between two workers."""
-    from app.core import models
+    from app.models import manager as models
 
     if voice.startswith("kokoro") and not models.kokoro_installed():
         pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
@@ -256,7 +256,7 @@ def test_graphs_queued_without_a_wait_give_the_takes_of_graphs_waited_for(device
 def test_a_first_take_of_the_prewarms_shapes_replays_what_it_captured(device, voice, capfd):
     """ggml captures a kept graph on its second run, milliseconds more than a replay; the
     prewarm runs its sentences twice so that a first take of their shapes captures nothing."""
-    from app.core import models
+    from app.models import manager as models
 
     if voice.startswith("kokoro") and not models.kokoro_installed():
         pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
@@ -281,7 +281,7 @@ def test_kokoro_stacks_captured_at_one_length_replay_for_the_others_of_its_bucke
     one by one (ggml's captures and the engine's off), to its last samples: the frames past
     a sentence's end add nothing to them (they are near silence, so an error there is
     measured against them)."""
-    from app.core import models
+    from app.models import manager as models
 
     if not models.kokoro_installed():
         pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
@@ -321,7 +321,7 @@ def test_kokoro_outputs_left_on_the_device_read_back_as_ggml_ops_give_them(devic
     device, read back only when asked for. They must be what the stages computed: the same
     device with the engine's kernels off (every stage in ggml ops, its outputs read back as
     each stage ends) gives them within rounding, and a later call's replace them."""
-    from app.core import models
+    from app.models import manager as models
 
     if not models.kokoro_installed():
         pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
@@ -360,7 +360,7 @@ def test_kokoro_outputs_of_a_batch_across_workers_are_its_last_sentences(device,
     and a later call's must replace them."""
     import threading
 
-    from app.core import models
+    from app.models import manager as models
 
     if not models.kokoro_installed():
         pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
@@ -384,7 +384,7 @@ def test_kokoro_outputs_of_a_batch_across_workers_are_its_last_sentences(device,
 def test_kokoro_kept_graphs_on_a_gpu_give_the_takes_of_graphs_built_for_them(device):
     from test_kept_graphs import assert_kokoro_kept_like_fresh, kokoro_calls
 
-    from app.core import models
+    from app.models import manager as models
 
     if not models.kokoro_installed():
         pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
@@ -403,7 +403,7 @@ def test_kokoro_graphs_dropped_for_room_and_built_again_give_the_same_takes(devi
     ggml: each is run twice) and new ones are built in their metadata, at the addresses
     ggml keys its captures by. No replay or update may run a dropped graph's kernels: every
     take must be the first take of its sentence."""
-    from app.core import models
+    from app.models import manager as models
 
     if not models.kokoro_installed():
         pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
@@ -430,7 +430,7 @@ def test_kokoro_graphs_dropped_for_room_and_built_again_give_the_same_takes(devi
 def test_automatic_workers_on_cuda_with_room_for_them(device, joe_path):
     """workers=None (the studio's): 4 on a CUDA device with 16 GiB free, 2 with 8, else 1;
     1 on other backends, where ggml serializes the contexts."""
-    from app.core.engine import AUTO_WORKERS
+    from app.engine.engine import AUTO_WORKERS
 
     free = next(d["memory_free"] for d in devices() if d["id"] == device)
     want = 1
@@ -444,7 +444,7 @@ def test_automatic_workers_on_cuda_with_room_for_them(device, joe_path):
 def test_cuda_kernels_match_the_ggml_ops(device):
     """Kokoro's LSTMs and its generator's residual stacks run in the engine's own CUDA kernels;
     ggml's ops on the same device are the reference."""
-    from app.core import models
+    from app.models import manager as models
 
     if not models.kokoro_installed():
         pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
@@ -478,7 +478,7 @@ def test_piper_decoder_kernels_match_the_ggml_ops(device, sentences, joe_path):
     blocks in the engine's CUDA kernels, one sentence at a time and packed (the gaps masked
     inside the kernels); ggml's ops on the same device, with the installed weights, are the
     reference."""
-    from app.core import models
+    from app.models import manager as models
 
     if models.installed_weights("piper:joe") not in (None, "f32", "f16"):
         pytest.skip("the kernels take F16 or F32 weights: python main.py models install piper:joe --weights f16")
@@ -513,7 +513,7 @@ def test_piper_decoder_kernels_match_the_ggml_ops(device, sentences, joe_path):
 @pytest.mark.parametrize("device", GPUS)
 def test_speaker_encoder_on_the_gpu_embeds_as_the_cpu(device):
     """On CUDA its three LSTM layers run in the engine's kernel; the CPU's ggml graph is the reference."""
-    from app.core.speaker_encoder import SAMPLE_RATE, SpeakerEncoder, similarity
+    from app.profiles.speaker_encoder import SAMPLE_RATE, SpeakerEncoder, similarity
 
     # 4 s of a voiced-like signal (harmonics of a gliding pitch, a little noise): seven partials.
     t = np.arange(4 * SAMPLE_RATE) / SAMPLE_RATE

@@ -15,10 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.core import profiles, torch_checkpoint
 from app.core.atomic import write_bytes_atomic
 from app.core.project import Project, ProjectFileError, autosave_dir, pending_recoveries
 from app.core.settings import DEFAULTS, Settings
+from app.models import torch_checkpoint
+from app.profiles import store as profiles
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -295,11 +296,12 @@ def test_cli_text_files_that_are_not_text_are_one_line_errors(tmp_path, content,
 def test_cli_writes_a_long_script_block_by_block_as_one_take(engine, tmp_path, monkeypatch):
     import soundfile as sf
 
-    from app import cli
+    from app.cli import main as cli
+    from app.cli import synth
 
     script = "The first sentence. A second one follows it. Then a third, and last, sentence.\n\nA new paragraph."
-    monkeypatch.setattr(cli, "BLOCK_CHARS", 30)
-    assert len(cli._blocks(script, phonemes=False)) >= 3
+    monkeypatch.setattr(synth, "BLOCK_CHARS", 30)
+    assert len(synth._blocks(script, phonemes=False)) >= 3
     out = tmp_path / "o.wav"
     assert cli.main(["synth", "--voice", "piper:joe", "--device", "cpu", "--threads", "2", "--text", script,
                      "--out", str(out), "--format", "float"]) == 0  # fmt: skip
@@ -309,12 +311,13 @@ def test_cli_writes_a_long_script_block_by_block_as_one_take(engine, tmp_path, m
 
 
 def test_cli_block_of_punctuation_alone_is_skipped_not_fatal(tmp_path, monkeypatch):
-    from app import cli
+    from app.cli import main as cli
+    from app.cli import synth
 
-    monkeypatch.setattr(cli, "BLOCK_CHARS", 12)
+    monkeypatch.setattr(synth, "BLOCK_CHARS", 12)
     out = tmp_path / "o.wav"
     script = "Hello there. ?! ... !! ?? Goodbye now."
-    assert any(not any(c.isalpha() for c in b) for b in cli._blocks(script, phonemes=False))
+    assert any(not any(c.isalpha() for c in b) for b in synth._blocks(script, phonemes=False))
     assert cli.main(["synth", "--voice", "piper:joe", "--device", "cpu", "--threads", "2", "--text", script,
                      "--out", str(out)]) == 0  # fmt: skip
     assert cli.main(["synth", "--voice", "piper:joe", "--device", "cpu", "--threads", "2", "--text", "?! ...",

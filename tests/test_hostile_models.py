@@ -7,10 +7,12 @@ import threading
 import numpy as np
 import pytest
 
-from app import _engine
-from app.core import models
-from app.core.engine import Engine
-from app.core.errors import InvalidArgumentError, ModelFileError
+from app.engine.binding import native_engine
+from app.engine.engine import Engine
+from app.engine.errors import InvalidArgumentError, ModelFileError
+from app.models import manager as models
+
+_engine = native_engine()
 
 KOKORO = models.kokoro_path()  # the installed ones, before a test points the data folder elsewhere
 SPEAKER_ENCODER = models.speaker_encoder_path()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from test_workers import TEXTS
 
-from app.core.engine import Engine, EngineDebug
+from app.engine.engine import Engine, EngineDebug
 
 OTHERS = [
     "Hello!",
@@ -130,7 +130,7 @@ def assert_kokoro_kept_like_fresh(kept, fresh, per_call: int, on_gpu: bool = Fal
     a frame, shifting every later one: such takes need only be as long, within two frames.
     per_call: the graphs a call of one sentence keeps; per_batch: the batch's (as many
     unless given)."""
-    from app.core.dsp import log_mel_cosine
+    from app.audio.dsp import log_mel_cosine
 
     assert [c[1]["graphs_reused"] for c in fresh] == [0, 0, 0, 0]
     reused = [c[1]["graphs_reused"] for c in kept]
@@ -158,7 +158,7 @@ def assert_kokoro_kept_like_fresh(kept, fresh, per_call: int, on_gpu: bool = Fal
 
 
 def test_kokoro_keeps_its_graphs():
-    from app.core import models
+    from app.models import manager as models
 
     if not models.kokoro_installed():
         pytest.skip("Kokoro is not installed (python main.py models install kokoro)")

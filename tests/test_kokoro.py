@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from app.core import models
-from app.core.dsp import log_mel_cosine
-from app.core.engine import Engine, EngineDebug
-from app.core.errors import CancelledError, InvalidArgumentError, NothingToSpeakError
-from app.core.reference import KokoroReference, kokoro_bert_float
+from app.audio.dsp import log_mel_cosine
+from app.engine.engine import Engine, EngineDebug
+from app.engine.errors import CancelledError, InvalidArgumentError, NothingToSpeakError
+from app.models import manager as models
+from tools.devkit.reference import KokoroReference, kokoro_bert_float
 
 SAMPLES_PER_FRAME = 600  # 24 kHz audio, 40 duration frames a second
 

@@ -7,7 +7,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from app.core import convert_kokoro, models
+from app.models import manager as models
+from app.models.convert import kokoro as convert_kokoro
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ import gguf
 import numpy as np
 import pytest
 
-from app.core.engine import Engine
-from app.core.errors import DeviceError, ModelFileError
+from app.engine.engine import Engine
+from app.engine.errors import DeviceError, ModelFileError
 
 
 def _open(path, **kw):
@@ -64,7 +64,7 @@ def test_unknown_device(joe_path):
 
 
 def test_loading_can_be_cancelled(joe_path):
-    from app.core.errors import CancelledError
+    from app.engine.errors import CancelledError
 
     with pytest.raises(CancelledError):
         _open(joe_path, progress=lambda fraction: fraction < 0.5)

@@ -5,9 +5,9 @@ import shutil
 import numpy as np
 import pytest
 
-from app.core import models
-from app.core.dsp import log_mel_cosine
-from app.core.engine import Engine
+from app.audio.dsp import log_mel_cosine
+from app.engine.engine import Engine
+from app.models import manager as models
 
 
 def test_install_is_idempotent(joe_path):

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from app.core import node_trace
-from app.core.engine import Engine, EngineDebug
+from app.engine.engine import Engine, EngineDebug
+from tools.devkit import node_trace
 
 IPA = "ðə kwˈɪk bɹˈaʊn fˈɑːks dʒˈʌmps."
 

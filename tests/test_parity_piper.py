@@ -5,7 +5,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from app.core.dsp import log_mel_cosine
+from app.audio.dsp import log_mel_cosine
 
 HOP = 256  # samples per frame of this voice
 

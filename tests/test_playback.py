@@ -5,7 +5,7 @@ import time
 import numpy as np
 import pytest
 
-from app.core.playback import PlaybackError, Player
+from app.audio.playback import PlaybackError, Player
 
 
 def tone(seconds, rate=22050, freq=440.0):

@@ -8,10 +8,11 @@ import pytest
 
 pytest.importorskip("PySide6")
 
-from app.core import models, profiles  # noqa: E402
-from app.core.playback import Player  # noqa: E402
-from app.core.recording import Recorder  # noqa: E402
+from app.audio.playback import Player  # noqa: E402
+from app.audio.recording import Recorder  # noqa: E402
 from app.core.settings import Settings  # noqa: E402
+from app.models import manager as models  # noqa: E402
+from app.profiles import store as profiles  # noqa: E402
 from app.ui.main import StudioWindow  # noqa: E402
 
 CLIP = Path(__file__).parent / "data" / "speaker" / "piper_joe.flac"

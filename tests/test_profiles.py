@@ -6,10 +6,13 @@ import zipfile
 import numpy as np
 import pytest
 
-from app.core import models, profiles, style_search
-from app.core.engine import Engine
-from app.core.errors import InvalidArgumentError
-from app.core.speaker_encoder import SpeakerEncoder
+from app.engine.engine import Engine
+from app.engine.errors import InvalidArgumentError
+from app.models import manager as models
+from app.profiles import store as profiles
+from app.profiles import style_search
+from app.profiles.speaker_encoder import SpeakerEncoder
+from app.profiles.voices import open_engine
 
 
 @pytest.fixture
@@ -115,7 +118,7 @@ def test_a_profile_speaks_with_its_own_pack(store):
         embedding=np.ones(256, dtype=np.float32) / 16, source={}, checks=[], scores={}, search={}, overwrite=True,
     )  # fmt: skip
     text = "The river ran fast after the rain."
-    with Engine.open("profile:Ivy", device="cpu", threads=2) as eng:
+    with open_engine("profile:Ivy", device="cpu", threads=2) as eng:
         mine = eng.synthesize(text=text).audio
         explicit = eng.synthesize(text=text, style=pack.reshape(510, 256)).audio
         alpha = eng.synthesize(text=text, style=packs["jf_alpha"].reshape(510, 256)).audio

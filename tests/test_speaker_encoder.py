@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from app.core import models
-from app.core.errors import InvalidArgumentError, VoiceStudioError
-from app.core.speaker_encoder import SpeakerEncoder, preprocess, similarity, trim_long_silences
+from app.engine.errors import InvalidArgumentError, VoiceStudioError
+from app.models import manager as models
+from app.profiles.speaker_encoder import SpeakerEncoder, preprocess, similarity, trim_long_silences
 
 DATA = Path(__file__).parent / "data" / "speaker"
 CLIPS = ("piper_joe", "kokoro_jf_alpha", "kokoro_jm_kumo")
@@ -95,7 +95,9 @@ def test_bad_audio_gets_a_clear_error(encoder):
 
 
 def test_voices_and_encoders_are_not_confused(engine, joe_path):
-    from app import _engine
+    from app.engine.binding import native_engine
+
+    _engine = native_engine()
 
     with pytest.raises(InvalidArgumentError, match="not a speaker encoder"):
         SpeakerEncoder.open(model_path=joe_path)
@@ -125,7 +127,9 @@ def test_encoder_install_is_verified(tmp_path, monkeypatch):
 
 
 def test_prewarmed_encoder_embeds_the_same(encoder):
-    from app import _engine
+    from app.engine.binding import native_engine
+
+    _engine = native_engine()
 
     want = encoder.embed_prepared(clip("piper_joe"))
     model = _engine.Model(str(models.install_speaker_encoder()))

@@ -6,7 +6,8 @@ import sys
 import numpy as np
 import pytest
 
-from app.core import models, torch_checkpoint
+from app.models import manager as models
+from app.models import torch_checkpoint
 
 
 @pytest.fixture(scope="module")

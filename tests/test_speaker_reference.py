@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from app.core.errors import InvalidArgumentError
-from app.core.speaker_reference import RATE, load, prepare
+from app.engine.errors import InvalidArgumentError
+from app.profiles.speaker_reference import RATE, load, prepare
 
 
 def speech_like(seconds: float, rate: int = 44100, level_db: float = -20.0, seed: int = 0) -> np.ndarray:

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from app.core.engine import Engine, EngineDebug
-from app.core.errors import CancelledError, InvalidArgumentError, NothingToSpeakError
+from app.engine.engine import Engine, EngineDebug
+from app.engine.errors import CancelledError, InvalidArgumentError, NothingToSpeakError
 
 
 def test_same_seed_same_audio_different_seed_differs(engine):
@@ -179,7 +179,7 @@ def test_tiled_decoding_matches_whole_decoding(engine):
 
 
 def test_prewarm_on_open_leaves_no_trace(joe_path):
-    from app.core.engine import Engine
+    from app.engine.engine import Engine
 
     with Engine.open("piper:joe", device="cpu", threads=2) as cold:
         assert cold.prewarm_ms == 0.0  # the CPU is not prewarmed unless asked
@@ -222,7 +222,7 @@ def test_gpu_graphs_on_the_cpu_give_the_cpu_graphs_flow_and_audio(joe_path):
     """The graphs built for a GPU (im2col matrices, 1x1 convolutions straight from their input)
     run here on the CPU backend: on the same phonemes, noise off, they give the CPU graphs' flow
     output and audio."""
-    from app.core import models
+    from app.models import manager as models
 
     if models.installed_weights("piper:joe") not in (None, "f32"):
         pytest.skip("piper:joe is installed with other than F32 weights")
@@ -245,7 +245,7 @@ def test_gpu_graphs_pack_a_batch_and_each_sentence_sounds_as_alone(joe_path):
     no GPU). Exact only with F32 weights (the default install): with F16 ones, matmuls of
     another shape may round a token's duration across a frame boundary (tests/test_gpu.py
     checks that case on a GPU)."""
-    from app.core import models
+    from app.models import manager as models
 
     if models.installed_weights("piper:joe") not in (None, "f32"):
         pytest.skip("piper:joe is installed with other than F32 weights")

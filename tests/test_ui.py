@@ -9,10 +9,10 @@ pytest.importorskip("PySide6")
 
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from app.core.dsp import log_mel  # noqa: E402
-from app.core.engine import STAGES_BY_FAMILY, devices  # noqa: E402
+from app.audio.dsp import log_mel  # noqa: E402
 from app.core.project import Project, timeline  # noqa: E402
 from app.core.settings import Settings  # noqa: E402
+from app.engine.engine import STAGES_BY_FAMILY, devices  # noqa: E402
 from app.ui.main import StudioWindow  # noqa: E402
 from app.ui.timeline import HOP, N_MELS  # noqa: E402
 
@@ -120,7 +120,7 @@ def test_timings_of_a_job_divided_between_workers_count_its_wall_clock(qtbot):
 
 def test_on_a_gpu_sentences_go_in_batches_and_get_the_takes_they_get_alone(qtbot, window, monkeypatch):
     """A GPU engine takes a job's sentences GPU_BATCH at a time in one call; forced here on the CPU."""
-    from app.ui import workers
+    from app.jobs import workers
 
     monkeypatch.setattr(workers, "batch_size", lambda engine: 2)
     set_script(window, TEXT)
@@ -141,8 +141,8 @@ def test_a_batched_job_divided_between_the_engines_workers(qtbot, window, monkey
     """The studio's GPU path with an engine of two workers (forced here on the CPU): their
     stages arrive from the workers' threads, every sentence gets the take it gets alone, and
     the summary counts the job's wall clock."""
-    from app.core.engine import Engine
-    from app.ui import workers
+    from app.engine.engine import Engine
+    from app.jobs import workers
 
     real_open = Engine.open.__func__
     monkeypatch.setattr(Engine, "open", classmethod(lambda cls, *a, **k: real_open(cls, *a, **{**k, "workers": 2})))

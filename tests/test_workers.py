@@ -7,9 +7,11 @@ import threading
 import numpy as np
 import pytest
 
-from app import _engine
-from app.core.engine import AUTO_WORKERS, MAX_WORKERS, Engine, EngineDebug
-from app.core.errors import CancelledError, InvalidArgumentError
+from app.engine.binding import native_engine
+from app.engine.engine import AUTO_WORKERS, MAX_WORKERS, Engine, EngineDebug
+from app.engine.errors import CancelledError, InvalidArgumentError
+
+_engine = native_engine()
 
 TEXTS = [
     "Hi!",

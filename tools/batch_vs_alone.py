@@ -19,8 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.core.dsp import log_mel_cosine  # noqa: E402
-from app.core.engine import Engine  # noqa: E402
+from app.audio.dsp import log_mel_cosine  # noqa: E402
+from app.engine.engine import Engine  # noqa: E402
 
 
 def main() -> int:

@@ -14,8 +14,8 @@ run; the host's time inside CUDA calls and the calls that took longest; with ``-
 N``, the N kernels that took the GPU longest (by name, launches and ms). The profiler makes
 every CUDA call slower, so the walls are longer than ``bench``'s: compare trees and stages
 under this tool, not with ``bench``. A round's one-a-call sentences come after the batch of the
-round before, and after a batch some kept graphs are captured again (on an H200, 10 ggml
-captures in the round after a batch, none in a round after one a call): the profiled round
+round before, and after a batch some kept graphs are captured again (ggml's captures in the
+round after a batch, none in a round after one a call): the profiled round
 counts those instantiations (``cudaGraphInstantiate`` among the generator's calls), which a
 ``bench`` of sentences alone does not make. Needs PyTorch, which the project does not depend on,
 and a CUDA device.
@@ -44,7 +44,7 @@ def record(voice: str, device: str, batch: int, trace: Path) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from app.core.engine import Engine
+    from app.engine.engine import Engine
 
     if not torch.cuda.is_available():
         sys.exit("PyTorch sees no CUDA device")

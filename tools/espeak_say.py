@@ -18,7 +18,7 @@ import soundfile as sf
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.core.espeak import espeak_paths  # noqa: E402
+from app.engine.espeak import espeak_paths  # noqa: E402
 
 AUDIO_OUTPUT_SYNCHRONOUS = 2
 POS_CHARACTER = 1

@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.core.engine import Engine, devices  # noqa: E402
+from app.engine.engine import Engine, devices  # noqa: E402
 
 SENTENCE = "The first take after opening should be as quick as every other one."
 

@@ -40,8 +40,8 @@ CRASH_INPUT = Path("fuzz-crash-input")
 
 
 def native_targets() -> dict[str, list[str]]:
-    from app.core import models
-    from app.core.espeak import espeak_paths
+    from app.engine.espeak import espeak_paths
+    from app.models import manager as models
 
     piper, kokoro, ge2e = models.gguf_path("piper:joe"), models.kokoro_path(), models.speaker_encoder_path()
     espeak = list(espeak_paths())
@@ -131,7 +131,7 @@ class Target:
 
 class ProfileImport(Target):
     def __init__(self, work: Path):
-        from app.core import profiles
+        from app.profiles import store as profiles
 
         self.profiles, self.work = profiles, work
         self.expected = (profiles.ProfileError,)
@@ -195,7 +195,7 @@ class Checkpoint(Target):
     """Legacy checkpoints, written here with stand-ins for the torch names they refer to."""
 
     def __init__(self, work: Path):
-        from app.core import torch_checkpoint
+        from app.models import torch_checkpoint
 
         self.ckpt, self.work = torch_checkpoint, work
         self.expected = (torch_checkpoint.CheckpointError,)

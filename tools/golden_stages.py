@@ -49,7 +49,7 @@ def cpu_signature() -> str:
 
 def record() -> dict[str, np.ndarray]:
     """Every output, keyed "<voice>/<sentence index>/<name>"."""
-    from app.core.engine import Engine
+    from app.engine.engine import Engine
 
     out = {}
     for voice, names in VOICES.items():

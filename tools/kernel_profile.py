@@ -68,7 +68,7 @@ def check(status: int, what: str) -> None:
 
 
 def child(voice: str, device: str, batch: int) -> None:
-    from app.core.engine import Engine
+    from app.engine.engine import Engine
 
     lines = [s for s in (ROOT / "tests/data/sentences.txt").read_text(encoding="utf-8").splitlines() if s.strip()]
     with Engine.open(voice, device=device) as engine:

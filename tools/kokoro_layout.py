@@ -1,4 +1,4 @@
-"""Write native/src/models/kokoro-layout.inc: every tensor of Kokoro-82M as the engine reads
+"""Write native/src/models/kokoro/layout.inc: every tensor of Kokoro-82M as the engine reads
 it (name, ggml shape, whether it may be stored in a reduced type), which the engine checks a
 model file against when it loads one.
 
@@ -18,13 +18,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-OUT = ROOT / "native" / "src" / "models" / "kokoro-layout.inc"
+OUT = ROOT / "native" / "src" / "models" / "kokoro" / "layout.inc"
 
 
 def main() -> int:
     import gguf
 
-    from app.core import models
+    from app.models import manager as models
 
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else models.kokoro_path()
     reader = gguf.GGUFReader(str(path))

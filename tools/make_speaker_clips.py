@@ -17,8 +17,8 @@ import soundfile as sf
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.core.engine import Engine  # noqa: E402
 from app.core.export import resample  # noqa: E402
+from app.engine.engine import Engine  # noqa: E402
 
 OUT = ROOT / "tests" / "data" / "speaker"
 CLIPS = {

@@ -23,8 +23,8 @@ sys.path.insert(0, str(ROOT))
 
 from stages_vs_cpu import SENTENCE  # noqa: E402  (this folder, the script's, comes first on the path)
 
-from app.core import node_trace  # noqa: E402
-from app.core.engine import Engine, EngineDebug  # noqa: E402
+from app.engine.engine import Engine, EngineDebug  # noqa: E402
+from tools.devkit import node_trace  # noqa: E402
 
 SENTENCES = {"kokoro": SENTENCE, "piper": "ðə kwˈɪk bɹˈaʊn fˈɑːks dʒˈʌmps ˌoʊvɚ ðə lˈeɪzi dˈɑːɡ."}
 

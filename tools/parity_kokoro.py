@@ -20,10 +20,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.core import models  # noqa: E402
-from app.core.dsp import log_mel_cosine  # noqa: E402
-from app.core.engine import Engine  # noqa: E402
-from app.core.reference import KOKORO_STAGES, KokoroReference, kokoro_bert_float  # noqa: E402
+from app.audio.dsp import log_mel_cosine  # noqa: E402
+from app.engine.engine import Engine  # noqa: E402
+from app.models import manager as models  # noqa: E402
+from tools.devkit.reference import KOKORO_STAGES, KokoroReference, kokoro_bert_float  # noqa: E402
 
 
 def cosine(a, b) -> float:

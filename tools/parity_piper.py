@@ -18,9 +18,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.core.dsp import log_mel_cosine  # noqa: E402
-from app.core.engine import Engine  # noqa: E402
-from app.core.reference import PiperReference  # noqa: E402
+from app.audio.dsp import log_mel_cosine  # noqa: E402
+from app.engine.engine import Engine  # noqa: E402
+from tools.devkit.reference import PiperReference  # noqa: E402
 
 HOP = 256
 

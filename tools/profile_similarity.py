@@ -25,10 +25,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.core import models, profile_builder, style_search  # noqa: E402
-from app.core.engine import Engine  # noqa: E402
-from app.core.speaker_encoder import SpeakerEncoder, similarity  # noqa: E402
-from app.core.speaker_reference import load  # noqa: E402
+from app.engine.engine import Engine  # noqa: E402
+from app.models import manager as models  # noqa: E402
+from app.profiles import builder as profile_builder  # noqa: E402
+from app.profiles import style_search  # noqa: E402
+from app.profiles.speaker_encoder import SpeakerEncoder, similarity  # noqa: E402
+from app.profiles.speaker_reference import load  # noqa: E402
 
 REFERENCE_TEXT = (
     "It was a bright cold day in April, and the clocks were striking thirteen. "

@@ -19,8 +19,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.core.dsp import log_mel_cosine  # noqa: E402
-from app.core.engine import Engine  # noqa: E402
+from app.audio.dsp import log_mel_cosine  # noqa: E402
+from app.engine.engine import Engine  # noqa: E402
 
 STAGES = ("bert", "duration_logits", "F0", "N", "text_encoder", "decoder", "har")
 SENTENCE = "ðə kwˈɪk bɹˈWn fˈɑks ʤˈʌmps ˌOvəɹ ðə lˈAzi dˈɑɡ."  # espeak-ng's, as the GPU tests give it

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.core.audio_io import SUBTYPES, write_wav
+from app.audio.wav import SUBTYPES, write_wav
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core import models, profiles
-from app.core.engine import STAGES_BY_FAMILY
+from app.engine.engine import STAGES_BY_FAMILY
+from app.models import manager as models
+from app.profiles import store as profiles
 
 
 def _mib(n: int) -> str:

@@ -1,19 +1,18 @@
 """The "new speaker profile" dialog: record or import a reference, see its checks, search a
 style with a live similarity plot, preview the best candidate, save.
 
-The search runs as a QRunnable on the global pool (it opens its own engine and speaker
-encoder on the chosen device); its events arrive queued on the GUI thread.
+The search runs as a QRunnable on the global pool (app.jobs.profile: it opens its own engine
+and speaker encoder on the chosen device); its events arrive queued on the GUI thread.
 """
 
 from __future__ import annotations
 
 import html
-import threading
 from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, QTimer, Signal
+from PySide6.QtCore import QThreadPool, QTimer, Signal
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
@@ -32,10 +31,13 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app.core import models, profile_builder, profiles, speaker_reference
-from app.core.errors import CancelledError
-from app.core.playback import Player
-from app.core.recording import Recorder
+from app.audio.playback import Player
+from app.audio.recording import Recorder
+from app.jobs.profile import BuildJob
+from app.models import manager as models
+from app.profiles import builder as profile_builder
+from app.profiles import speaker_reference
+from app.profiles import store as profiles
 
 READING_SCRIPT = (
     "Read this aloud at your usual pace, about half a minute:\n\n"
@@ -46,39 +48,6 @@ READING_SCRIPT = (
     "his friends say he is looking for the pot of gold at the end of the rainbow."
 )
 STATUS_COLOURS = {"pass": "#15803d", "warn": "#b45309", "fail": "#b91c1c"}
-
-
-class BuildSignals(QObject):
-    event = Signal(object)  # profile_builder.Event
-    finished = Signal(object)  # Draft
-    cancelled = Signal()
-    failed = Signal(object)
-
-
-class BuildJob(QRunnable):
-    def __init__(self, audio: np.ndarray, rate: int, source: dict, settings: profile_builder.Settings):
-        super().__init__()
-        self.setAutoDelete(False)
-        self.signals = BuildSignals()
-        self.audio, self.rate, self.source, self.settings = audio, rate, source, settings
-        self._cancel = threading.Event()
-
-    def cancel(self) -> None:
-        self._cancel.set()
-
-    def run(self) -> None:
-        try:
-            draft = profile_builder.build(
-                self.audio, self.rate, source=self.source, settings=self.settings,
-                on_event=self.signals.event.emit, cancelled=self._cancel.is_set,
-            )  # fmt: skip
-        except CancelledError:
-            self.signals.cancelled.emit()
-            return
-        except Exception as exc:  # shown by the dialog
-            self.signals.failed.emit(exc)
-            return
-        self.signals.finished.emit(draft)
 
 
 class NewProfileDialog(QDialog):

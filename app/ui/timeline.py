@@ -13,7 +13,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 
-from app.core.dsp import log_mel
+from app.audio.dsp import log_mel
 
 N_MELS = 80
 HOP = 256

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from app.core import models
-from app.core.errors import InvalidArgumentError
+from app.engine.errors import InvalidArgumentError
+from app.models import manager as models
 
 SAMPLE_RATE = 16000
 TARGET_DBFS = -30.0
@@ -102,7 +102,9 @@ class SpeakerEncoder:
         progress: Callable[[float, str], None] | None = None,
     ) -> SpeakerEncoder:
         """Open the encoder (installing it from the resemblyzer package on first use)."""
-        from app import _engine
+        from app.engine.binding import native_engine
+
+        _engine = native_engine()
 
         path = Path(model_path) if model_path else models.install_speaker_encoder(progress=progress or models._quiet)
         model = _engine.Model(str(path))
@@ -152,7 +154,7 @@ class SpeakerEncoder:
         return self.embed_prepared(prepared)
 
     def embed_file(self, path: Path | str) -> np.ndarray:
-        from app.core.speaker_reference import load
+        from app.profiles.speaker_reference import load
 
         audio, rate = load(path)
         return self.embed(audio, rate)

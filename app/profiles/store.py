@@ -33,7 +33,7 @@ import numpy as np
 from app.core import paths
 from app.core.archive import MemberTooLarge, read_bounded
 from app.core.atomic import atomic_path
-from app.core.errors import VoiceStudioError
+from app.engine.errors import VoiceStudioError
 
 SCHEMA_VERSION = 1
 PREFIX = "profile:"

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from app.core import models, profiles
-from app.core.errors import InvalidArgumentError, ModelFileError
-from app.core.espeak import espeak_paths
+from app.engine.binding import native_engine
+from app.engine.errors import InvalidArgumentError, ModelFileError
+from app.engine.espeak import espeak_paths
+from app.models import manager as models
 
 # The stages each model family runs, in order (the engine reports the same per model).
 STAGES_BY_FAMILY = {
@@ -43,9 +44,7 @@ _log_sinks: dict[int, list[str]] = {}
 
 
 def _native():
-    from app import _engine
-
-    return _engine
+    return native_engine()
 
 
 def _on_log(level: int, text: str) -> None:
@@ -148,6 +147,7 @@ class Engine:
         prewarm: bool | None = None,
         workers: int | None = 1,
         debug: EngineDebug | None = None,
+        pack: np.ndarray | None = None,
     ) -> Engine:
         """``prewarm``: synthesize while opening (off the CPU, seven sentences from one word to
         17 s; twice where ggml captures graphs), so that the first real take is not the slow
@@ -158,12 +158,13 @@ class Engine:
         work overlaps the others' device work; the audio is the same. None: ``AUTO_WORKERS`` on
         a CUDA device with 16 GiB free, 2 with 8, else 1 (on Vulkan, ggml serializes
         contexts and workers were slower).
-        ``debug``: switches for tests and diagnostics (``EngineDebug``)."""
+        ``debug``: switches for tests and diagnostics (``EngineDebug``).
+        ``pack``: a style pack of Kokoro's layout ([510, 256]) to speak with, a speaker
+        profile's (app.profiles opens those); ``voice`` then names the profile."""
         native = _native()
         native.set_log_handler(_on_log)
-        pack = None
-        if profiles.is_profile(voice):
-            pack = profiles.load(voice).pack.reshape(-1, 256)
+        if pack is not None:
+            pack = np.asarray(pack, np.float32).reshape(-1, 256)
             path = Path(model_path) if model_path else models.installed_path("kokoro:" + models.KOKORO_VOICES[0])
         else:
             path = Path(model_path) if model_path else models.installed_path(voice)

@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.core import prosody
-from app.core.errors import CancelledError, InvalidArgumentError
-from app.core.speaker_encoder import SpeakerEncoder, similarity
+from app.engine.errors import CancelledError, InvalidArgumentError
+from app.profiles import prosody
+from app.profiles.speaker_encoder import SpeakerEncoder, similarity
 
 # Sentences each candidate speaks (search) and those only the final report uses (held out).
 SEARCH_SENTENCES = ("Could you bring the blue folder to my office?",)

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from app.core.atomic import atomic_path
-from app.core.gguf_weights import WEIGHT_TYPES, add_weight
+from app.models.gguf_weights import WEIGHT_TYPES, add_weight
 
 ARCH = "kokoro"
 SAMPLE_RATE = 24000

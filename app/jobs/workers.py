@@ -14,8 +14,9 @@ import time
 
 from PySide6.QtCore import QObject, QRunnable, Signal
 
-from app.core.engine import Engine
-from app.core.errors import CancelledError, NothingToSpeakError
+from app.engine.engine import Engine
+from app.engine.errors import CancelledError, NothingToSpeakError
+from app.profiles.voices import open_engine
 
 _ids = itertools.count(1)
 
@@ -149,7 +150,7 @@ class OpenEngineJob(QRunnable):
     def run(self) -> None:
         start = time.perf_counter()
         try:
-            engine = Engine.open(self.voice, device=self.device, threads=self.threads, workers=None)
+            engine = open_engine(self.voice, device=self.device, threads=self.threads, workers=None)
         except Exception as exc:
             self.signals.failed.emit(exc)
             return

@@ -15,9 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.core import models, profiles, speaker_reference, style_search
-from app.core.errors import InvalidArgumentError
-from app.core.speaker_encoder import SpeakerEncoder, similarity
+from app.engine.errors import InvalidArgumentError
+from app.models import manager as models
+from app.profiles import speaker_reference, style_search
+from app.profiles import store as profiles
+from app.profiles.speaker_encoder import SpeakerEncoder, similarity
 
 
 @dataclass
@@ -42,7 +44,9 @@ class Event:
 
 def stock_cache(engine) -> style_search.StockCache:
     """The stock voices' search features, cached per model file, engine version and device."""
-    from app import _engine
+    from app.engine.binding import native_engine
+
+    _engine = native_engine()
     from app.core import paths
 
     model = models.kokoro_path()
@@ -101,7 +105,7 @@ def build(
 ) -> Draft:
     """Check the reference, search a style for it and (unless cancelled or told not to)
     measure it on held-out sentences. Cancelling the search keeps the best so far."""
-    from app.core.engine import Engine
+    from app.engine.engine import Engine
 
     settings = settings or Settings()
 

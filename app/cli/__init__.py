@@ -1,0 +1,1 @@
+"""The command line (`python main.py <command>`). Never imports Qt."""

@@ -1,0 +1,123 @@
+"""`synth`: a script (text or phonemes) to a WAV file, a block of sentences at a time."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from app.engine.errors import VoiceStudioError
+
+
+def read_text(path: Path) -> str:
+    """A text file's contents, or a one-line error: too large, unreadable, not UTF-8."""
+    from app.engine.engine import MAX_INPUT_CHARS
+
+    size = path.stat().st_size
+    if size > 4 * MAX_INPUT_CHARS:
+        raise VoiceStudioError(f"{path}: {size:,} bytes; the engine takes at most {MAX_INPUT_CHARS:,} characters")
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise VoiceStudioError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def read_lines(path: Path) -> list[str]:
+    lines = [line.strip() for line in read_text(path).splitlines()]
+    return [line for line in lines if line]
+
+
+# A long script is synthesized and written a block of sentences at a time, so that memory
+# stays that of one block whatever the length (the engine's audio of a sentence does not
+# depend on the sentences around it).
+BLOCK_CHARS = 4000
+
+
+def _blocks(source: str, phonemes: bool) -> list[str]:
+    """``source`` cut between sentences (between lines, for phonemes) into blocks of about
+    BLOCK_CHARS characters; the whole of it where it has no sentence to cut at."""
+    from app.core.script import segment
+
+    if phonemes:
+        pieces, sep = source.split("\n"), "\n"
+    else:
+        pieces, sep = [span.text(source) for span in segment(source)], " "
+    blocks, current = [], []
+    for piece in pieces:
+        current.append(piece)
+        if sum(len(p) + 1 for p in current) >= BLOCK_CHARS:
+            blocks.append(sep.join(current))
+            current = []
+    if current:
+        blocks.append(sep.join(current))
+    return [b for b in blocks if b.strip()] or [source]
+
+
+def _sum_timings(total: dict | None, timings: dict) -> dict:
+    if total is None:
+        return dict(timings, stages_ms=dict(timings["stages_ms"]))
+    for key in ("total_ms", "chunks", "phoneme_ids", "frames", "samples", "skipped_symbols"):
+        total[key] += timings[key]
+    for stage, ms in timings["stages_ms"].items():
+        total["stages_ms"][stage] += ms
+    return total
+
+
+def cmd_synth(args) -> int:
+    import math
+
+    import numpy as np
+    import soundfile
+
+    from app.audio.wav import SUBTYPES
+    from app.core.atomic import atomic_path
+    from app.engine.errors import NothingToSpeakError
+    from app.profiles.voices import open_engine
+
+    if not (math.isfinite(args.speed) and 0.05 <= args.speed <= 20.0):
+        raise VoiceStudioError(f"--speed must lie from 0.05 to 20, not {args.speed}")
+    if args.out is None and not args.print_phonemes:
+        raise VoiceStudioError("--out is required (or --print-phonemes)")
+    text = read_text(args.text_file) if args.text_file else args.text
+    with open_engine(args.voice, device=args.device, threads=args.threads) as engine:
+        if args.print_phonemes:
+            if text is None:
+                raise VoiceStudioError("--print-phonemes needs --text or --text-file")
+            print("\n".join(engine.phonemize(text)))
+            if args.out is None:
+                return 0
+        source, is_phonemes = (args.phonemes, True) if args.phonemes is not None else (text, False)
+        timings, warnings, samples, device, threads = None, [], 0, engine.device, engine.threads
+        with atomic_path(args.out) as tmp:
+            with soundfile.SoundFile(
+                str(tmp), "w", engine.sample_rate, 1, subtype=SUBTYPES[args.format], format="WAV"
+            ) as wav:
+                for block in _blocks(source, is_phonemes):
+                    try:
+                        take = engine.synthesize(
+                            text=None if is_phonemes else block,
+                            phonemes=block if is_phonemes else None,
+                            noise_scale=args.noise_scale,
+                            length_scale=1.0 / args.speed,
+                            noise_w=args.noise_w,
+                            seed=args.seed,
+                        )
+                    except NothingToSpeakError:
+                        continue  # a block of punctuation alone; the script as a whole is judged below
+                    wav.write(np.clip(take.audio, -1.0, 1.0))
+                    samples += len(take.audio)
+                    timings = _sum_timings(timings, take.timings)  # first_audio_ms: the first block's
+                    warnings += [w for w in take.warnings if w not in warnings]
+            if timings is None:
+                raise NothingToSpeakError("nothing to speak in the input")
+        rate = engine.sample_rate
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    audio_s = samples / rate
+    if args.timings_json:
+        rtf = timings["total_ms"] / 1000.0 / max(audio_s, 1e-9)
+        report = dict(timings, device=device, threads=threads, audio_s=audio_s, rtf=rtf)
+        args.timings_json.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    print(f"{args.out}: {audio_s:.2f} s of audio in {timings['total_ms']:.0f} ms on {device}")
+    return 0

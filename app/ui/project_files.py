@@ -1,0 +1,185 @@
+"""The studio's files: projects opened, saved, autosaved and recovered; scripts imported; takes exported."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from PySide6.QtWidgets import QApplication, QDialog, QFileDialog, QMessageBox
+
+from app.core import export as export_mod
+from app.core.project import SUFFIX, Project, ProjectFileError, discard_recovery, pending_recoveries
+from app.ui.dialogs import ExportDialog
+
+log = logging.getLogger("voicestudio.ui")
+
+
+class ProjectFilesMixin:
+    """Methods of StudioWindow (app/ui/main.py), which has the state they use."""
+
+    # -- files ----------------------------------------------------------------
+    def _confirm_discard(self) -> bool:
+        if not self.project.dirty or QApplication.platformName() == "offscreen":
+            return True
+        answer = QMessageBox.question(
+            self,
+            "Voice Studio",
+            "The project has unsaved changes. Save them first?",
+            QMessageBox.StandardButton.Save | QMessageBox.StandardButton.Discard | QMessageBox.StandardButton.Cancel,
+        )
+        if answer == QMessageBox.StandardButton.Save:
+            return self.save()
+        return answer == QMessageBox.StandardButton.Discard
+
+    def new_project(self) -> None:
+        if self._confirm_discard():
+            self.project.close()
+            self.set_project(Project("", self.project.voice, dict(self.project.settings)))
+
+    def open_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open project", "", f"Voice Studio projects (*{SUFFIX})")
+        if path:
+            self.open_project(path)
+
+    def open_project(self, path) -> bool:
+        if not self._confirm_discard():
+            return False
+        try:
+            project = Project.open(path)
+        except ProjectFileError as exc:
+            self.show_error(exc)
+            return False
+        self.project.close()
+        self.set_project(project)
+        self.settings.add_recent(path)
+        self._fill_recent()
+        return True
+
+    def import_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Import script", "", "Text (*.txt *.md);;All files (*)")
+        if path:
+            self.import_script(path)
+
+    def import_script(self, path) -> None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            self.show_error(RuntimeError(f"{path}: cannot read it as UTF-8 text ({exc})"))
+            return
+        if Path(path).suffix.lower() in (".md", ".markdown"):
+            from app.core.script import markdown_to_script
+
+            text = markdown_to_script(text)
+        self.editor.setPlainText(text)
+        self.editor.flush()
+
+    def save(self) -> bool:
+        if self.project.path is None:
+            return self.save_as()
+        return self._save_to(self.project.path)
+
+    def save_as(self) -> bool:
+        path, _ = QFileDialog.getSaveFileName(self, "Save project", "untitled" + SUFFIX, f"*{SUFFIX}")
+        if not path:
+            return False
+        if not path.endswith(SUFFIX):
+            path += SUFFIX
+        return self._save_to(Path(path))
+
+    def _save_to(self, path: Path) -> bool:
+        self.editor.flush()
+        try:
+            self.project.save(path)
+        except (OSError, ProjectFileError) as exc:
+            self.show_error(exc)
+            return False
+        self.settings.add_recent(path)
+        self._fill_recent()
+        self._title()
+        self.statusBar().showMessage(f"saved {path}", 4000)
+        return True
+
+    def autosave(self) -> None:
+        self.editor.flush()
+        if self.project.dirty:
+            try:
+                self.project.autosave()
+            except OSError as exc:
+                log.warning("autosave failed: %s", exc)
+
+    def offer_recovery(self) -> None:
+        recoveries = pending_recoveries()
+        if not recoveries:
+            return
+        latest = recoveries[0]
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(latest.saved))
+        name = latest.original.name if latest.original else "an unsaved project"
+        answer = QMessageBox.question(
+            self, "Recover work", f"Voice Studio did not close cleanly. Recover {name} as autosaved at {when}?"
+        )
+        if answer == QMessageBox.StandardButton.Yes:
+            self.recover(latest)
+        else:
+            for r in recoveries:
+                discard_recovery(r.id)
+
+    def recover(self, recovery) -> None:
+        try:
+            project = recovery.load()
+        except ProjectFileError as exc:
+            self.show_error(exc)
+            return
+        discard_recovery(recovery.id)
+        self.set_project(project)
+        self.project.dirty = True
+        self._title()
+
+    # -- export ---------------------------------------------------------------
+    def export_dialog(self) -> None:
+        dialog = ExportDialog(self, self.settings)
+        if dialog.exec() != QDialog.DialogCode.Accepted:
+            return
+        path, _ = QFileDialog.getSaveFileName(self, "Export WAV", "script.wav", "WAV (*.wav)")
+        if path:
+            self.export(path, **dialog.options())
+
+    def export(self, path, *, scope="all", subtype="pcm16", out_rate=None, gap_s=0.3, loudness=None):
+        """Write the whole script, the selected sentence, or the timeline selection as one WAV."""
+        self.editor.flush()
+        if scope == "selection" and self.timeline.selection() is not None:
+            start, end = self.timeline.selection()
+            rate = self.timeline.rate
+            clips = [self.timeline.audio[int(start * rate) : int(end * rate)]]
+        else:
+            indices = None if scope == "all" else self.selected_sentences()
+            placed = self.project.takes_audio(indices)
+            if not placed:
+                self.show_error(export_mod.ExportError("nothing to export: no sentence has a take yet"))
+                return None
+            rate = placed[0][1].sample_rate
+            clips = [export_mod.resample(t.audio, t.sample_rate, rate) for _, t in placed]
+        try:
+            report = export_mod.export_wav(
+                path, clips, rate, out_rate=out_rate, subtype=subtype, gap_s=gap_s, loudness=loudness
+            )
+        except (export_mod.ExportError, OSError) as exc:
+            self.show_error(exc)
+            return None
+        self.statusBar().showMessage(
+            f"exported {report.path.name}: {report.duration_s:.1f} s, {report.lufs:.1f} LUFS,"
+            f" true peak {report.true_peak_db:.1f} dBTP",
+            8000,
+        )
+        return report
+
+    def selected_sentences(self) -> list[int]:
+        """Sentences the editor's selection touches; the current one when nothing is selected."""
+        self.editor.flush()
+        cursor = self.editor.textCursor()
+        if not cursor.hasSelection():
+            index = self.editor.current_sentence()
+            return [index] if index >= 0 else []
+        first = self.project.sentence_at(cursor.selectionStart())
+        last = self.project.sentence_at(max(cursor.selectionStart(), cursor.selectionEnd() - 1))
+        return list(range(first, last + 1)) if first >= 0 else []
