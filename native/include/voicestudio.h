@@ -131,7 +131,7 @@ VS_API int                    vs_model_load(const char * path, struct vs_model_p
 VS_API void                   vs_model_free(vs_model * model);
 
 // A 64-bit digest of a file's bytes, fast enough to check a model file each time it is
-// opened (several GB/s): it tells a damaged or replaced file from the one installed. Not a
+// opened: it tells a damaged or replaced file from the one installed. Not a
 // cryptographic hash.
 VS_API int vs_file_digest(const char * path, uint64_t * digest);
 
@@ -159,8 +159,8 @@ struct vs_context_params {
     // or other accelerator (default); 0: never; > 0: always.
     int prewarm;
     // Workers a batch is divided between: 1 to VS_MAX_WORKERS; 0 means 1; < 0: automatic,
-    // VS_AUTO_WORKERS on a CUDA device with 16 GiB free or more, 2 with 8 GiB, else 1 (a
-    // worker's buffers take about 0.9 GiB for Kokoro, 0.4 GiB for Piper). Each is a context
+    // VS_AUTO_WORKERS on a CUDA device with 16 GiB free or more, 2 with 8 GiB, else 1 (each
+    // worker has buffers of its own: docs/performance.md). Each is a context
     // of its own on the same device (its own queue, graphs and buffers; the weights shared)
     // computed by a thread of its own, so that one worker's host work (building graphs,
     // launching kernels) overlaps the others' device work. (ggml's Vulkan backend submits

@@ -357,6 +357,9 @@ std::vector<float> host_floats(const ggml_tensor * t);
 // Whether t is in device memory of c's device (where the engine's kernels can use it).
 bool in_device_memory(const vs_context & c, const ggml_tensor * t);
 
+// A buffer of c's device of at least `bytes` in `buf` (grown, its contents lost, where smaller).
+void * grown(vs_context & c, buffer_ptr & buf, size_t bytes, const char * what);
+
 class voice {
   public:
     virtual ~voice() = default;
@@ -416,9 +419,8 @@ std::vector<size_t> split_runs(const std::vector<size_t> & work, size_t n_worker
 
 // A chunk's work for split_runs off the CPU: its phoneme ids and this many more. On a GPU each
 // sentence also costs launches of its own (Kokoro's generator source graph, its columns of
-// the LSTMs), so runs even in phonemes are not even in time: the script's 50 sentences on
-// 4 workers of an H200, split by phonemes alone, took 70-89 ms a worker, and 78-88 ms with
-// 30 or 60 a sentence added (docs/benchmarks.md).
+// the LSTMs), so runs even in phonemes are not even in time; 32 more a sentence evened the
+// workers' times of tests/data/script.txt on a GPU (docs/performance.md).
 constexpr size_t DEVICE_CHUNK_WORK = 32;
 
 // Joins of at least this many samples (4 MiB) are split between threads.
@@ -427,8 +429,7 @@ constexpr size_t JOIN_MAX_THREADS      = 8;
 
 // Parts one after another in one allocation of n samples (set), each part freed once copied.
 // The allocation is left uninitialized and written once: a script's audio is tens of MB, and
-// a thread writing fresh memory spends most of its time in page faults (10.5 ms for the 19 MB
-// of tests/data/script.txt on an H200's host: docs/benchmarks.md), so a large join is
+// a thread writing fresh memory spends most of its time in page faults, so a large join is
 // divided between threads, each taking every T-th part.
 std::unique_ptr<float[]> join_parts(std::vector<std::vector<float>> & parts, size_t & n);
 

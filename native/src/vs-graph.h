@@ -74,8 +74,8 @@ ggml_tensor * conv1d_phases_ct(ggml_context * ctx, ggml_tensor * x, int64_t pad_
                                ggml_tensor * b, bool fine_columns = false);
 
 // conv1d_phases' columns for n windows a phase: n rounded up to a power of two, or with
-// `fine` to eight steps an octave. The first call of each GEMM shape is slow (about half a
-// millisecond on an H100), and the windows follow the sentence's length; rounded to powers
+// `fine` to eight steps an octave. The first call of each GEMM shape is slow (cuBLAS picks
+// its kernel then), and the windows follow the sentence's length; rounded to powers
 // of two, a sentence's convolutions see a few shapes, which the prewarm's sentences of
 // several lengths have called (kokoro_voice::prewarm_phonemes). A batch packed along time
 // runs shapes of its own anyway, and there a power of two can nearly double a GEMM; eight

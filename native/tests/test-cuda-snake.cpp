@@ -3,187 +3,16 @@
 // sizes 3, 7 and 11, lengths shorter and longer than a kernel's reach, 32 and 128
 // channels, some of means far above their spreads; differences are measured against the
 // largest value the stack added, and what F16 activations allow (f16_allowance). The
-// host rounds Snake's output to F16 as the device does before its GEMMs. The same stacks over segments packed along
-// time (check_segments), each against the host's stack over it alone. Then the LeakyReLU stacks of Piper's decoder the
-// same way (check_leaky), and its output layer (check_post). A stack at a bucket's length,
-// captured and replayed for other lengths of that bucket (check_captured), and the cache
-// of captures itself (check_cache). Exits 77 (skipped) where there is no CUDA device.
-#include <cuda_runtime.h>
-#include <ggml.h>
+// host rounds Snake's output to F16 as the device does before its GEMMs. The same stacks
+// over segments packed along time (check_segments), each against the host's stack over it
+// alone. A stack at a bucket's length, captured and replayed for other lengths of that
+// bucket (check_captured), the cache of captures itself (check_cache), and a stack's input
+// (check_stack_input). Exits 77 (skipped) where there is no CUDA device.
+#include "cuda-stack-test.h"
 
-#include <algorithm>
-#include <cmath>
-#include <cstdio>
-#include <random>
-#include <vector>
-
-#include "cuda-test.h"
-#include "vs-cuda.h"
+using namespace stack_test;
 
 namespace {
-
-// Floats as F16 (snake_stack's activations), and back.
-std::vector<ggml_fp16_t> to_f16(const std::vector<float> & v) {
-    std::vector<ggml_fp16_t> h(v.size());
-    for (size_t i = 0; i < v.size(); ++i) {
-        h[i] = ggml_fp32_to_fp16(v[i]);
-    }
-    return h;
-}
-
-std::vector<float> from_f16(const std::vector<ggml_fp16_t> & h) {
-    std::vector<float> v(h.size());
-    for (size_t i = 0; i < h.size(); ++i) {
-        v[i] = ggml_fp16_to_fp32(h[i]);
-    }
-    return v;
-}
-
-// What the device's F16 activations may add to a stack's error over the host's floats: half
-// a unit in F16's last place at the stack's largest value for each rounding of x after the
-// input (three pairs' sums, then the biases).
-double f16_allowance(double peak) {
-    return 4 * std::ldexp(1.0, std::ilogb(std::max(peak, 1e-30)) - 11);
-}
-
-// The largest finite magnitude in v.
-double peak_of(const std::vector<float> & v) {
-    double p = 0.0;
-    for (float f : v) {
-        p = std::isfinite(f) ? std::max(p, (double) std::fabs(f)) : p;
-    }
-    return p;
-}
-
-struct host_conv {
-    std::vector<float>       scale, shift, alpha, w, bias;  // w [OC][K][IC], values F16 holds
-    std::vector<ggml_fp16_t> w16;
-    int                      dilation = 1;
-
-    // C -> C weights of kernel size K, uniform within 1 / sqrt(K C), as F16 and their floats.
-    void random_weights(int64_t C, int K, std::mt19937 & rng) {
-        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-        const float                           gain = 1.0f / std::sqrt((float) (K * C));
-        for (int64_t i = 0; i < C * K * C; ++i) {
-            w16.push_back(ggml_fp32_to_fp16(gain * u(rng)));
-            w.push_back(ggml_fp16_to_fp32(w16.back()));
-        }
-    }
-};
-
-// out(t * C + oc, value) for every output of cv's convolution (bias included) over s [T, C]
-// ("same" padding), summed in double.
-template <typename Out>
-void conv_into(const std::vector<float> & s, int64_t C, int64_t T, int K, const host_conv & cv, Out && out) {
-    const int64_t pad = (int64_t) cv.dilation * (K - 1) / 2;
-    for (int64_t t = 0; t < T; ++t) {
-        for (int64_t oc = 0; oc < C; ++oc) {
-            double acc = cv.bias[(size_t) oc];
-            for (int k = 0; k < K; ++k) {
-                const int64_t src = t + (int64_t) k * cv.dilation - pad;
-                if (src < 0 || src >= T) {
-                    continue;
-                }
-                const float * wr = cv.w.data() + (size_t) ((oc * K + k) * C);
-                const float * xr = s.data() + (size_t) (src * C);
-                for (int64_t ic = 0; ic < C; ++ic) {
-                    acc += (double) wr[ic] * xr[ic];
-                }
-            }
-            out((size_t) (t * C + oc), acc);
-        }
-    }
-}
-
-// out = (accumulate ? out : 0) + conv(Snake(AdaIN(in))) + bias, in double.
-void reference_step(const std::vector<float> & in, std::vector<float> & out, bool accumulate, int64_t C, int64_t T,
-                    int K, const host_conv & cv) {
-    std::vector<float> s((size_t) (C * T));
-    for (int64_t c = 0; c < C; ++c) {
-        double mean = 0.0, var = 0.0;
-        for (int64_t t = 0; t < T; ++t) {
-            mean += in[(size_t) (t * C + c)];
-        }
-        mean /= (double) T;
-        for (int64_t t = 0; t < T; ++t) {
-            const double d = in[(size_t) (t * C + c)] - mean;
-            var += d * d;
-        }
-        var /= (double) T;
-        const double a = cv.scale[(size_t) c] / std::sqrt(var + 1e-5), b = cv.shift[(size_t) c] - mean * a;
-        const double al = cv.alpha[(size_t) c];
-        for (int64_t t = 0; t < T; ++t) {
-            const double u          = a * in[(size_t) (t * C + c)] + b;
-            const double sn         = std::sin(al * u);
-            s[(size_t) (t * C + c)] = ggml_fp16_to_fp32(ggml_fp32_to_fp16((float) (u + sn * sn / al)));
-        }
-    }
-    conv_into(s, C, T, K, cv, [&](size_t i, double v) { out[i] = (float) ((accumulate ? out[i] : 0.0) + v); });
-}
-
-template <typename V>
-void * upload(const std::vector<V> & v) {
-    void * p = nullptr;
-    cudaMalloc(&p, v.size() * sizeof(V));
-    cudaMemcpy(p, v.data(), v.size() * sizeof(V), cudaMemcpyHostToDevice);
-    return p;
-}
-
-// The dilations of a stack's six convolutions.
-constexpr int STACK_DIL[6] = { 1, 1, 3, 1, 5, 1 };
-
-// A stack's six convolutions of random weights, scales, shifts, alphas and biases, on the
-// host and on the device (freed with it).
-struct random_stack {
-    std::vector<host_conv>            convs;
-    std::vector<vs::cuda::snake_conv> dconvs;
-    std::vector<void *>               device;
-
-    random_stack(int64_t C, int K, std::mt19937 & rng) : convs(6), dconvs(6) {
-        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-        for (int i = 0; i < 6; ++i) {
-            host_conv & h = convs[(size_t) i];
-            h.dilation    = STACK_DIL[i];
-            for (int64_t c = 0; c < C; ++c) {
-                h.scale.push_back(1.0f + 0.3f * u(rng));
-                h.shift.push_back(0.2f * u(rng));
-                h.alpha.push_back(0.5f + 0.5f * (u(rng) + 1.0f));
-                h.bias.push_back(0.1f * u(rng));
-            }
-            h.random_weights(C, K, rng);
-            for (const auto * v : { &h.scale, &h.shift, &h.alpha, &h.bias }) {
-                device.push_back(upload(*v));
-            }
-            device.push_back(upload(h.w16));
-            vs::cuda::snake_conv & d = dconvs[(size_t) i];
-            const size_t           n = device.size();
-            d.scale                  = static_cast<const float *>(device[n - 5]);
-            d.shift                  = static_cast<const float *>(device[n - 4]);
-            d.alpha                  = static_cast<const float *>(device[n - 3]);
-            d.bias                   = static_cast<const float *>(device[n - 2]);
-            d.w                      = device[n - 1];
-            d.dilation               = STACK_DIL[i];
-        }
-    }
-    ~random_stack() {
-        for (void * p : device) {
-            cudaFree(p);
-        }
-    }
-    random_stack(const random_stack &)             = delete;
-    random_stack & operator=(const random_stack &) = delete;
-};
-
-// The host's stack over x [T, C].
-std::vector<float> reference_stack(const std::vector<float> & x, int64_t C, int64_t T, int K,
-                                   const std::vector<host_conv> & convs) {
-    std::vector<float> want = x, y((size_t) (C * T));
-    for (int p = 0; p < 3; ++p) {
-        reference_step(want, y, false, C, T, K, convs[(size_t) (2 * p)]);
-        reference_step(y, want, true, C, T, K, convs[(size_t) (2 * p + 1)]);
-    }
-    return want;
-}
 
 bool check(void * blas, int64_t C, int64_t T, int K) {
     std::mt19937                          rng((unsigned) (C * 131 + T * 7 + K));
@@ -489,144 +318,6 @@ bool check_cache() {
     return ok;
 }
 
-// The LeakyReLU stacks (vs::cuda::leaky_stack, Piper's decoder): x += conv(LeakyReLU(x) *
-// mask) + bias for each convolution in turn, in double on the host, the LeakyReLU's output
-// rounded to F16 as on the device. Every frame is compared, the masked ones included (both
-// add what the convolutions spill there).
-bool check_leaky(void * blas, int64_t C, int64_t T, int K, bool with_mask) {
-    std::mt19937                          rng((unsigned) (C * 31 + T * 5 + K + (with_mask ? 1 : 0)));
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    const int                             dil[3] = { 1, 3, 12 };
-    std::vector<host_conv>                convs(3);
-    std::vector<void *>                   device;
-    std::vector<vs::cuda::leaky_conv>     dconvs(3);
-    for (int i = 0; i < 3; ++i) {
-        host_conv & h = convs[(size_t) i];
-        h.dilation    = dil[i];
-        for (int64_t c = 0; c < C; ++c) {
-            h.bias.push_back(0.1f * u(rng));
-        }
-        h.random_weights(C, K, rng);
-        device.push_back(upload(h.bias));
-        device.push_back(upload(h.w16));
-        dconvs[(size_t) i] = { device.back(), static_cast<const float *>(device[device.size() - 2]), dil[i] };
-    }
-    // A gap of zeros in the mask every 97 frames, 11 wide.
-    std::vector<float> mask((size_t) T, 1.0f);
-    for (int64_t t = 0; with_mask && t < T; ++t) {
-        mask[(size_t) t] = t % 97 < 86 ? 1.0f : 0.0f;
-    }
-    std::vector<float> x((size_t) (C * T));
-    for (auto & v : x) {
-        v = 2.0f * u(rng);
-    }
-    std::vector<double> want(x.begin(), x.end());
-    std::vector<float>  s((size_t) (C * T));
-    for (const host_conv & cv : convs) {
-        for (int64_t t = 0; t < T; ++t) {
-            for (int64_t c = 0; c < C; ++c) {
-                const double v          = want[(size_t) (t * C + c)];
-                const double l          = (v > 0.0 ? v : 0.1 * v) * mask[(size_t) t];
-                s[(size_t) (t * C + c)] = ggml_fp16_to_fp32(ggml_fp32_to_fp16((float) l));
-            }
-        }
-        conv_into(s, C, T, K, cv, [&](size_t i, double v) { want[i] += v; });
-    }
-
-    const int64_t frames = vs::cuda::snake_frames(T, K, dil, 3);
-    void *        d_x = nullptr, *d_scratch = nullptr, *d_mask = with_mask ? upload(mask) : nullptr;
-    cudaMalloc(&d_x, sizeof(float) * (size_t) (C * frames));
-    cudaMalloc(&d_scratch, vs::cuda::leaky_scratch_bytes(C, T, K, dil, 3));
-    cudaMemcpy(d_x, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice);
-    bool ok = true;
-    try {
-        vs::cuda::leaky_stack(0, blas, static_cast<float *>(d_x), C, T, K, dconvs.data(), 3, 0.1f,
-                              static_cast<const float *>(d_mask), d_scratch);
-        vs::cuda::synchronize(0);
-    } catch (const std::exception & e) {
-        std::printf("FAIL leaky C=%lld T=%lld K=%d: %s\n", (long long) C, (long long) T, K, e.what());
-        ok = false;
-    }
-    std::vector<float> got(x.size());
-    cudaMemcpy(got.data(), d_x, got.size() * sizeof(float), cudaMemcpyDeviceToHost);
-    for (void * p : device) {
-        cudaFree(p);
-    }
-    cudaFree(d_x);
-    cudaFree(d_scratch);
-    cudaFree(d_mask);
-    double worst = 0.0, scale = 0.0;
-    for (size_t i = 0; i < got.size(); ++i) {
-        worst = std::max(worst, std::fabs(got[i] - want[i]));
-        scale = std::max(scale, std::fabs(want[i]));
-        if (!std::isfinite(got[i])) {
-            worst = INFINITY;
-        }
-    }
-    ok = ok && worst <= 2e-3 * scale;
-    std::printf("%s leaky C=%lld T=%lld K=%d%s: largest difference %.2e of %.2e\n", ok ? "ok  " : "FAIL", (long long) C,
-                (long long) T, K, with_mask ? " masked" : "", worst, scale);
-    return ok;
-}
-
-// Piper's output layer (vs::cuda::leaky_conv_tanh): tanh(conv(LeakyReLU(x) * mask)) to one
-// channel, in double on the host.
-bool check_post(int64_t C, int64_t T, int K) {
-    std::mt19937                          rng((unsigned) (C * 17 + T * 3 + K));
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    std::vector<float>                    x((size_t) (C * T)), w((size_t) (C * K)), mask((size_t) T);
-    for (auto & v : x) {
-        v = 2.0f * u(rng);
-    }
-    for (auto & v : w) {
-        v = u(rng) / std::sqrt((float) (C * K));
-    }
-    for (int64_t t = 0; t < T; ++t) {
-        mask[(size_t) t] = t % 301 < 280 ? 1.0f : 0.0f;
-    }
-    std::vector<double> want((size_t) T);
-    for (int64_t t = 0; t < T; ++t) {
-        double acc = 0.0;
-        for (int k = 0; k < K; ++k) {
-            const int64_t src = t + k - K / 2;
-            if (src < 0 || src >= T) {
-                continue;
-            }
-            for (int64_t c = 0; c < C; ++c) {
-                const double v = x[(size_t) (src * C + c)];
-                acc += (double) w[(size_t) (k * C + c)] * (v > 0.0 ? v : 0.01 * v) * mask[(size_t) src];
-            }
-        }
-        want[(size_t) t] = std::tanh(acc);
-    }
-    void *d_x = upload(x), *d_w = upload(w), *d_m = upload(mask), *d_out = nullptr;
-    cudaMalloc(&d_out, sizeof(float) * (size_t) T);
-    bool ok = true;
-    try {
-        vs::cuda::leaky_conv_tanh(0, static_cast<const float *>(d_x), C, T, K, 0.01f, static_cast<const float *>(d_m),
-                                  static_cast<const float *>(d_w), static_cast<float *>(d_out));
-        vs::cuda::synchronize(0);
-    } catch (const std::exception & e) {
-        std::printf("FAIL output C=%lld T=%lld K=%d: %s\n", (long long) C, (long long) T, K, e.what());
-        ok = false;
-    }
-    std::vector<float> got((size_t) T);
-    cudaMemcpy(got.data(), d_out, got.size() * sizeof(float), cudaMemcpyDeviceToHost);
-    for (void * p : { d_x, d_w, d_m, d_out }) {
-        cudaFree(p);
-    }
-    double worst = 0.0;
-    for (size_t i = 0; i < got.size(); ++i) {
-        worst = std::isfinite(got[i]) ? std::max(worst, std::fabs(got[i] - want[i])) : INFINITY;
-    }
-    ok = ok && worst <= 1e-5;
-    std::printf("%s output C=%lld T=%lld K=%d: largest difference %.2e\n", ok ? "ok  " : "FAIL", (long long) C,
-                (long long) T, K, worst);
-    return ok;
-}
-
-}  // namespace
-
 // A stack's input (stack_input) from a graph's F32 output and an F16 addend, NaN in the
 // gaps of both: a + b rounded to F16 on the segments' frames, zeros in the gaps; with a
 // frame map (a batch), with one segment's range (a captured sentence), and over all frames.
@@ -699,6 +390,7 @@ bool check_stack_input(int64_t C, int64_t T) {
     }
     return ok;
 }
+}  // namespace
 
 int main() {
     if (!cuda_device_present()) {
@@ -724,16 +416,6 @@ int main() {
     ok = check_cache() && ok;
     ok = check_stack_input(128, 1000) && ok;
     ok = check_stack_input(96, 70001) && ok;  // rows that 32 lanes do not divide, many blocks
-    for (int K : { 3, 5, 7 }) {               // Piper's kernel sizes
-        ok = check_leaky(blas, 32, 9, K, false) && ok;
-        ok = check_leaky(blas, 64, 613, K, true) && ok;
-        ok = check_leaky(blas, 32, 4099, K, true) && ok;
-    }
-    ok = check_leaky(blas, 96, 613, 5, true) && ok;
-    ok = check_leaky(blas, 256, 1000, 3, true) && ok;
-    for (int64_t T : { 5, 1000, 70001 }) {  // shorter than the kernel, within a block, many blocks
-        ok = check_post(32, T, 7) && ok;
-    }
     vs::cuda::blas_destroy(blas);
     return ok ? 0 : 1;
 }

@@ -1,11 +1,11 @@
 // GE2E speaker encoder (Resemblyzer's d-vector model): mel front end, a 3-layer LSTM over
 // partial utterances of 160 frames, a linear layer with ReLU, and the L2-normalized mean of
-// the partials' embeddings. Parameters and tensor layouts: app/core/convert_ge2e.py.
+// the partials' embeddings. Parameters and tensor layouts: app/models/convert/ge2e.py.
 #include <algorithm>
 #include <cmath>
 
-#include "../vs-context.h"
-#include "../vs-graph.h"
+#include "../../vs-context.h"
+#include "../../vs-graph.h"
 
 namespace vs {
 
