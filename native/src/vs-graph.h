@@ -39,6 +39,18 @@ struct graph_options {
 // matmuls computed there (small integers, so any summation is exact) against the host.
 bool matmul_reads_batch_strides(ggml_backend_t backend);
 
+// Names an intermediate tensor (llama.cpp's cb(cur, "name", il)): "name", or "name-il" for
+// layer il, so that node traces and dumps show what it is. Returns t. Name only a new node:
+// an input or a weight passed through unchanged would take the name too.
+inline ggml_tensor * named(ggml_tensor * t, const char * name, int il = -1) {
+    if (il < 0) {
+        ggml_set_name(t, name);
+    } else {
+        ggml_format_name(t, "%s-%d", name, il);
+    }
+    return t;
+}
+
 // Conv1d with PyTorch semantics. w: [IC, K, OC] (PyTorch's [OC, IC, K] with the
 // taps moved inside each output row, so a row is one im2col column's weights);
 // b: [OC] or null; x: [IC, T] -> [OC, T'].

@@ -4,9 +4,8 @@
 #include <exception>
 #include <thread>
 
-#include "vs-cuda.h"
-
 #include "vs-context.h"
+#include "vs-cuda.h"
 
 namespace vs {
 

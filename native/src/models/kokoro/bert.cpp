@@ -104,7 +104,7 @@ void kokoro_voice::run_bert_group(vs_context & c, std::vector<kokoro_job> & jobs
         x                 = ggml_add(g, x, ggml_view_1d(g, typ, typ->ne[0], 0));
         x = layer_norm(g, x, c.w(BERT + "embeddings.LayerNorm.weight"), c.w(BERT + "embeddings.LayerNorm.bias"),
                        1e-12f);
-        x = linear(c, g, x, BERT + "embedding_hidden_mapping_in");  // [768, T]
+        x = named(linear(c, g, x, BERT + "embedding_hidden_mapping_in"), "bert_embd");  // [768, T]
 
         const float gelu_c = std::sqrt(2.0f / (float) M_PI);
         // Off the CPU, the query, key and value projections as one matmul (their weights
@@ -141,15 +141,16 @@ void kokoro_voice::run_bert_group(vs_context & c, std::vector<kokoro_job> & jobs
             k                = ggml_permute(g, k, 0, 2, 1, 3);                // [d, S, h, n]
             v                = ggml_cont(g, ggml_permute(g, v, 1, 2, 0, 3));  // [S, d, h, n]
             ggml_tensor * kq = ggml_mul_mat(g, k, q);                         // [Sk, Sq, h, n]
-            kq               = ggml_soft_max_ext(g, kq, msk, 1.0f / std::sqrt((float) BERT_HEAD_DIM), 0.0f);
-            ggml_tensor * o  = ggml_mul_mat(g, v, kq);  // [d, Sq, h, n]
-            o                = ggml_reshape_2d(g, ggml_cont(g, ggml_permute(g, o, 0, 2, 1, 3)), Hd, S * n);
+            kq = named(ggml_soft_max_ext(g, kq, msk, 1.0f / std::sqrt((float) BERT_HEAD_DIM), 0.0f), "bert_kq", il);
+            ggml_tensor * o = ggml_mul_mat(g, v, kq);  // [d, Sq, h, n]
+            o               = ggml_reshape_2d(g, ggml_cont(g, ggml_permute(g, o, 0, 2, 1, 3)), Hd, S * n);
             if (by_job) {
                 o = ggml_get_rows(g, o, scatter);  // [Hd, Tg]
             }
-            o = linear(c, g, o, LAYER + "attention.dense");
-            x = layer_norm(g, ggml_add(g, x, o), c.w(LAYER + "attention.LayerNorm.weight"),
-                           c.w(LAYER + "attention.LayerNorm.bias"), 1e-12f);
+            o = named(linear(c, g, o, LAYER + "attention.dense"), "bert_attn_out", il);  // [Hd, Tg]
+            x = named(layer_norm(g, ggml_add(g, x, o), c.w(LAYER + "attention.LayerNorm.weight"),
+                                 c.w(LAYER + "attention.LayerNorm.bias"), 1e-12f),
+                      "bert_attn_norm", il);
             // FFN with the tanh GELU ("gelu_new").
             ggml_tensor * f = linear(c, g, x, LAYER + "ffn");
             if (gelu_op) {
@@ -159,12 +160,13 @@ void kokoro_voice::run_bert_group(vs_context & c, std::vector<kokoro_job> & jobs
                 ggml_tensor * th = ggml_tanh(g, ggml_scale(g, ggml_add(g, f, ggml_scale(g, f3, 0.044715f)), gelu_c));
                 f                = ggml_mul(g, ggml_scale(g, f, 0.5f), ggml_scale_bias(g, th, 1.0f, 1.0f));
             }
-            f = linear(c, g, f, LAYER + "ffn_output");
-            x = layer_norm(g, ggml_add(g, x, f), c.w(LAYER + "full_layer_layer_norm.weight"),
-                           c.w(LAYER + "full_layer_layer_norm.bias"), 1e-12f);
+            f = named(linear(c, g, f, LAYER + "ffn_output"), "bert_ffn_out", il);
+            x = named(layer_norm(g, ggml_add(g, x, f), c.w(LAYER + "full_layer_layer_norm.weight"),
+                                 c.w(LAYER + "full_layer_layer_norm.bias"), 1e-12f),
+                      "bert_layer", il);  // [768, Tg]
         }
-        x                = linear(c, g, x, "bert_encoder");  // [512, T]
-        ggml_tensor * xs = ggml_concat(g, x, sty, 0);        // [640, T]
+        x                = named(linear(c, g, x, "bert_encoder"), "bert");  // [512, T]
+        ggml_tensor * xs = named(ggml_concat(g, x, sty, 0), "d_in");        // [640, T]
         ggml_set_output(x);
         ggml_set_output(xs);
         ggml_build_forward_expand(gf, x);

@@ -33,13 +33,15 @@ void kokoro_voice::run_decoder(vs_context & c, const std::vector<kokoro_job *> &
             pack_cond(g, k, B, L, pk, pk2);
         }
 
-        ggml_tensor * asr = ggml_get_rows(g, te, fr);  // [512, B * L]: each token's frames
+        ggml_tensor * asr = named(ggml_get_rows(g, te, fr), "asr");  // [512, B * L]: each token's frames
         ggml_tensor * f0d =
-            conv1d_strided(c.graph_opts(), g, fi, c.w(DEC + "F0_conv.weight"), c.w(DEC + "F0_conv.bias"), 2, 1);
+            named(conv1d_strided(c.graph_opts(), g, fi, c.w(DEC + "F0_conv.weight"), c.w(DEC + "F0_conv.bias"), 2, 1),
+                   "f0_down");  // [1, B * L]
         ggml_tensor * nd =
-            conv1d_strided(c.graph_opts(), g, ni, c.w(DEC + "N_conv.weight"), c.w(DEC + "N_conv.bias"), 2, 1);
-        ggml_tensor * x = ggml_concat(g, ggml_concat(g, asr, f0d, 0), nd, 0);  // [514, B * L]
-        x               = adain_res_block(c, g, x, k, DEC + "encode.", false);
+            named(conv1d_strided(c.graph_opts(), g, ni, c.w(DEC + "N_conv.weight"), c.w(DEC + "N_conv.bias"), 2, 1),
+                   "n_down");                                                                         // [1, B * L]
+        ggml_tensor * x = ggml_concat(g, ggml_concat(g, asr, f0d, 0), nd, 0);                        // [514, B * L]
+        x               = named(adain_res_block(c, g, x, k, DEC + "encode.", false), "dec_encode");  // [1024, B * L]
         ggml_tensor * res =
             conv1d(c.graph_opts(), g, asr, c.w(DEC + "asr_res.0.weight"), c.w(DEC + "asr_res.0.bias"), 1, 0);
         // The channels every decode block appends to its input, concatenated once.
@@ -47,7 +49,9 @@ void kokoro_voice::run_decoder(vs_context & c, const std::vector<kokoro_job *> &
         for (int i = 0; i < 4; ++i) {
             x = ggml_concat(g, x, tail, 0);  // [1090, B * L]
             x = adain_res_block(c, g, x, k, DEC + "decode." + std::to_string(i) + ".", i == 3);
+            named(x, "dec_decode", i);  // [1024 (512 after the last), B * L (twice after the last)]
         }
+        named(x, "decoder");
         ggml_set_output(x);
         ggml_build_forward_expand(gf, x);
         return std::vector<ggml_tensor *>{ te, fr, fi, ni, k.s, k.ones, pk.mask, pk.inv_len, pk2.mask, pk2.inv_len, x };

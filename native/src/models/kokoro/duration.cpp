@@ -39,9 +39,9 @@ void kokoro_voice::run_duration(vs_context & c, std::vector<kokoro_job> & jobs, 
             ggml_scale_bias(g, ggml_cont(g, ggml_view_3d(g, h, C, 1, B, h->nb[1], h->nb[2], 0)), 1.0f, 1.0f);
         ggml_tensor * shift = ggml_view_3d(g, h, C, 1, B, h->nb[1], h->nb[2], C * ggml_element_size(h));
         ggml_tensor * n     = ggml_reshape_3d(g, ggml_norm(g, x, 1e-5f), C, L, B);
-        ggml_tensor * y     = ggml_add(g, ggml_mul(g, n, scale), shift);
+        ggml_tensor * y     = named(ggml_add(g, ggml_mul(g, n, scale), shift), "dur_ada_norm");  // [C, L, B]
         ggml_tensor * s     = ggml_repeat_4d(g, ggml_reshape_3d(g, k.s, k.s->ne[0], 1, B), k.s->ne[0], L, B, 1);
-        ggml_tensor * d     = ggml_concat(g, y, s, 0);  // [C + 128, L, B] (an output, not a view of one)
+        ggml_tensor * d = named(ggml_concat(g, y, s, 0), "dur_enc");  // [C + 128, L, B] (an output, not a view of one)
         ggml_set_output(d);
         ggml_build_forward_expand(gf, d);
         t.insert(t.end(), { x, k.s, k.ones, d });
@@ -127,9 +127,11 @@ void kokoro_voice::run_duration(vs_context & c, std::vector<kokoro_job> & jobs, 
     vs::stage_graph & sg = c.stage_graph(
         VS_STAGE_DURATION, "duration projection" + shapes + " " + std::to_string(speed),
         [&](ggml_context * g, ggml_cgraph * gf) {
-            ggml_tensor * x  = lstm_input_2d(g, hs[0].C, B * L, "x");
-            ggml_tensor * lg = linear(c, g, x, PRED + "duration_proj.linear_layer");                // [50, B L]
-            ggml_tensor * du = ggml_scale(g, ggml_sum_rows(g, ggml_sigmoid(g, lg)), 1.0f / speed);  // [1, B L]
+            ggml_tensor * x = lstm_input_2d(g, hs[0].C, B * L, "x");
+            ggml_tensor * lg =
+                named(linear(c, g, x, PRED + "duration_proj.linear_layer"), "duration_logits");  // [50, B L]
+            ggml_tensor * du =
+                named(ggml_scale(g, ggml_sum_rows(g, ggml_sigmoid(g, lg)), 1.0f / speed), "durations");  // [1, B L]
             for (ggml_tensor * y : { lg, du }) {
                 ggml_set_output(y);
                 ggml_build_forward_expand(gf, y);

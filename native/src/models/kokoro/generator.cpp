@@ -99,13 +99,13 @@ ggml_tensor * kokoro_voice::gen_noise_conv(vs_context & c, ggml_context * g, ggm
     ggml_tensor *     nw = c.w(GEN + "noise_convs." + n + ".weight");
     ggml_tensor *     nb = c.w(GEN + "noise_convs." + n + ".bias");
     if (i + 1 == hp_.gen_rates.size()) {
-        return conv1d(c.graph_opts(), g, har, nw, nb, 1, 0);
+        return named(conv1d(c.graph_opts(), g, har, nw, nb, 1, 0), "gen_noise", (int) i);
     }
     int stride = 1;
     for (size_t j = i + 1; j < hp_.gen_rates.size(); ++j) {
         stride *= hp_.gen_rates[j];
     }
-    return conv1d_strided(c.graph_opts(), g, har, nw, nb, stride, (stride + 1) / 2);
+    return named(conv1d_strided(c.graph_opts(), g, har, nw, nb, stride, (stride + 1) / 2), "gen_noise", (int) i);
 }
 
 // Stage i's upsampling of x: LeakyReLU, the transposed convolution and, on the last stage,
@@ -120,7 +120,7 @@ ggml_tensor * kokoro_voice::gen_upsample(vs_context & c, ggml_context * g, ggml_
         ggml_tensor * f1 = ggml_view_2d(g, x, x->ne[0], 1, x->nb[1], x->nb[1]);
         x                = ggml_concat(g, ggml_cont(g, f1), x, 1);
     }
-    return x;
+    return named(x, "gen_ups", (int) i);  // [C_i, frames at stage i's rate]
 }
 
 // The generator's last steps but the overlap-add: conv_post to magnitude and phase, each
@@ -135,14 +135,16 @@ ggml_tensor * kokoro_voice::gen_frames(vs_context & c, ggml_context * g, ggml_te
     ggml_tensor * b_post = c.w(GEN + "conv_post.bias");
     x = phases_apply(c.graph_opts(), w_post, 1) ? conv1d_phases_ct(g, x, 3, x->ne[1], w_post, b_post, fine_columns)
                                                 : conv1d(c.graph_opts(), g, x, w_post, b_post, 1, 3);  // [22, n_frames]
-    ggml_tensor * spec  = ggml_exp(g, channels(g, x, 0, bins));
-    ggml_tensor * phase = ggml_sin(g, channels(g, x, bins, bins));
+    named(x, "conv_post");
+    ggml_tensor * spec  = named(ggml_exp(g, channels(g, x, 0, bins)), "istft_magnitude");  // [11, n_frames]
+    ggml_tensor * phase = named(ggml_sin(g, channels(g, x, bins, bins)), "istft_phase");   // [11, n_frames]
     ggml_tensor * cplx =
         ggml_concat(g, ggml_mul(g, spec, ggml_cos(g, phase)), ggml_mul(g, spec, ggml_sin(g, phase)), 0);
     if (mask) {
         cplx = ggml_mul(g, cplx, mask);
     }
-    return ggml_mul_mat(g, c.w(GEN + "stft.istft.stft.inverse_basis"), cplx);  // [N_FFT, n_frames]
+    return named(ggml_mul_mat(g, c.w(GEN + "stft.istft.stft.inverse_basis"), cplx),
+                 "istft_frames");  // [N_FFT, n_frames]
 }
 
 // The generator's last steps -> audio [L] (gen_frames, then the overlap-add).
@@ -153,7 +155,7 @@ ggml_tensor * kokoro_voice::gen_output(vs_context & c, ggml_context * g, ggml_te
     // window (a constant it traced); then drops N_FFT / 2 samples at each end.
     ggml_tensor * head = ggml_mul(g, ggml_view_1d(g, wav, N_FFT / 2, N_FFT / 2 * sizeof(float)), istft_gain(c, model_));
     ggml_tensor * body = ggml_scale(g, ggml_view_1d(g, wav, L - N_FFT / 2, N_FFT * sizeof(float)), 4.0f);
-    ggml_tensor * audio = ggml_concat(g, head, body, 0);  // [L]
+    ggml_tensor * audio = named(ggml_concat(g, head, body, 0), "audio");  // [L]
     ggml_set_output(audio);
     return audio;
 }
@@ -168,15 +170,16 @@ std::vector<float> kokoro_voice::run_generator(vs_context & c, const act & xin, 
     cond           k = make_cond(g, src.n_frames);
     use_style_table(c, g, k, GEN);
     for (size_t i = 0; i < hp_.gen_rates.size(); ++i) {
-        ggml_tensor * xs  = gen_noise_conv(c, g, src.har, i);
-        xs                = snake_res_block(c, g, xs, k, GEN + "noise_res." + std::to_string(i) + ".", noise_kernel(i));
-        x                 = ggml_add(g, gen_upsample(c, g, x, i), xs);
+        ggml_tensor * xs = gen_noise_conv(c, g, src.har, i);
+        xs = named(snake_res_block(c, g, xs, k, GEN + "noise_res." + std::to_string(i) + ".", noise_kernel(i)),
+                   "gen_noise_res", (int) i);
+        x  = named(ggml_add(g, gen_upsample(c, g, x, i), xs), "gen_stage_in", (int) i);
         ggml_tensor * sum = nullptr;
         for (size_t j = 0; j < hp_.res_kernels.size(); ++j) {
             ggml_tensor * y = snake_res_block(c, g, x, k, res_prefix(i, j), hp_.res_kernels[j]);
             sum             = sum ? ggml_add(g, sum, y) : y;
         }
-        x = ggml_scale(g, sum, 1.0f / (float) hp_.res_kernels.size());
+        x = named(ggml_scale(g, sum, 1.0f / (float) hp_.res_kernels.size()), "gen_stage_out", (int) i);
     }
     ggml_tensor * audio = gen_output(c, g, x, src.L);
     ggml_build_forward_expand(gb.gf, src.har);

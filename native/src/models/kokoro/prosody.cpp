@@ -52,9 +52,11 @@ void kokoro_voice::run_prosody(vs_context & c, std::vector<kokoro_job> & jobs) c
                 for (int i = 0; i < 3; ++i) {
                     y = adain_res_block(c, g, y, i < 2 ? k : k_up, PRED + branch[r] + "." + std::to_string(i) + ".",
                                           i == 1);
+                    named(y, r == 0 ? "f0_block" : "n_block", i);  // [C, (i ? 2 : 1) B L]
                 }
-                y = conv1d(c.graph_opts(), g, y, c.w(PRED + branch[r] + "_proj.weight"),
-                             c.w(PRED + branch[r] + "_proj.bias"), 1, 0);
+                y = named(conv1d(c.graph_opts(), g, y, c.w(PRED + branch[r] + "_proj.weight"),
+                                   c.w(PRED + branch[r] + "_proj.bias"), 1, 0),
+                            branch[r]);  // [1, 2 B L]
                 ggml_set_output(y);
                 ggml_build_forward_expand(gf, y);
                 t.push_back(y);

@@ -34,7 +34,7 @@ void kokoro_voice::run_text_encoder(vs_context & c, std::vector<kokoro_job> & jo
             ggml_tensor *     w = c.w(l + "0.weight");
             x                   = conv1d(c.graph_opts(), g, x, w, c.w(l + "0.bias"), 1, (int) (w->ne[1] - 1) / 2);
             x                   = layer_norm(g, x, c.w(l + "1.gamma"), c.w(l + "1.beta"), 1e-5f);
-            x                   = mk(ggml_leaky_relu(g, x, 0.2f, false));
+            x                   = named(mk(ggml_leaky_relu(g, x, 0.2f, false)), "text_enc_cnn", i);  // [512, B L]
         }
         ggml_set_output(x);
         ggml_build_forward_expand(gf, x);
