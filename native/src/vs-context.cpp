@@ -215,6 +215,7 @@ static std::unique_ptr<vs_context> make_one(vs_model & model, const vs_context_p
         }
     }
     ctx->weights                                    = weights_for(model, ctx->dev);
+    ctx->derived                                    = &derived_for(model, ctx->dev);
     const vs_context_params::vs_context_debug & dbg = params.debug;
     ctx->cuda_device                                = dbg.no_engine_kernels ? -1 : cuda::device_of(ctx->dev);
     ctx->device_graphs = ggml_backend_dev_type(ctx->dev) != GGML_BACKEND_DEVICE_TYPE_CPU || dbg.device_graphs;

@@ -116,12 +116,11 @@ struct vs_context {
     vs::buffer_ptr    handoff;              // activations one stage leaves on the device for a later one
     vs::buffer_ptr    kept_outputs;         // named outputs copied there, read back when asked for
     void *            cuda_blas = nullptr;  // their cuBLAS handle, made on first use
-    // Weights re-laid out for this device, made on first use (swapped_weight).
-    std::map<std::string, ggml_tensor *> derived;
-    std::vector<vs::ggml_ctx_ptr>        derived_ctx;
-    std::vector<vs::buffer_ptr>          derived_buf;
-    std::unique_ptr<vs::phonemizer>      phonemizer;
-    std::unique_ptr<vs::voice>           voice;
+    // Weights re-laid out for this device, made on first use (swapped_weight) and shared by
+    // the model's contexts on it.
+    vs::derived_weights *           derived = nullptr;
+    std::unique_ptr<vs::phonemizer> phonemizer;
+    std::unique_ptr<vs::voice>      voice;
     // Per stage, the ops that ran on the CPU instead of the device ("OP(type)").
     std::array<std::set<std::string>, VS_STAGE_COUNT> fallback_ops;
     std::string                                       fallback_text;  // vs_context_fallback_ops's answer

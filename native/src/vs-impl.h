@@ -114,6 +114,16 @@ struct weight_set {
 
 struct model_file;  // the mapped GGUF file
 
+// Weights re-laid out for one device (vs_context::derived_tensor), each made once, by the first
+// context that asks, and shared by every context on that device (a context's workers
+// included); freed with the model.
+struct derived_weights {
+    std::recursive_mutex                 mutex;  // held while one is made
+    std::map<std::string, ggml_tensor *> tensors;
+    std::vector<ggml_ctx_ptr>            ctx;
+    std::vector<buffer_ptr>              buffers;
+};
+
 }  // namespace vs
 
 struct vs_model {
@@ -127,9 +137,11 @@ struct vs_model {
     std::map<std::string, std::string> strings;
     std::vector<std::string>           voices;  // style packs (Kokoro)
 
-    // Copies of the weights on other devices, made on first use by a context.
-    std::mutex                                                    device_mutex;
-    std::map<ggml_backend_dev_t, std::shared_ptr<vs::weight_set>> on_device;
+    // Copies of the weights on other devices, made on first use by a context, and weights
+    // re-laid out for each device a context runs on.
+    std::mutex                                                         device_mutex;
+    std::map<ggml_backend_dev_t, std::shared_ptr<vs::weight_set>>      on_device;
+    std::map<ggml_backend_dev_t, std::unique_ptr<vs::derived_weights>> derived;
 
     ggml_tensor *            tensor(const std::string & name) const;  // throws if absent
     uint32_t                 u32(const std::string & key) const;
@@ -163,6 +175,8 @@ void check_tensors(const vs_model & model, const std::vector<tensor_spec> & spec
 
 // Weights for `dev`: the host copy for CPU devices, else an uploaded copy.
 std::shared_ptr<weight_set> weights_for(vs_model & model, ggml_backend_dev_t dev);
+// The weights re-laid out for `dev`, shared by the model's contexts on it.
+derived_weights & derived_for(vs_model & model, ggml_backend_dev_t dev);
 
 // ---------------------------------------------------------------- phonemizer (vs-phonemizer.cpp)
 

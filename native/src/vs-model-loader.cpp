@@ -256,6 +256,15 @@ std::unique_ptr<vs_model> load_model(const std::string & path, const vs_model_pa
     return model;
 }
 
+derived_weights & derived_for(vs_model & model, ggml_backend_dev_t dev) {
+    std::lock_guard<std::mutex> lock(model.device_mutex);
+    auto &                      d = model.derived[dev];
+    if (!d) {
+        d = std::make_unique<derived_weights>();
+    }
+    return *d;
+}
+
 std::shared_ptr<weight_set> weights_for(vs_model & model, ggml_backend_dev_t dev) {
     std::shared_ptr<weight_set> host(std::shared_ptr<weight_set>{}, &model.host);  // non-owning
     ggml_backend_buffer_type_t  buft = ggml_backend_dev_buffer_type(dev);

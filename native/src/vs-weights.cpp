@@ -13,24 +13,25 @@ ggml_tensor * vs_context::w(const std::string & name) const {
 
 ggml_tensor * vs_context::derived_tensor(const std::string & key, ggml_type type, const std::array<int64_t, 4> & ne,
                                          const std::function<void(uint8_t *)> & fill) {
-    auto it = derived.find(key);
-    if (it != derived.end()) {
+    std::lock_guard<std::recursive_mutex> lock(derived->mutex);  // workers may ask at once
+    auto                                  it = derived->tensors.find(key);
+    if (it != derived->tensors.end()) {
         return it->second;
     }
     ggml_init_params ip{ ggml_tensor_overhead(), nullptr, true };
     vs::ggml_ctx_ptr ctx(ggml_init(ip));
     ggml_tensor *    t = ggml_new_tensor_4d(ctx.get(), type, ne[0], ne[1], ne[2], ne[3]);
     ggml_set_name(t, key.substr(0, GGML_MAX_NAME - 1).c_str());
-    vs::buffer_ptr buf(ggml_backend_alloc_ctx_tensors(ctx.get(), backend.get()));
+    vs::buffer_ptr buf(ggml_backend_alloc_ctx_tensors_from_buft(ctx.get(), ggml_backend_dev_buffer_type(dev)));
     if (!buf) {
         throw vs::error(VS_ERR_COMPUTE, "out of memory on " + device + " for '" + key + "'");
     }
     std::vector<uint8_t> bytes(ggml_nbytes(t));
     fill(bytes.data());
     ggml_backend_tensor_set(t, bytes.data(), 0, bytes.size());
-    derived_ctx.push_back(std::move(ctx));
-    derived_buf.push_back(std::move(buf));
-    return derived[key] = t;
+    derived->ctx.push_back(std::move(ctx));
+    derived->buffers.push_back(std::move(buf));
+    return derived->tensors[key] = t;
 }
 
 ggml_tensor * vs_context::swapped_weight(const std::string & name) {
