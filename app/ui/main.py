@@ -1,7 +1,9 @@
 """The studio window: script editor, timeline, voices, inspector, timings, jobs.
 
 The window renders a Qt-free ``Project`` and wires signals; engine work runs in
-QRunnables (app.jobs.workers), playback on PortAudio's thread (app.audio.playback).
+QRunnables (app.jobs.workers), playback on PortAudio's thread (app.audio.playback). Its
+engine and jobs, playback and project files are methods of mixins of their own
+(engine_jobs.py, playback.py, project_files.py) that use the window's state.
 """
 
 from __future__ import annotations
