@@ -14,9 +14,9 @@
 #include <thread>
 #include <unordered_map>
 
+#include "graph/graph.h"
 #include "vs-cuda.h"
 #include "vs-debug.h"
-#include "vs-graph.h"
 
 vs_context::vs_context() = default;
 

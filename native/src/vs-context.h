@@ -7,7 +7,7 @@
 #include <memory>
 #include <set>
 
-#include "vs-graph.h"
+#include "graph/graph.h"
 #include "vs-impl.h"
 
 namespace vs {

@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "vs-graph.h"
+#include "graph/graph.h"
 #include "vs-impl.h"
 
 namespace vs {

@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "vs-graph.h"
+#include "graph/graph.h"
 
 namespace {
 

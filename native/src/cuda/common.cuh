@@ -16,8 +16,8 @@
 #include <tuple>
 #include <vector>
 
+#include "../graph/graph.h"
 #include "../vs-cuda.h"
-#include "../vs-graph.h"
 #include "../vs-impl.h"
 namespace vs::cuda {
 

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "../../graph/graph.h"
 #include "../../vs-context.h"
-#include "../../vs-graph.h"
 
 namespace vs {
 

@@ -28,9 +28,9 @@
 #include <functional>
 #include <map>
 
+#include "../../graph/graph.h"
 #include "../../vs-context.h"
 #include "../../vs-cuda.h"
-#include "../../vs-graph.h"
 
 namespace vs::kokoro {
 

@@ -17,9 +17,9 @@
 #include <map>
 #include <thread>
 
+#include "../../graph/graph.h"
 #include "../../vs-context.h"
 #include "../../vs-cuda.h"
-#include "../../vs-graph.h"
 
 namespace vs::piper {
 
