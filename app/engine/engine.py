@@ -43,10 +43,6 @@ _log_lock = threading.Lock()
 _log_sinks: dict[int, list[str]] = {}
 
 
-def _native():
-    return native_engine()
-
-
 def _on_log(level: int, text: str) -> None:
     with _log_lock:
         sink = _log_sinks.get(threading.get_ident())
@@ -60,7 +56,7 @@ def _on_log(level: int, text: str) -> None:
 
 
 def devices() -> list[dict]:
-    return _native().devices()
+    return native_engine().devices()
 
 
 @dataclass(frozen=True)
@@ -161,7 +157,7 @@ class Engine:
         ``debug``: switches for tests and diagnostics (``EngineDebug``).
         ``pack``: a style pack of Kokoro's layout ([510, 256]) to speak with, a speaker
         profile's (app.profiles opens those); ``voice`` then names the profile."""
-        native = _native()
+        native = native_engine()
         native.set_log_handler(_on_log)
         if pack is not None:
             pack = np.asarray(pack, np.float32).reshape(-1, 256)

@@ -246,8 +246,8 @@ static std::unique_ptr<vs_context> make_one(vs_model & model, const vs_context_p
     if (ctx->cuda_device >= 0) {
         ctx->graph_done.reset(ggml_backend_event_new(ctx->dev));
         ctx->engine_done.reset(ggml_backend_event_new(ctx->dev));
-        ctx->queue_graphs = cuda_event(ctx->graph_done.get(), ctx->dev) &&
-                            cuda_event(ctx->engine_done.get(), ctx->dev) && !dbg.wait_each_graph;
+        ctx->queue_graphs = vs::cuda_event(ctx->graph_done.get(), ctx->dev) &&
+                            vs::cuda_event(ctx->engine_done.get(), ctx->dev) && !dbg.wait_each_graph;
     }
     ctx->sched.reset(ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), 32768, false, false));
     if (!worker && params.espeak_library && *params.espeak_library) {

@@ -25,7 +25,7 @@ struct scratch_layout {
 };
 
 class voice;        // an architecture's synthesis (models/*.cpp)
-struct node_trace;  // vs_context_debug.node_trace's writer (vs-context.cpp)
+struct node_trace;  // vs_context_debug.node_trace's writer (vs-debug.h)
 
 // The memory of graph contexts' tensor and graph metadata, reused: a block goes back to the
 // pool when its graph is freed and the next graph of that size takes it, so a stage's graph
@@ -358,6 +358,10 @@ bool in_device_memory(const vs_context & c, const ggml_tensor * t);
 
 // A buffer of c's device of at least `bytes` in `buf` (grown, its contents lost, where smaller).
 void * grown(vs_context & c, buffer_ptr & buf, size_t bytes, const char * what);
+
+// ggml's CUDA event behind `e` (the engine's stream records and waits for it), or null for an
+// event of another device.
+void * cuda_event(ggml_backend_event_t e, ggml_backend_dev_t dev);
 
 class voice {
   public:

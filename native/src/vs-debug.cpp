@@ -18,19 +18,6 @@ bool is_view(const ggml_tensor * node) {
     }
 }
 
-// ggml's event as ggml-backend-impl.h (not an installed header) lays it out: on a CUDA device
-// its context is the cudaEvent_t, which the engine's stream records and waits for
-// (vs::cuda::record, wait). Null for an event of another device.
-struct ggml_event_layout {
-    ggml_backend_dev_t device;
-    void *             context;
-};
-
-void * cuda_event(ggml_backend_event_t e, ggml_backend_dev_t dev) {
-    const auto * l = reinterpret_cast<const ggml_event_layout *>(e);
-    return e && l->device == dev ? l->context : nullptr;
-}
-
 // Op profiling through the scheduler's eval callback: asked about every node (so each is
 // computed alone and synchronized), then told when it is done.
 static bool profile_node(ggml_tensor * node, bool ask, void * data) {

@@ -1,5 +1,5 @@
 // What a context keeps for diagnostics: the node trace (vs_context_debug.node_trace), op
-// profiling, and the helpers they share with the scheduler's path.
+// profiling, and which nodes compute nothing (is_view, also the scheduler's path's).
 #pragma once
 
 #include <cctype>
@@ -16,10 +16,6 @@ namespace vs {
 
 // Whether a node computes nothing (a view, a reshape), wherever the scheduler files it.
 bool is_view(const ggml_tensor * node);
-
-// ggml's CUDA event behind `e` (the engine's stream records and waits for it), or null for an
-// event of another device.
-void * cuda_event(ggml_backend_event_t e, ggml_backend_dev_t dev);
 
 // One line per graph ("G index stage nodes") and per node it computes ("N id op name type
 // ne srcs count nonfinite maxabs mean rms samples..."), in the order the backend ran them

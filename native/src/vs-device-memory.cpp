@@ -4,7 +4,19 @@
 
 #include "vs-context.h"
 #include "vs-cuda.h"
-#include "vs-debug.h"
+
+// ggml's event as ggml-backend-impl.h (not an installed header) lays it out: on a CUDA device
+// its context is the cudaEvent_t, which the engine's stream records and waits for
+// (vs::cuda::record, wait).
+struct ggml_event_layout {
+    ggml_backend_dev_t device;
+    void *             context;
+};
+
+void * vs::cuda_event(ggml_backend_event_t e, ggml_backend_dev_t dev) {
+    const auto * l = reinterpret_cast<const ggml_event_layout *>(e);
+    return e && l->device == dev ? l->context : nullptr;
+}
 
 void vs_context::after_engine() {
     if (cuda_device < 0 || vs::cuda::queued() == engine_seen) {
