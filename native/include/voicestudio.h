@@ -56,8 +56,8 @@ enum vs_status {
 
 // Stages of synthesis. Each architecture runs a subset in its own order
 // (vs_model_stages): Piper phonemize, encoder, duration, flow, decoder; Kokoro
-// phonemize, bert, duration, prosody, text_encoder, decoder, generator. The speaker
-// encoder (vs_embed) runs mel, speaker.
+// phonemize, bert, duration, prosody, text_encoder, decoder, generator; Chatterbox's token
+// model (vs_generate_tokens) tokens. The speaker encoder (vs_embed) runs mel, speaker.
 enum vs_stage {
     VS_STAGE_PHONEMIZE    = 0,
     VS_STAGE_ENCODER      = 1,
@@ -70,7 +70,8 @@ enum vs_stage {
     VS_STAGE_GENERATOR    = 8,
     VS_STAGE_MEL          = 9,
     VS_STAGE_SPEAKER      = 10,
-    VS_STAGE_COUNT        = 11,
+    VS_STAGE_TOKENS       = 11,
+    VS_STAGE_COUNT        = 12,
 };
 
 enum vs_device_type {
@@ -135,7 +136,7 @@ VS_API void                   vs_model_free(vs_model * model);
 // cryptographic hash.
 VS_API int vs_file_digest(const char * path, uint64_t * digest);
 
-VS_API const char * vs_model_arch(const vs_model * model);  // "piper", "kokoro" or "ge2e"
+VS_API const char * vs_model_arch(const vs_model * model);  // "piper", "kokoro", "ge2e" or "chatterbox"
 VS_API const char * vs_model_name(const vs_model * model);
 VS_API int          vs_model_sample_rate(const vs_model * model);
 // A string metadata value of the GGUF file, or NULL (e.g. "piper.espeak_voice").
@@ -265,6 +266,17 @@ struct vs_timings {
     double worker_ms[VS_MAX_WORKERS];
 };
 
+// A voice as Chatterbox takes it, computed from a recording of the speaker.
+struct vs_conditionals {
+    // The voice encoder's speaker embedding: vs_model_meta's "chatterbox.t3.speaker_embed_size"
+    // values (256), L2-normalized.
+    const float * speaker_embedding;
+    // The recording's speech tokens (the S3 tokenizer's codes, 0 to 6560): at most
+    // "chatterbox.t3.prompt_tokens" of them; none is allowed.
+    const int32_t * prompt_tokens;
+    size_t          n_prompt_tokens;
+};
+
 struct vs_synth_params {
     float    noise_scale;   // < 0: the voice's default
     float    length_scale;  // < 0: the voice's default; larger is slower
@@ -292,6 +304,20 @@ struct vs_synth_params {
     // audio is delivered together, after the batch. <= 1: one chunk at a time, each
     // delivered as soon as it is ready (the default). The audio is the same either way.
     int batch;
+
+    // Chatterbox's token model: the voice (NULL: the model's stock voice), and the reference's
+    // sampling, each < 0 for the variant's default (Turbo: temperature 0.8, top_k 1000, top_p
+    // 0.95, repetition_penalty 1.2). temperature 0 takes the most likely token after the
+    // penalty; top_k 0 and top_p 1 keep every token; seed picks the draws.
+    const struct vs_conditionals * conditionals;
+    float                          temperature;
+    int                            top_k;
+    float                          top_p;
+    float                          repetition_penalty;
+    // Speech tokens taken in place of the token model's draws (teacher forcing, after its
+    // start token), for comparing with a reference runtime: output "t3_logits". NULL: drawn.
+    const int32_t * speech_tokens;
+    size_t          n_speech_tokens;
 
     // Called after each stage of each chunk (of each batch: with its first chunk's index),
     // with its milliseconds.
@@ -322,6 +348,14 @@ VS_API void vs_string_free(char * s);
 
 VS_API struct vs_timings vs_context_timings(const vs_context * ctx);  // of the last synthesis
 
+// Chatterbox's token model alone: the speech tokens (at most max_tokens, written to `tokens`,
+// their number to *n_tokens) for `text_tokens`, the ids of the model's text tokenizer, in the
+// voice of params.conditionals, drawn as params says. The stop token ends the run and is not
+// written. Timings: stage tokens. Output "t3_logits" ([speech tokens + 1, vocabulary]) with
+// params.speech_tokens.
+VS_API int vs_generate_tokens(vs_context * ctx, const int32_t * text_tokens, size_t n_text_tokens,
+                              struct vs_synth_params params, int32_t * tokens, size_t max_tokens, size_t * n_tokens);
+
 // Named intermediate of the last chunk synthesized, for comparison with a reference
 // runtime, row-major [time, channels]. Piper: "m_p", "logs_p" ([T, C]), "logw" ([T]),
 // "z" ([F, C]). Kokoro: "bert" ([T, 512]), "duration_logits" ([T, 50]), "durations"
@@ -333,7 +367,8 @@ VS_API int vs_context_output(const vs_context * ctx, const char * name, const fl
 
 // ---------------------------------------------------------------- speaker embeddings
 
-// Values in one embedding of a speaker encoder (architecture "ge2e"); 0 for voices.
+// Values in one embedding of a speaker encoder (architecture "ge2e"), or in the speaker
+// embedding of Chatterbox's conditionals; 0 for other voices.
 VS_API int vs_model_embedding_size(const vs_model * model);
 // The L2-normalized speaker embedding of mono `samples` at vs_model_sample_rate(model),
 // written to `embedding` (vs_model_embedding_size values). The audio is cut into partial

@@ -135,6 +135,11 @@ NB_MODULE(_engine, m) {
              "length_scale"_a = -1.0f, "noise_w"_a = -1.0f, "seed"_a = 0, "on_stage"_a = nb::none(),
              "on_chunk"_a = nb::none(), "abort"_a = nb::none(), "decoder_tile"_a = 0, "voice"_a = nb::none(),
              "style"_a = nb::none(), "batch"_a = 1)
+        .def("generate_tokens", &Context::generate_tokens, "text_tokens"_a, "speaker_embedding"_a,
+             "prompt_tokens"_a = nb::none(), "max_tokens"_a = 1000, "temperature"_a = -1.0f, "top_k"_a = -1,
+             "top_p"_a = -1.0f, "repetition_penalty"_a = -1.0f, "seed"_a = 0, "speech_tokens"_a = nb::none(),
+             "on_stage"_a = nb::none(), "abort"_a = nb::none(),
+             "Chatterbox's speech tokens for text tokens in the voice of a speaker embedding and prompt tokens.")
         .def("embed", &Context::embed, "audio"_a,
              "The L2-normalized speaker embedding of mono audio at the model's rate (speaker encoders).")
         .def("phonemize", &Context::phonemize)

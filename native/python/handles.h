@@ -278,6 +278,45 @@ class Context {
         return result;
     }
 
+    using tokens_array = nb::ndarray<int32_t, nb::numpy, nb::ndim<1>>;
+    using vector_array = nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+    tokens_array generate_tokens(durations_array text_tokens, vector_array speaker_embedding,
+                                 std::optional<durations_array> prompt_tokens, size_t max_tokens, float temperature,
+                                 int top_k, float top_p, float repetition_penalty, uint64_t seed,
+                                 std::optional<durations_array> speech_tokens, nb::object on_stage, nb::object abort) {
+        vs_conditionals cond{};
+        cond.speaker_embedding = speaker_embedding.data();
+        if (prompt_tokens) {
+            cond.prompt_tokens   = prompt_tokens->data();
+            cond.n_prompt_tokens = prompt_tokens->shape(0);
+        }
+        const int size = vs_model_embedding_size(vs_context_model(get()));
+        if (size > 0 && speaker_embedding.shape(0) != (size_t) size) {
+            throw engine_error(VS_ERR_INVALID_ARG, "the speaker embedding has " +
+                                                       std::to_string(speaker_embedding.shape(0)) +
+                                                       " values; the model takes " + std::to_string(size));
+        }
+        auto *      out = new int32_t[std::max<size_t>(max_tokens, 1)];
+        nb::capsule owner(out, [](void * ptr) noexcept { delete[] (int32_t *) ptr; });
+        size_t      n = 0;
+        run(-1.0f, -1.0f, -1.0f, seed, on_stage, nb::none(), abort, 0, std::nullopt, std::nullopt, std::nullopt, 1,
+            [&](vs_context * c, const vs_synth_params & base) {
+                vs_synth_params p    = base;
+                p.conditionals       = &cond;
+                p.temperature        = temperature;
+                p.top_k              = top_k;
+                p.top_p              = top_p;
+                p.repetition_penalty = repetition_penalty;
+                if (speech_tokens) {
+                    p.speech_tokens   = speech_tokens->data();
+                    p.n_speech_tokens = speech_tokens->shape(0);
+                }
+                return vs_generate_tokens(c, text_tokens.data(), text_tokens.shape(0), p, out, max_tokens, &n);
+            });
+        return tokens_array(out, { n }, owner);
+    }
+
     audio_array embed(nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> audio) {
         busy_guard   busy = guard();
         vs_context * c    = get();

@@ -53,8 +53,10 @@ const char * vs_last_error(void) {
 }
 
 const char * vs_stage_name(int stage) {
-    static const char * names[VS_STAGE_COUNT] = { "phonemize", "encoder",      "duration",  "flow", "decoder", "bert",
-                                                  "prosody",   "text_encoder", "generator", "mel",  "speaker" };
+    static const char * names[VS_STAGE_COUNT] = {
+        "phonemize", "encoder",      "duration",  "flow", "decoder", "bert",
+        "prosody",   "text_encoder", "generator", "mel",  "speaker", "tokens"
+    };
     return stage >= 0 && stage < VS_STAGE_COUNT ? names[stage] : "unknown";
 }
 
@@ -104,6 +106,8 @@ int vs_model_load(const char * path, struct vs_model_params params, vs_model ** 
             m->voices = m->str_array("kokoro.voices");
         } else if (m->arch == "ge2e") {
             vs::ge2e_validate(*m);
+        } else if (m->arch == "chatterbox") {
+            vs::chatterbox_validate(*m);
         } else {
             vs::piper_validate(*m);
         }
@@ -152,6 +156,12 @@ int vs_model_stages(const vs_model * model, int * stages, int max_stages) {
     static const int ge2e[]   = { VS_STAGE_MEL, VS_STAGE_SPEAKER };
     if (!model) {
         return 0;
+    }
+    if (model->arch == "chatterbox") {
+        if (stages && max_stages > 0) {
+            stages[0] = VS_STAGE_TOKENS;
+        }
+        return 1;
     }
     if (model->arch == "ge2e") {
         for (int i = 0; stages && i < (int) std::size(ge2e) && i < max_stages; ++i) {
@@ -293,7 +303,14 @@ struct vs_synth_params vs_synth_default_params(void) {
     p.style_rows          = 0;
     p.durations           = nullptr;  // predicted
     p.n_durations         = 0;
-    p.batch               = 1;  // stream chunk by chunk
+    p.batch               = 1;        // stream chunk by chunk
+    p.conditionals        = nullptr;  // the model's stock voice
+    p.temperature         = -1.0f;    // the variant's default
+    p.top_k               = -1;       // the variant's default
+    p.top_p               = -1.0f;    // the variant's default
+    p.repetition_penalty  = -1.0f;    // the variant's default
+    p.speech_tokens       = nullptr;  // drawn
+    p.n_speech_tokens     = 0;
     return p;
 }
 
@@ -373,7 +390,45 @@ int vs_context_output(const vs_context * ctx, const char * name, const float ** 
     });
 }
 
+int vs_generate_tokens(vs_context * ctx, const int32_t * text_tokens, size_t n_text_tokens,
+                       struct vs_synth_params params, int32_t * tokens, size_t max_tokens, size_t * n_tokens) {
+    if (ctx) {
+        ctx->clear_results();
+    }
+    return vs::guarded([&] {
+        if (!ctx || (!text_tokens && n_text_tokens) || !tokens || !n_tokens) {
+            throw vs::error(VS_ERR_INVALID_ARG,
+                            "vs_generate_tokens: ctx, text_tokens, tokens and n_tokens are required");
+        }
+        *n_tokens = 0;
+        if (ctx->model->arch != "chatterbox") {
+            throw vs::error(VS_ERR_INVALID_ARG,
+                            "'" + ctx->model->path + "' is a " + ctx->model->arch + " model, which has no token model");
+        }
+        if (params.speech_tokens && params.n_speech_tokens > max_tokens) {
+            throw vs::error(VS_ERR_INVALID_ARG, "vs_generate_tokens: room for " + std::to_string(max_tokens) +
+                                                    " tokens, " + std::to_string(params.n_speech_tokens) + " given");
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        ctx->active   = &params;
+        struct unset {
+            vs_context * c;
+            ~unset() { c->active = nullptr; }
+        } guard{ ctx };
+        const std::vector<int32_t> out = vs::chatterbox_generate(
+            *ctx, std::vector<int32_t>(text_tokens, text_tokens + n_text_tokens), params, max_tokens);
+        std::copy(out.begin(), out.end(), tokens);
+        *n_tokens             = out.size();
+        ctx->timings.n_chunks = 1;
+        ctx->timings.n_frames = (int32_t) out.size();
+        ctx->timings.total_ms = vs::ms_since(t0);
+    });
+}
+
 int vs_model_embedding_size(const vs_model * model) {
+    if (model && model->arch == "chatterbox") {
+        return (int) vs::chatterbox_speaker_size(*model);
+    }
     return model && model->arch == "ge2e" ? (int) vs::ge2e_embedding_size(*model) : 0;
 }
 

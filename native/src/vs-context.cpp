@@ -91,6 +91,8 @@ void vs_context::prewarm() {
             throw;
         }
         active = nullptr;
+    } else if (model->arch == "chatterbox") {
+        vs::chatterbox_prewarm(*this);
     } else {
         // Two seconds of a chord, a partial utterance or two for the speaker encoder.
         std::vector<float> s((size_t) model->sample_rate * 2);
@@ -258,6 +260,8 @@ static std::unique_ptr<vs_context> make_one(vs_model & model, const vs_context_p
         ctx->voice = make_kokoro_voice(model);
     } else if (model.arch == "piper") {
         ctx->voice = make_piper_voice(model);
+    } else if (model.arch == "chatterbox") {
+        ctx->state = make_chatterbox_state(model);
     }  // a speaker encoder speaks no text
     return ctx;
 }

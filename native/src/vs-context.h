@@ -24,7 +24,12 @@ struct scratch_layout {
     }
 };
 
-class voice;        // an architecture's synthesis (models/*.cpp)
+class voice;  // an architecture's synthesis (models/*.cpp)
+// An architecture's state in one context besides its voice (a token model's key/value cache).
+class model_state {
+  public:
+    virtual ~model_state() = default;
+};
 struct node_trace;  // vs_context_debug.node_trace's writer (vs-debug.h)
 
 // The memory of graph contexts' tensor and graph metadata, reused: a block goes back to the
@@ -118,9 +123,10 @@ struct vs_context {
     void *            cuda_blas = nullptr;  // their cuBLAS handle, made on first use
     // Weights re-laid out for this device, made on first use (swapped_weight) and shared by
     // the model's contexts on it.
-    vs::derived_weights *           derived = nullptr;
-    std::unique_ptr<vs::phonemizer> phonemizer;
-    std::unique_ptr<vs::voice>      voice;
+    vs::derived_weights *            derived = nullptr;
+    std::unique_ptr<vs::phonemizer>  phonemizer;
+    std::unique_ptr<vs::voice>       voice;
+    std::unique_ptr<vs::model_state> state;
     // Per stage, the ops that ran on the CPU instead of the device ("OP(type)").
     std::array<std::set<std::string>, VS_STAGE_COUNT> fallback_ops;
     std::string                                       fallback_text;  // vs_context_fallback_ops's answer
@@ -405,12 +411,21 @@ class voice {
     }
 };
 
-std::unique_ptr<voice> make_piper_voice(vs_model & model);
-void                   piper_validate(const vs_model & model);
-std::unique_ptr<voice> make_kokoro_voice(vs_model & model);
-void                   kokoro_validate(const vs_model & model);
-void                   ge2e_validate(const vs_model & model);
-int64_t                ge2e_embedding_size(const vs_model & model);
+std::unique_ptr<voice>       make_piper_voice(vs_model & model);
+void                         piper_validate(const vs_model & model);
+std::unique_ptr<voice>       make_kokoro_voice(vs_model & model);
+void                         kokoro_validate(const vs_model & model);
+void                         ge2e_validate(const vs_model & model);
+void                         chatterbox_validate(const vs_model & model);
+std::unique_ptr<model_state> make_chatterbox_state(const vs_model & model);
+// Values in the speaker embedding of Chatterbox's conditionals.
+int64_t chatterbox_speaker_size(const vs_model & model);
+// A few tokens of a short text in a voice of zeros (vs_context::prewarm).
+void chatterbox_prewarm(vs_context & ctx);
+// Chatterbox's speech tokens for text tokens (vs_generate_tokens).
+std::vector<int32_t> chatterbox_generate(vs_context & ctx, const std::vector<int32_t> & text, const vs_synth_params & p,
+                                         size_t max_tokens);
+int64_t              ge2e_embedding_size(const vs_model & model);
 // Utterance embedding (L2-normalized) of mono audio at the model's sample rate.
 std::vector<float> ge2e_embed(vs_context & ctx, const float * samples, size_t n_samples);
 

@@ -210,9 +210,9 @@ std::unique_ptr<vs_model> load_model(const std::string & path, const vs_model_pa
     }
     model->arch = gguf_string(g, "general.architecture");
     model->name = gguf_string(g, "general.name");
-    if (model->arch != "piper" && model->arch != "kokoro" && model->arch != "ge2e") {
+    if (model->arch != "piper" && model->arch != "kokoro" && model->arch != "ge2e" && model->arch != "chatterbox") {
         throw error(VS_ERR_FORMAT, "'" + path + "' holds a model of architecture '" + model->arch +
-                                       "'; this engine runs: piper, kokoro, ge2e");
+                                       "'; this engine runs: piper, kokoro, ge2e, chatterbox");
     }
     for (int64_t i = 0; i < gguf_get_n_kv(g); ++i) {
         if (gguf_get_kv_type(g, i) == GGUF_TYPE_STRING) {

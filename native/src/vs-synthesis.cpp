@@ -8,6 +8,11 @@
 
 void vs::synthesize_inputs(vs_context * ctx, const std::vector<const char *> & inputs, int kind,
                            const vs_synth_params & params, std::vector<std::unique_ptr<vs_audio>> & audio) {
+    if (ctx->model->arch == "chatterbox") {
+        throw vs::error(VS_ERR_INVALID_ARG, "'" + ctx->model->path +
+                                                "' holds Chatterbox's token model and no speech decoder: it makes "
+                                                "speech tokens (vs_generate_tokens), not audio");
+    }
     if (!ctx->voice) {
         throw vs::error(VS_ERR_INVALID_ARG, "'" + ctx->model->path + "' is a speaker encoder; it cannot speak");
     }

@@ -123,6 +123,10 @@ ggml_tensor * pad_time(ggml_context * ctx, ggml_tensor * x, int64_t before, int6
 // LayerNorm over channels (ne0).
 ggml_tensor * layer_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * gamma, ggml_tensor * beta, float eps);
 
+// The tanh form of GELU (GPT-2's and ALBERT's "gelu_new"). Off the CPU ggml's op (exact there);
+// the CPU's op reads a table of F16 inputs, so there it is built from SiLU.
+ggml_tensor * gelu_tanh(const graph_options & o, ggml_context * ctx, ggml_tensor * x);
+
 // Rows [first, first + n) of the channel axis, made contiguous.
 ggml_tensor * channels(ggml_context * ctx, ggml_tensor * x, int64_t first, int64_t n);
 
@@ -137,6 +141,16 @@ ggml_tensor * step_above_zero(ggml_context * ctx, ggml_tensor * x);
 // The parts joined along `dim` by pairwise concatenation (log n copies of each element
 // rather than n): how a recurrence's steps become one tensor.
 ggml_tensor * concat_all(ggml_context * ctx, std::vector<ggml_tensor *> parts, int dim);
+
+// Causal self-attention of n new positions from position `pos` over a key/value cache holding the
+// earlier ones: q, k, v [C, n] (n_head heads of C / n_head; views with any row stride);
+// k_cache [C, n_ctx], a row a position; v_cache [n_ctx, C], transposed so that the weighted sum
+// is one matmul. The copies of k and v into the caches at `pos` go into gf before the reads.
+// mask: [pos + n, n] (0, or -inf where a query may not look), or null to attend to all of them.
+// Returns [C, n].
+ggml_tensor * cached_attention(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v,
+                               ggml_tensor * k_cache, ggml_tensor * v_cache, int64_t pos, int64_t n_head,
+                               ggml_tensor * mask, float scale);
 
 // n rounded up to one of eight lengths an octave (a multiple of 16 below 256, of 32 below
 // 512, ...): at most 1/8 more, and few enough shapes that graphs kept by their shapes

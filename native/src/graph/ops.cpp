@@ -1,4 +1,5 @@
-// Builders of every family: time padding, norms, channel views, concatenation, shape buckets.
+// Builders of every family: time padding, norms, activations, channel views, concatenation, shape
+// buckets.
 #include <ggml-alloc.h>
 
 #include <algorithm>
@@ -22,6 +23,17 @@ ggml_tensor * pad_time(ggml_context * ctx, ggml_tensor * x, int64_t before, int6
 
 ggml_tensor * layer_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * gamma, ggml_tensor * beta, float eps) {
     return ggml_add(ctx, ggml_mul(ctx, ggml_norm(ctx, x, eps), gamma), beta);
+}
+
+ggml_tensor * gelu_tanh(const graph_options & o, ggml_context * ctx, ggml_tensor * x) {
+    if (!o.device_is_cpu) {
+        return ggml_gelu(ctx, x);
+    }
+    // 0.5 x (1 + tanh(u)) = x sigmoid(2u), u = c x w, w = 1 + 0.044715 x^2 > 0: silu(2u) / (2 c w),
+    // ggml's SiLU being vectorized on the CPU (its tanh calls tanhf a value).
+    const float   c = 2.0f * std::sqrt(2.0f / (float) M_PI);
+    ggml_tensor * w = ggml_scale_bias(ctx, ggml_sqr(ctx, x), 0.044715f * c, c);  // 2 c w
+    return ggml_div(ctx, ggml_silu(ctx, ggml_mul(ctx, x, w)), w);
 }
 
 ggml_tensor * channels(ggml_context * ctx, ggml_tensor * x, int64_t first, int64_t n) {

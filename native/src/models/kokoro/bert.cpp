@@ -106,15 +106,13 @@ void kokoro_voice::run_bert_group(vs_context & c, std::vector<kokoro_job> & jobs
                        1e-12f);
         x = named(linear(c, g, x, BERT + "embedding_hidden_mapping_in"), "bert_embd");  // [768, T]
 
-        const float gelu_c = std::sqrt(2.0f / (float) M_PI);
         // Off the CPU, the query, key and value projections as one matmul (their weights
-        // concatenated once), and the GELU as ggml's op (exact tanh form there; the CPU's uses
-        // a table, so the CPU keeps the formula).
+        // concatenated once).
         ggml_tensor *qkv_w = nullptr, *qkv_b = nullptr;
         if (c.device_graphs) {
             qkv_weights(c, qkv_w, qkv_b);
         }
-        const bool gelu_op = ggml_backend_dev_type(c.dev) != GGML_BACKEND_DEVICE_TYPE_CPU;
+        const graph_options gelu_on{ ggml_backend_dev_type(c.dev) == GGML_BACKEND_DEVICE_TYPE_CPU, c.limits };
         for (int il = 0; il < hp_.n_bert_layers; ++il) {
             // q, k, v [d, h, S, n]: n groups of S tokens attending within their group (by job:
             // a job's columns gathered; else all tokens, masked as `msk` says).
@@ -152,18 +150,11 @@ void kokoro_voice::run_bert_group(vs_context & c, std::vector<kokoro_job> & jobs
                                  c.w(LAYER + "attention.LayerNorm.bias"), 1e-12f),
                       "bert_attn_norm", il);
             // FFN with the tanh GELU ("gelu_new").
-            ggml_tensor * f = linear(c, g, x, LAYER + "ffn");
-            if (gelu_op) {
-                f = ggml_gelu(g, f);
-            } else {
-                ggml_tensor * f3 = ggml_mul(g, ggml_sqr(g, f), f);
-                ggml_tensor * th = ggml_tanh(g, ggml_scale(g, ggml_add(g, f, ggml_scale(g, f3, 0.044715f)), gelu_c));
-                f                = ggml_mul(g, ggml_scale(g, f, 0.5f), ggml_scale_bias(g, th, 1.0f, 1.0f));
-            }
-            f = named(linear(c, g, f, LAYER + "ffn_output"), "bert_ffn_out", il);
-            x = named(layer_norm(g, ggml_add(g, x, f), c.w(LAYER + "full_layer_layer_norm.weight"),
-                                 c.w(LAYER + "full_layer_layer_norm.bias"), 1e-12f),
-                      "bert_layer", il);  // [768, Tg]
+            ggml_tensor * f = gelu_tanh(gelu_on, g, linear(c, g, x, LAYER + "ffn"));
+            f               = named(linear(c, g, f, LAYER + "ffn_output"), "bert_ffn_out", il);
+            x               = named(layer_norm(g, ggml_add(g, x, f), c.w(LAYER + "full_layer_layer_norm.weight"),
+                                               c.w(LAYER + "full_layer_layer_norm.bias"), 1e-12f),
+                                    "bert_layer", il);  // [768, Tg]
         }
         x                = named(linear(c, g, x, "bert_encoder"), "bert");  // [512, T]
         ggml_tensor * xs = named(ggml_concat(g, x, sty, 0), "d_in");        // [640, T]

@@ -1,0 +1,144 @@
+"""Chatterbox's token model in the engine: a voice's conditionals, and speech tokens for text
+tokens in that voice.
+
+    with TokenModel.open("chatterbox-turbo.gguf", device="cpu", threads=2) as t3:
+        tokens = t3.generate(text_tokens, voice, seed=1)
+
+Qt-free; the native call releases the GIL. One TokenModel must be used by one thread at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from app.core.atomic import atomic_path
+from app.engine.binding import native_engine
+from app.engine.errors import InvalidArgumentError, ModelFileError
+
+MAX_SPEECH_TOKENS = 4096
+
+
+@dataclass(frozen=True)
+class Conditionals:
+    """A voice as Chatterbox takes it, computed from a recording of the speaker: the voice
+    encoder's speaker embedding (L2-normalized) and the recording's speech tokens (the S3
+    tokenizer's codes)."""
+
+    speaker_embedding: np.ndarray
+    prompt_tokens: np.ndarray
+
+    def __post_init__(self):
+        spk = np.ascontiguousarray(self.speaker_embedding, dtype=np.float32).reshape(-1)
+        tokens = np.ascontiguousarray(self.prompt_tokens, dtype=np.int32).reshape(-1)
+        if not np.all(np.isfinite(spk)):
+            raise InvalidArgumentError("the speaker embedding holds a NaN or infinite value")
+        object.__setattr__(self, "speaker_embedding", spk)
+        object.__setattr__(self, "prompt_tokens", tokens)
+
+    def save(self, path: Path) -> None:
+        """Write to ``path`` (.npz), atomically."""
+        with atomic_path(Path(path)) as tmp, open(tmp, "wb") as f:
+            np.savez(f, speaker_embedding=self.speaker_embedding, prompt_tokens=self.prompt_tokens)
+
+    @classmethod
+    def load(cls, path: Path) -> Conditionals:
+        try:
+            with np.load(Path(path), allow_pickle=False) as z:
+                return cls(z["speaker_embedding"], z["prompt_tokens"])
+        except (OSError, KeyError, ValueError) as e:
+            raise ModelFileError(f"'{path}' holds no Chatterbox conditionals ({e})") from None
+
+
+class TokenModel:
+    """T3, Chatterbox's token model, opened on a device."""
+
+    def __init__(self, model, context):
+        self._model = model
+        self._context = context
+
+    @classmethod
+    def open(cls, path: Path | str, *, device: str = "auto", threads: int = 0, prewarm: bool | None = None):
+        native = native_engine()
+        model = native.Model(str(path), None)
+        try:
+            if model.arch != "chatterbox":
+                raise ModelFileError(f"{Path(path).name} holds a {model.arch} model, not Chatterbox")
+            context = native.Context(model, device, threads, None, None, -1 if prewarm is None else int(prewarm), 1)
+        except BaseException:
+            model.close()
+            raise
+        return cls(model, context)
+
+    def __enter__(self) -> TokenModel:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._context.close()
+        self._model.close()
+
+    @property
+    def speaker_embedding_size(self) -> int:
+        return self._model.embedding_size
+
+    def meta(self, key: str) -> str | None:
+        return self._model.meta(key)
+
+    def generate(
+        self,
+        text_tokens: np.ndarray,
+        voice: Conditionals,
+        *,
+        max_tokens: int = 1000,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        repetition_penalty: float | None = None,
+        seed: int = 0,
+        speech_tokens: np.ndarray | None = None,
+        on_stage: Callable[[str, int, float], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> np.ndarray:
+        """Speech tokens (int32) for ``text_tokens`` (the text tokenizer's ids) in ``voice``,
+        drawn with the reference's sampling (None: the variant's default; ``temperature`` 0
+        takes the most likely token) from ``seed``; the stop token ends them and is left out.
+        ``speech_tokens``: taken in place of the draws (teacher forcing); the logits at each
+        speech position are then ``output("t3_logits")``."""
+        if not 1 <= max_tokens <= MAX_SPEECH_TOKENS:
+            raise InvalidArgumentError(f"max_tokens must be from 1 to {MAX_SPEECH_TOKENS}, not {max_tokens}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+            raise InvalidArgumentError(f"the seed must be a whole number from 0 to 2**64 - 1, not {seed!r}")
+        checks = {"temperature": (temperature, 0.0, 10.0), "top_p": (top_p, 0.0, 1.0)}
+        checks["repetition_penalty"] = (repetition_penalty, 1e-3, 100.0)
+        for name, (value, low, high) in checks.items():
+            if value is not None and not low <= value <= high:  # NaN fails too
+                raise InvalidArgumentError(f"{name} must be from {low} to {high}, not {value}")
+        if top_k is not None and top_k < 0:
+            raise InvalidArgumentError(f"top_k must be 0 (no limit) or more, not {top_k}")
+        forced = None if speech_tokens is None else np.ascontiguousarray(speech_tokens, dtype=np.int32).reshape(-1)
+        return self._context.generate_tokens(
+            np.ascontiguousarray(text_tokens, dtype=np.int32).reshape(-1),
+            voice.speaker_embedding,
+            voice.prompt_tokens,
+            max_tokens=max(max_tokens, 0 if forced is None else len(forced)),
+            temperature=-1.0 if temperature is None else float(temperature),
+            top_k=-1 if top_k is None else int(top_k),
+            top_p=-1.0 if top_p is None else float(top_p),
+            repetition_penalty=-1.0 if repetition_penalty is None else float(repetition_penalty),
+            seed=seed,
+            speech_tokens=forced,
+            on_stage=on_stage,
+            abort=cancelled,
+        )
+
+    def timings(self) -> dict:
+        return self._context.timings()
+
+    def output(self, name: str) -> np.ndarray:
+        return self._context.output(name)

@@ -1,0 +1,48 @@
+// Chatterbox's entry points: the model checked when loaded, a context's state, token generation
+// in a voice given by its conditionals.
+#include "chatterbox.h"
+
+namespace vs {
+
+void chatterbox_validate(const vs_model & model) {
+    check_tensors(model, chatterbox::t3_layout(chatterbox::read_t3_hparams(model)));
+}
+
+int64_t chatterbox_speaker_size(const vs_model & model) {
+    return chatterbox::read_t3_hparams(model).speaker_embed_size;
+}
+
+std::unique_ptr<model_state> make_chatterbox_state(const vs_model & model) {
+    return std::make_unique<chatterbox::t3_state>(chatterbox::read_t3_hparams(model));
+}
+
+std::vector<int32_t> chatterbox_generate(vs_context & c, const std::vector<int32_t> & text, const vs_synth_params & p,
+                                         size_t max_tokens) {
+    const vs_conditionals * cond = p.conditionals;
+    if (!cond) {
+        throw error(VS_ERR_INVALID_ARG,
+                    "'" + c.model->path + "' carries no stock voice: give the conditionals of one (vs_conditionals)");
+    }
+    if (!cond->speaker_embedding) {
+        throw error(VS_ERR_INVALID_ARG, "the conditionals have no speaker embedding");
+    }
+    if (cond->n_prompt_tokens && !cond->prompt_tokens) {
+        throw error(VS_ERR_INVALID_ARG, "the conditionals count prompt tokens but hold none");
+    }
+    const std::vector<int32_t> prompt(cond->prompt_tokens, cond->prompt_tokens + cond->n_prompt_tokens);
+    auto *                     state = static_cast<chatterbox::t3_state *>(c.state.get());
+    return state->generate(c, text, cond->speaker_embedding, prompt, p, max_tokens);
+}
+
+void chatterbox_prewarm(vs_context & c) {
+    const chatterbox::t3_hparams h = chatterbox::read_t3_hparams(*c.model);
+    const std::vector<float>     speaker((size_t) h.speaker_embed_size, 0.0f);
+    std::vector<int32_t>         prompt((size_t) h.prompt_tokens, 0);
+    vs_conditionals              cond{ speaker.data(), prompt.data(), prompt.size() };
+    vs_synth_params              p = vs_synth_default_params();
+    p.conditionals                 = &cond;
+    p.temperature                  = 0.0f;
+    chatterbox_generate(c, { 0, 1, 2, 3, 4, 5, 6, 7 }, p, 8);
+}
+
+}  // namespace vs

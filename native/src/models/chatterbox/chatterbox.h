@@ -1,0 +1,68 @@
+// Chatterbox (Resemble AI): T3, the token model that turns text tokens into speech tokens
+// conditioned on a voice. Hyperparameters come from the GGUF's metadata; tensor layouts:
+// app/models/convert/chatterbox.py.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "../../vs-context.h"
+
+namespace vs::chatterbox {
+
+struct t3_hparams {
+    std::string variant;   // "turbo"
+    std::string backbone;  // "gpt2": GPT-2 blocks with learned positions
+    int64_t     n_layer = 0, n_embd = 0, n_head = 0, n_positions = 0;
+    int64_t     text_vocab = 0, speech_vocab = 0, start_speech = 0, stop_speech = 0;
+    int64_t     speaker_embed_size = 0, prompt_tokens = 0;
+    float       norm_eps = 1e-5f;
+};
+
+t3_hparams               read_t3_hparams(const vs_model & m);
+std::vector<tensor_spec> t3_layout(const t3_hparams & h);
+
+// The reference's logits processors and draw, on one row of logits (Chatterbox-Turbo's order:
+// temperature, top-k, top-p, then the repetition penalty over `history`). temperature 0: the
+// most likely token after the penalty. `u` in [0, 1) picks the token from the distribution.
+struct sampling {
+    float temperature        = 0.8f;
+    int   top_k              = 1000;
+    float top_p              = 0.95f;
+    float repetition_penalty = 1.2f;
+};
+int32_t sample_token(std::vector<float> & logits, const std::vector<int32_t> & history, const sampling & s, double u);
+
+// T3's state in one context: its key/value cache on the context's device.
+class t3_state : public model_state {
+  public:
+    explicit t3_state(const t3_hparams & h) : h_(h) {}
+
+    // Speech tokens for `text` (text tokenizer ids) spoken by the voice of `cond`: the
+    // speaker embedding and the prompt's speech tokens. With params.speech_tokens, those
+    // tokens are taken in place of draws (teacher forcing) and the logits at each speech
+    // position are left in output "t3_logits". At most `max_tokens` tokens; the stop token
+    // ends the run and is not returned.
+    std::vector<int32_t> generate(vs_context & c, const std::vector<int32_t> & text, const float * speaker,
+                                  const std::vector<int32_t> & prompt, const vs_synth_params & p, size_t max_tokens);
+
+  private:
+    // Runs the backbone over `n` new positions from `pos` whose embeddings a graph makes
+    // from the inputs; returns the speech head's logits of the last `n_logits` positions.
+    std::vector<float> forward(vs_context & c, int64_t pos, const std::vector<int32_t> & text,
+                               const std::vector<int32_t> & speech, const float * speaker,
+                               const std::vector<int32_t> & prompt, int64_t n_logits);
+    void               reserve(vs_context & c, int64_t n_ctx);
+
+    t3_hparams                 h_;
+    ggml_ctx_ptr               cache_ctx_;
+    buffer_ptr                 cache_buf_;
+    std::vector<ggml_tensor *> k_, v_;  // per layer: K [C, n_ctx], V transposed [n_ctx, C]
+    int64_t                    n_ctx_ = 0;
+    // The voice whose conditioning the cache's first positions hold (a digest of its speaker
+    // embedding and prompt tokens; 0: none): the next call in that voice starts after them.
+    uint64_t cond_key_ = 0;
+};
+
+}  // namespace vs::chatterbox

@@ -1,0 +1,236 @@
+"""Chatterbox's token model (T3, Turbo) in the engine against the reference implementation.
+
+The weights are the official checkpoint's layout and shapes, drawn by tools/chatterbox/weights.py;
+the golden values come from the reference's own modules on the same weights
+(tools/chatterbox/golden.py, run once in a separate environment with torch)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.engine.chatterbox import Conditionals, TokenModel
+from app.engine.errors import CancelledError, InvalidArgumentError, ModelFileError, NothingToSpeakError
+from app.models.convert import chatterbox as convert
+from tools.chatterbox import weights
+
+GOLDEN = Path(__file__).parent / "data" / "chatterbox" / "golden_turbo.npz"
+CACHE = Path(os.environ.get("VS_TEST_CACHE", Path(__file__).resolve().parents[1] / "build" / "test-models"))
+
+
+@pytest.fixture(scope="module")
+def golden():
+    return dict(np.load(GOLDEN))
+
+
+@pytest.fixture(scope="module")
+def checkpoint():
+    """Chatterbox-Turbo's official token-model file, drawn from the layout (kept between runs)."""
+    weights.write(CACHE / "chatterbox", ["turbo/t3_turbo_v1.safetensors"])
+    return CACHE / "chatterbox" / "turbo"
+
+
+@pytest.fixture(scope="module")
+def turbo_f32(checkpoint, tmp_path_factory):
+    return convert.convert(checkpoint, tmp_path_factory.mktemp("cb") / "turbo-f32.gguf", weights="f32")
+
+
+@pytest.fixture(scope="module")
+def t3(turbo_f32):
+    with TokenModel.open(turbo_f32, device="cpu", threads=2) as model:
+        yield model
+
+
+@pytest.fixture(scope="module")
+def voice(golden):
+    return Conditionals(golden["speaker_emb"], golden["prompt_tokens"])
+
+
+def cosines(a, b):
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def test_teacher_forced_logits_match_the_reference(t3, golden, voice):
+    forced = golden["speech_tokens"][1:]  # after the start token
+    tokens = t3.generate(golden["text_tokens"], voice, speech_tokens=forced)
+    np.testing.assert_array_equal(tokens, forced)
+    logits, ref = t3.output("t3_logits"), golden["t3_logits"]
+    assert logits.shape == ref.shape
+    assert cosines(logits, ref).min() >= 0.999
+    np.testing.assert_array_equal(logits.argmax(1), ref.argmax(1))
+    assert t3.timings()["stages_ms"]["tokens"] > 0
+
+
+def test_greedy_tokens_match_the_reference_for_200_steps(t3, golden, voice):
+    ref = golden["greedy_tokens"]
+    ref = ref[: np.argmax(ref == convert.STOP_SPEECH)] if (ref == convert.STOP_SPEECH).any() else ref
+    stages = []
+    tokens = t3.generate(
+        golden["text_tokens"], voice, max_tokens=200, temperature=0, on_stage=lambda *a: stages.append(a)
+    )
+    np.testing.assert_array_equal(tokens, ref)
+    assert [s[0] for s in stages] == ["tokens"]
+
+
+def test_sampling_is_reproducible_and_follows_the_seed(t3, golden, voice):
+    text = golden["text_tokens"][:8]
+    a = t3.generate(text, voice, max_tokens=12, seed=5)
+    b = t3.generate(text, voice, max_tokens=12, seed=5)
+    c = t3.generate(text, voice, max_tokens=12, seed=6)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+    assert ((a >= 0) & (a < convert.START_SPEECH)).all()
+    # top_k 1 leaves one token: the draw is the greedy choice (without a penalty).
+    greedy = t3.generate(text, voice, max_tokens=12, temperature=0, repetition_penalty=1)
+    np.testing.assert_array_equal(
+        t3.generate(text, voice, max_tokens=12, top_k=1, repetition_penalty=1, seed=9), greedy
+    )
+
+
+def test_a_voice_changes_the_tokens_and_round_trips(t3, golden, voice, tmp_path):
+    text = golden["text_tokens"][:8]
+    other = Conditionals(np.roll(voice.speaker_embedding, 1), voice.prompt_tokens[::-1])
+    a = t3.generate(text, voice, max_tokens=16, temperature=0)
+    b = t3.generate(text, other, max_tokens=16, temperature=0)
+    assert not np.array_equal(a, b)
+    voice.save(tmp_path / "me.npz")
+    again = Conditionals.load(tmp_path / "me.npz")
+    np.testing.assert_array_equal(t3.generate(text, again, max_tokens=16, temperature=0), a)
+    # No prompt at all is a voice too.
+    assert len(t3.generate(text, Conditionals(voice.speaker_embedding, []), max_tokens=4, temperature=0)) == 4
+
+
+def test_bad_inputs_are_refused_with_what_is_wrong(t3, golden, voice, tmp_path):
+    with pytest.raises(NothingToSpeakError, match="no text tokens"):
+        t3.generate([], voice)
+    with pytest.raises(InvalidArgumentError, match="text token 50276 is not in the model's vocabulary"):
+        t3.generate([1, 50276], voice)
+    with pytest.raises(InvalidArgumentError, match="prompt token 6561 is not a speech token"):
+        t3.generate([1, 2], Conditionals(voice.speaker_embedding, [6561]))
+    with pytest.raises(InvalidArgumentError, match="376 prompt tokens"):
+        t3.generate([1, 2], Conditionals(voice.speaker_embedding, np.zeros(376)))
+    with pytest.raises(InvalidArgumentError, match="speaker embedding has 255 values"):
+        t3.generate([1, 2], Conditionals(voice.speaker_embedding[:255], []))
+    with pytest.raises(InvalidArgumentError, match="NaN"):
+        Conditionals(np.full(256, np.nan), [])
+    with pytest.raises(InvalidArgumentError, match="pass the model's 8196 positions"):
+        t3.generate(np.ones(8000, np.int32), voice, max_tokens=1000)
+    with pytest.raises(InvalidArgumentError, match="temperature"):
+        t3.generate([1, 2], voice, temperature=float("nan"))
+    (tmp_path / "bad.npz").write_bytes(b"not a voice")
+    with pytest.raises(ModelFileError, match="no Chatterbox conditionals"):
+        Conditionals.load(tmp_path / "bad.npz")
+    # The context still works.
+    assert len(t3.generate(golden["text_tokens"][:4], voice, max_tokens=3, temperature=0)) == 3
+
+
+def test_cancellation_stops_the_token_loop(t3, golden, voice):
+    calls = []
+
+    def cancelled():
+        calls.append(1)
+        return len(calls) > 5
+
+    with pytest.raises(CancelledError):
+        t3.generate(golden["text_tokens"], voice, max_tokens=500, temperature=0, cancelled=cancelled)
+    assert len(calls) < 50
+    assert len(t3.generate(golden["text_tokens"][:4], voice, max_tokens=2, temperature=0)) == 2
+
+
+def test_two_threads_each_with_a_context_on_one_model(turbo_f32, golden, voice):
+    text = golden["text_tokens"][:6]
+    results = {}
+
+    def run(i):
+        with TokenModel.open(turbo_f32, device="cpu", threads=1) as m:
+            results[i] = m.generate(text, voice, max_tokens=8, temperature=0)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_reduced_weights_keep_the_logits(checkpoint, golden, voice, tmp_path):
+    for kind, floor in (("f16", 0.999), ("q8_0", 0.99)):
+        path = convert.convert(checkpoint, tmp_path / f"turbo-{kind}.gguf", weights=kind)
+        with TokenModel.open(path, device="cpu", threads=2) as m:
+            m.generate(golden["text_tokens"], voice, speech_tokens=golden["speech_tokens"][1:])
+            assert cosines(m.output("t3_logits"), golden["t3_logits"]).min() >= floor, kind
+        path.unlink()
+
+
+def test_the_converter_refuses_what_is_not_the_official_file(checkpoint, tmp_path):
+    with pytest.raises(convert.ConversionError, match="has no 't3_turbo_v1.safetensors'"):
+        convert.convert(tmp_path, tmp_path / "x.gguf")
+    (tmp_path / "t3_turbo_v1.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{}")
+    with pytest.raises(convert.ConversionError, match="not a safetensors file|lacks tensor"):
+        convert.convert(tmp_path, tmp_path / "x.gguf")
+    (tmp_path / "t3_turbo_v1.safetensors").write_bytes(b"\x02\x00\x00\x00\x00\x00\x00\x00{}")
+    with pytest.raises(convert.ConversionError, match="lacks tensor 'tfmr.wpe.weight'"):
+        convert.convert(tmp_path, tmp_path / "x.gguf")
+    with pytest.raises(convert.ConversionError, match="variant 'multilingual'"):
+        convert.convert(checkpoint, tmp_path / "x.gguf", variant="multilingual")
+    assert not (tmp_path / "x.gguf").exists()
+
+
+def test_a_damaged_or_wrong_model_file_is_refused(turbo_f32, tmp_path, joe_path):
+    cut = tmp_path / "cut.gguf"
+    with open(turbo_f32, "rb") as src, open(cut, "wb") as dst:
+        dst.write(src.read(50 << 20))
+    with pytest.raises(ModelFileError):
+        TokenModel.open(cut, device="cpu")
+    with pytest.raises(ModelFileError, match="piper model, not Chatterbox"):
+        TokenModel.open(joe_path, device="cpu")
+
+
+def test_the_kept_conditioning_gives_what_a_fresh_context_gives(turbo_f32, golden, voice):
+    text = golden["text_tokens"][:10]
+    other = Conditionals(-voice.speaker_embedding, voice.prompt_tokens[:100])
+    with TokenModel.open(turbo_f32, device="cpu", threads=2) as m:
+        first = m.generate(text, voice, max_tokens=12, temperature=0)
+        m.generate(text[:3], other, max_tokens=30, temperature=0)
+        # The same voice twice in a row: the second call starts after the kept conditioning.
+        m.generate(text[:5], voice, max_tokens=2, temperature=0)
+        again = m.generate(text, voice, max_tokens=12, temperature=0)
+    with TokenModel.open(turbo_f32, device="cpu", threads=2) as m:
+        fresh_other = m.generate(text[:3], other, max_tokens=30, temperature=0)
+    np.testing.assert_array_equal(again, first)
+    with TokenModel.open(turbo_f32, device="cpu", threads=2) as m:
+        m.generate(text, voice, max_tokens=12, temperature=0)
+        np.testing.assert_array_equal(m.generate(text[:3], other, max_tokens=30, temperature=0), fresh_other)
+
+
+def _gguf(path: Path, variant: str, **u32) -> Path:
+    import gguf
+
+    w = gguf.GGUFWriter(str(path), "chatterbox")
+    w.add_string("chatterbox.variant", variant)
+    w.add_uint32("chatterbox.sample_rate", 24000)
+    w.add_string("chatterbox.t3.backbone", "gpt2")
+    w.add_float32("chatterbox.t3.norm_eps", 1e-5)
+    for k, v in u32.items():
+        w.add_uint32("chatterbox.t3." + k, v)
+    w.add_tensor("t3.pos_emb", np.zeros((16, 64), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_a_model_of_another_variant_or_missing_tensors_is_refused(tmp_path):
+    with pytest.raises(ModelFileError, match="'chatterbox.variant' is 'multilingual'; this engine runs: turbo"):
+        TokenModel.open(_gguf(tmp_path / "m.gguf", "multilingual"), device="cpu")
+    hp = dict(n_layer=1, n_embd=64, n_head=1, n_positions=16, text_vocab=10, speech_vocab=6563)
+    hp |= dict(start_speech=6561, stop_speech=6562, speaker_embed_size=4, prompt_tokens=4)
+    with pytest.raises(ModelFileError, match="t3.text_emb"):
+        TokenModel.open(_gguf(tmp_path / "t.gguf", "turbo", **hp), device="cpu")
+    with pytest.raises(ModelFileError, match="n_head"):
+        TokenModel.open(_gguf(tmp_path / "h.gguf", "turbo", **(hp | {"n_head": 3})), device="cpu")

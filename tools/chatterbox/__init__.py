@@ -1,0 +1,1 @@
+"""Chatterbox weights in the official layout, and golden values from the reference implementation."""

@@ -1,0 +1,111 @@
+"""Golden values of Chatterbox's stages from the reference implementation, on the weights of
+tools/chatterbox/weights.py.
+
+Needs torch and the reference package (``chatterbox-tts``), which the project does not use; run
+it in a separate environment (tools/chatterbox/README.md):
+
+    /tmp/cbref/bin/python -m tools.chatterbox.golden [--weights DIR]
+
+Writes tests/data/chatterbox/golden_turbo.npz. Inputs, drawn from a fixed seed: a speaker
+embedding (L2-normalized, as the voice encoder gives), the prompt's speech tokens, text tokens
+and a teacher-forced run of speech tokens. Outputs:
+
+- ``t3_cond`` [8, dim]: the first rows of the conditioning encoder's output (T3.prepare_conditioning):
+  the speaker projection, then the prompt's speech embeddings;
+- ``t3_logits`` [speech, vocab]: the speech head's logits at each teacher-forced speech position
+  (the start token first), one forward pass over conditioning, text and speech as
+  T3.inference_turbo builds it;
+- ``greedy_tokens``: T3.inference_turbo's loop at temperature 0: its repetition penalty (1.2)
+  applied, then the most likely token taken in place of the random draw (the temperature,
+  top-k and top-p warpers leave that token as it is), for up to 200 tokens (the stop token
+  included where it came).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file
+from transformers.generation.logits_process import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
+
+from tools.chatterbox import weights
+from tools.chatterbox.layout import t3_turbo
+
+OUT = Path(__file__).resolve().parents[2] / "tests" / "data" / "chatterbox" / "golden_turbo.npz"
+GREEDY_STEPS = 200
+
+
+def inputs(hp) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(7)
+    spk = rng.standard_normal(hp.speaker_embed_size).astype(np.float32)
+    return {
+        "speaker_emb": spk / np.linalg.norm(spk),
+        "prompt_tokens": rng.integers(0, 6561, hp.speech_cond_prompt_len).astype(np.int32),
+        "text_tokens": rng.integers(0, hp.text_tokens_dict_size, 23).astype(np.int32),
+        "speech_tokens": np.concatenate([[hp.start_speech_token], rng.integers(0, 6561, 23)]).astype(np.int32),
+    }
+
+
+@torch.inference_mode()
+def t3_golden(ckpt: Path) -> dict[str, np.ndarray]:
+    from chatterbox.models.t3.modules.cond_enc import T3Cond
+
+    t3 = t3_turbo()
+    t3.load_state_dict(load_file(ckpt / "turbo" / "t3_turbo_v1.safetensors"))
+    del t3.tfmr.wte
+    t3.eval()
+    hp = t3.hp
+    x = inputs(hp)
+
+    def cond():
+        return T3Cond(
+            speaker_emb=torch.from_numpy(x["speaker_emb"])[None],
+            cond_prompt_speech_tokens=torch.from_numpy(x["prompt_tokens"]).long()[None],
+            emotion_adv=0.5 * torch.ones(1, 1, 1),
+        )
+
+    text = torch.from_numpy(x["text_tokens"]).long()[None]
+    speech = torch.from_numpy(x["speech_tokens"]).long()[None]
+    out = dict(x)
+    # The speaker projection and the first prompt rows (the rest are embedding lookups too).
+    out["t3_cond"] = t3.prepare_conditioning(cond())[0, :8].numpy()
+
+    embeds, _ = t3.prepare_input_embeds(t3_cond=cond(), text_tokens=text, speech_tokens=speech, cfg_weight=0.0)
+    hidden = t3.tfmr(inputs_embeds=embeds)[0]
+    out["t3_logits"] = t3.speech_head(hidden[0, -speech.shape[1] :]).numpy()
+
+    # T3.inference_turbo, the draw replaced by the most likely token after the penalty.
+    procs = LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.2)])
+    start = hp.start_speech_token * torch.ones_like(text[:, :1])
+    embeds, _ = t3.prepare_input_embeds(t3_cond=cond(), text_tokens=text, speech_tokens=start, cfg_weight=0.0)
+    llm = t3.tfmr(inputs_embeds=embeds, use_cache=True)
+    past = llm.past_key_values
+    logits = t3.speech_head(llm[0][:, -1:])
+    token = procs(start, logits[:, -1, :]).argmax(-1, keepdim=True)
+    generated = [token]
+    while len(generated) < GREEDY_STEPS and int(token) != hp.stop_speech_token:
+        llm = t3.tfmr(inputs_embeds=t3.speech_emb(token), past_key_values=past, use_cache=True)
+        past = llm.past_key_values
+        logits = t3.speech_head(llm[0])
+        token = procs(torch.cat(generated, dim=1), logits[:, -1, :]).argmax(-1, keepdim=True)
+        generated.append(token)
+    out["greedy_tokens"] = torch.cat(generated, dim=1)[0].numpy().astype(np.int32)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--weights", type=Path, default=Path("/tmp/chatterbox-weights"))
+    args = ap.parse_args()
+    weights.write(args.weights)
+    out = t3_golden(args.weights)
+    np.savez_compressed(OUT, **out)
+    for k, v in out.items():
+        print(k, v.shape, v.dtype)
+
+
+if __name__ == "__main__":
+    main()

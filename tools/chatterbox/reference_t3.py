@@ -1,0 +1,69 @@
+"""The reference implementation's token model timed on the weights of tools/chatterbox/weights.py:
+T3.inference_turbo's loop (repetition penalty, then the most likely token, so that both runs
+make the same tokens) for a fixed number of speech tokens. Run in the reference environment
+(tools/chatterbox/README.md) by tools/chatterbox/bench_t3.py; prints one JSON line.
+
+    /tmp/cbref/bin/python -m tools.chatterbox.reference_t3 --weights DIR --threads 2 --tokens 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
+
+from tools.chatterbox.golden import inputs
+from tools.chatterbox.layout import t3_turbo
+
+
+@torch.inference_mode()
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--weights", type=Path, required=True)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--tokens", type=int, default=200)
+    ap.add_argument("--runs", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    from chatterbox.models.t3.modules.cond_enc import T3Cond
+
+    t3 = t3_turbo()
+    t3.load_state_dict(load_file(args.weights / "turbo" / "t3_turbo_v1.safetensors"))
+    del t3.tfmr.wte
+    t3.eval()
+    x = inputs(t3.hp)
+    penalty = RepetitionPenaltyLogitsProcessor(1.2)
+    text = torch.from_numpy(x["text_tokens"]).long()[None]
+    best = None
+    for _ in range(args.runs):
+        t0 = time.perf_counter()
+        cond = T3Cond(
+            speaker_emb=torch.from_numpy(x["speaker_emb"])[None],
+            cond_prompt_speech_tokens=torch.from_numpy(x["prompt_tokens"]).long()[None],
+            emotion_adv=0.5 * torch.ones(1, 1, 1),
+        )
+        start = t3.hp.start_speech_token * torch.ones_like(text[:, :1])
+        embeds, _ = t3.prepare_input_embeds(t3_cond=cond, text_tokens=text, speech_tokens=start, cfg_weight=0.0)
+        out = t3.tfmr(inputs_embeds=embeds, use_cache=True)
+        past = out.past_key_values
+        token = penalty(start, t3.speech_head(out[0][:, -1])).argmax(-1, keepdim=True)
+        prefill_ms = (time.perf_counter() - t0) * 1000
+        generated = [token]
+        while len(generated) < args.tokens:
+            out = t3.tfmr(inputs_embeds=t3.speech_emb(token), past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            token = penalty(torch.cat(generated, 1), t3.speech_head(out[0][:, -1])).argmax(-1, keepdim=True)
+            generated.append(token)
+        total_ms = (time.perf_counter() - t0) * 1000
+        if best is None or total_ms < best["total_ms"]:
+            best = {"prefill_ms": prefill_ms, "total_ms": total_ms, "tokens": len(generated)}
+    print(json.dumps(best))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""Chatterbox checkpoints in the official layout, drawn from a fixed seed without torch.
+
+tests/data/chatterbox/layout.json (written by tools/chatterbox/layout.py from the reference's own
+modules) names every tensor of each official file with its shape, dtype and the mean and
+spread of the module's own initialisation. Each tensor is drawn from a normal distribution of
+that mean and spread, seeded by the file's seed and the tensor's name; tensors the module
+initialises to a constant (norm gains, biases) get that constant plus a little noise, so that a
+converter or an engine that drops one is caught. Same shapes as the real checkpoints, so the
+same cost.
+
+    python -m tools.chatterbox.weights OUT_DIR [--files turbo/t3_turbo_v1.safetensors ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+LAYOUT = Path(__file__).resolve().parents[2] / "tests" / "data" / "chatterbox" / "layout.json"
+SEED = 20251204
+DTYPES = {"float32": ("F32", np.float32), "int64": ("I64", np.int64), "int32": ("I32", np.int32)}
+
+
+def layout() -> dict[str, list[dict]]:
+    return json.loads(LAYOUT.read_text())
+
+
+def draw(entry: dict, seed: int = SEED) -> np.ndarray:
+    shape = tuple(entry["shape"])
+    rng = np.random.default_rng([seed, zlib.crc32(entry["name"].encode())])
+    if entry["dtype"] != "float32":
+        return np.zeros(shape, DTYPES[entry["dtype"]][1])
+    mean, std = entry.get("mean", 0.0), entry.get("std", 0.0)
+    if std == 0.0:
+        std = 0.1 if mean != 0.0 else 0.02
+    x = rng.standard_normal(shape, dtype=np.float32)
+    x *= np.float32(std)
+    x += np.float32(mean)
+    return x
+
+
+def write_file(path: Path, entries: list[dict], seed: int = SEED) -> Path:
+    """Write one safetensors file of ``entries`` (drawn one at a time, never all in memory)."""
+    header, offset = {}, 0
+    for e in entries:
+        code, np_type = DTYPES[e["dtype"]]
+        n = int(np.prod(e["shape"], dtype=np.int64)) * np.dtype(np_type).itemsize
+        header[e["name"]] = {"dtype": code, "shape": e["shape"], "data_offsets": [offset, offset + n]}
+        offset += n
+    header["__metadata__"] = {"format": "pt"}
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".part")
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(blob)))
+        f.write(blob)
+        for e in entries:
+            f.write(np.ascontiguousarray(draw(e, seed)).tobytes())
+    tmp.replace(path)
+    return path
+
+
+def write(out_dir: Path, files: list[str] | None = None, seed: int = SEED) -> list[Path]:
+    """Write the official files (all of the layout's, or ``files``) under ``out_dir``; a file
+    already there from the same layout and seed is kept."""
+    spec = layout()
+    stamp = f"{zlib.crc32(LAYOUT.read_bytes()):08x}-{seed}"
+    written = []
+    for name in files or list(spec):
+        path = out_dir / name
+        mark = path.with_name(path.name + ".stamp")
+        if not (path.exists() and mark.exists() and mark.read_text() == stamp):
+            write_file(path, spec[name], seed)
+            mark.write_text(stamp)
+        written.append(path)
+    return written
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out_dir", type=Path)
+    ap.add_argument("--files", nargs="*", help="official file names (default: all of the layout's)")
+    ap.add_argument("--seed", type=int, default=SEED)
+    args = ap.parse_args()
+    for path in write(args.out_dir, args.files, args.seed):
+        print(path, f"{path.stat().st_size / 2**20:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
