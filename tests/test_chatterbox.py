@@ -1,4 +1,5 @@
-"""Chatterbox's token model (T3, Turbo) in the engine against the reference implementation.
+"""Chatterbox-Turbo's token model (T3) and voice encoder in the engine against the reference
+implementation.
 
 The weights are the official checkpoint's layout and shapes, drawn by tools/chatterbox/weights.py;
 the golden values come from the reference's own modules on the same weights
@@ -13,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.engine.chatterbox import Conditionals, TokenModel
+from app.engine.chatterbox import ChatterboxModel, Conditionals
 from app.engine.errors import CancelledError, InvalidArgumentError, ModelFileError, NothingToSpeakError
 from app.models.convert import chatterbox as convert
 from tools.chatterbox import weights
@@ -30,7 +31,7 @@ def golden():
 @pytest.fixture(scope="module")
 def checkpoint():
     """Chatterbox-Turbo's official token-model file, drawn from the layout (kept between runs)."""
-    weights.write(CACHE / "chatterbox", ["turbo/t3_turbo_v1.safetensors"])
+    weights.write(CACHE / "chatterbox", ["turbo/t3_turbo_v1.safetensors", "turbo/ve.safetensors"])
     return CACHE / "chatterbox" / "turbo"
 
 
@@ -41,7 +42,7 @@ def turbo_f32(checkpoint, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def t3(turbo_f32):
-    with TokenModel.open(turbo_f32, device="cpu", threads=2) as model:
+    with ChatterboxModel.open(turbo_f32, device="cpu", threads=2) as model:
         yield model
 
 
@@ -52,6 +53,28 @@ def voice(golden):
 
 def cosines(a, b):
     return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+@pytest.mark.parametrize("clip", ["kokoro_jf_alpha", "kokoro_jm_kumo", "piper_joe"])
+def test_the_voice_encoder_matches_the_reference(t3, golden, clip):
+    import soundfile as sf
+
+    wav, rate = sf.read(Path(__file__).parent / "data" / "speaker" / f"{clip}.flac", dtype="float32")
+    assert rate == 16000
+    e = t3.speaker_embedding(wav)
+    assert e.shape == (256,)
+    mel, ref_mel = t3.output("mel"), golden[f"ve_mel.{clip}"]
+    assert mel.shape == ref_mel.shape  # the same silence trimmed
+    assert np.abs(mel - ref_mel).max() <= 1e-4 * ref_mel.max()
+    assert float(e @ golden[f"ve.{clip}"]) >= 0.999
+    assert [s for s, ms in t3.timings()["stages_ms"].items() if ms > 0] == ["mel", "speaker"]
+
+
+def test_the_voice_encoder_refuses_what_is_too_short(t3):
+    with pytest.raises(InvalidArgumentError, match="silent or too short"):
+        t3.speaker_embedding(np.full(150, 0.1, np.float32))
+    with pytest.raises(InvalidArgumentError, match="no audio"):
+        t3.speaker_embedding(np.zeros(0, np.float32))
 
 
 def test_teacher_forced_logits_match_the_reference(t3, golden, voice):
@@ -146,7 +169,7 @@ def test_two_threads_each_with_a_context_on_one_model(turbo_f32, golden, voice):
     results = {}
 
     def run(i):
-        with TokenModel.open(turbo_f32, device="cpu", threads=1) as m:
+        with ChatterboxModel.open(turbo_f32, device="cpu", threads=1) as m:
             results[i] = m.generate(text, voice, max_tokens=8, temperature=0)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
@@ -160,7 +183,7 @@ def test_two_threads_each_with_a_context_on_one_model(turbo_f32, golden, voice):
 def test_reduced_weights_keep_the_logits(checkpoint, golden, voice, tmp_path):
     for kind, floor in (("f16", 0.999), ("q8_0", 0.99)):
         path = convert.convert(checkpoint, tmp_path / f"turbo-{kind}.gguf", weights=kind)
-        with TokenModel.open(path, device="cpu", threads=2) as m:
+        with ChatterboxModel.open(path, device="cpu", threads=2) as m:
             m.generate(golden["text_tokens"], voice, speech_tokens=golden["speech_tokens"][1:])
             assert cosines(m.output("t3_logits"), golden["t3_logits"]).min() >= floor, kind
         path.unlink()
@@ -169,6 +192,10 @@ def test_reduced_weights_keep_the_logits(checkpoint, golden, voice, tmp_path):
 def test_the_converter_refuses_what_is_not_the_official_file(checkpoint, tmp_path):
     with pytest.raises(convert.ConversionError, match="has no 't3_turbo_v1.safetensors'"):
         convert.convert(tmp_path, tmp_path / "x.gguf")
+    (tmp_path / "t3_turbo_v1.safetensors").write_bytes(b"\x02\x00\x00\x00\x00\x00\x00\x00{}")
+    with pytest.raises(convert.ConversionError, match="has no 've.safetensors'"):
+        convert.convert(tmp_path, tmp_path / "x.gguf")
+    (tmp_path / "ve.safetensors").symlink_to(checkpoint / "ve.safetensors")
     (tmp_path / "t3_turbo_v1.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{}")
     with pytest.raises(convert.ConversionError, match="not a safetensors file|lacks tensor"):
         convert.convert(tmp_path, tmp_path / "x.gguf")
@@ -185,24 +212,24 @@ def test_a_damaged_or_wrong_model_file_is_refused(turbo_f32, tmp_path, joe_path)
     with open(turbo_f32, "rb") as src, open(cut, "wb") as dst:
         dst.write(src.read(50 << 20))
     with pytest.raises(ModelFileError):
-        TokenModel.open(cut, device="cpu")
+        ChatterboxModel.open(cut, device="cpu")
     with pytest.raises(ModelFileError, match="piper model, not Chatterbox"):
-        TokenModel.open(joe_path, device="cpu")
+        ChatterboxModel.open(joe_path, device="cpu")
 
 
 def test_the_kept_conditioning_gives_what_a_fresh_context_gives(turbo_f32, golden, voice):
     text = golden["text_tokens"][:10]
     other = Conditionals(-voice.speaker_embedding, voice.prompt_tokens[:100])
-    with TokenModel.open(turbo_f32, device="cpu", threads=2) as m:
+    with ChatterboxModel.open(turbo_f32, device="cpu", threads=2) as m:
         first = m.generate(text, voice, max_tokens=12, temperature=0)
         m.generate(text[:3], other, max_tokens=30, temperature=0)
         # The same voice twice in a row: the second call starts after the kept conditioning.
         m.generate(text[:5], voice, max_tokens=2, temperature=0)
         again = m.generate(text, voice, max_tokens=12, temperature=0)
-    with TokenModel.open(turbo_f32, device="cpu", threads=2) as m:
+    with ChatterboxModel.open(turbo_f32, device="cpu", threads=2) as m:
         fresh_other = m.generate(text[:3], other, max_tokens=30, temperature=0)
     np.testing.assert_array_equal(again, first)
-    with TokenModel.open(turbo_f32, device="cpu", threads=2) as m:
+    with ChatterboxModel.open(turbo_f32, device="cpu", threads=2) as m:
         m.generate(text, voice, max_tokens=12, temperature=0)
         np.testing.assert_array_equal(m.generate(text[:3], other, max_tokens=30, temperature=0), fresh_other)
 
@@ -227,10 +254,10 @@ def _gguf(path: Path, variant: str, **u32) -> Path:
 
 def test_a_model_of_another_variant_or_missing_tensors_is_refused(tmp_path):
     with pytest.raises(ModelFileError, match="'chatterbox.variant' is 'multilingual'; this engine runs: turbo"):
-        TokenModel.open(_gguf(tmp_path / "m.gguf", "multilingual"), device="cpu")
+        ChatterboxModel.open(_gguf(tmp_path / "m.gguf", "multilingual"), device="cpu")
     hp = dict(n_layer=1, n_embd=64, n_head=1, n_positions=16, text_vocab=10, speech_vocab=6563)
     hp |= dict(start_speech=6561, stop_speech=6562, speaker_embed_size=4, prompt_tokens=4)
     with pytest.raises(ModelFileError, match="t3.text_emb"):
-        TokenModel.open(_gguf(tmp_path / "t.gguf", "turbo", **hp), device="cpu")
+        ChatterboxModel.open(_gguf(tmp_path / "t.gguf", "turbo", **hp), device="cpu")
     with pytest.raises(ModelFileError, match="n_head"):
-        TokenModel.open(_gguf(tmp_path / "h.gguf", "turbo", **(hp | {"n_head": 3})), device="cpu")
+        ChatterboxModel.open(_gguf(tmp_path / "h.gguf", "turbo", **(hp | {"n_head": 3})), device="cpu")

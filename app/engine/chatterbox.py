@@ -1,10 +1,11 @@
-"""Chatterbox's token model in the engine: a voice's conditionals, and speech tokens for text
+"""Chatterbox in the engine: a voice's conditionals from a recording, and speech tokens for text
 tokens in that voice.
 
-    with TokenModel.open("chatterbox-turbo.gguf", device="cpu", threads=2) as t3:
-        tokens = t3.generate(text_tokens, voice, seed=1)
+    with ChatterboxModel.open("chatterbox-turbo.gguf", device="cpu", threads=2) as cb:
+        voice = Conditionals(cb.speaker_embedding(audio_16k), prompt_tokens)
+        tokens = cb.generate(text_tokens, voice, seed=1)
 
-Qt-free; the native call releases the GIL. One TokenModel must be used by one thread at a time.
+Qt-free; the native call releases the GIL. One ChatterboxModel must be used by one thread at a time.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ class Conditionals:
             raise ModelFileError(f"'{path}' holds no Chatterbox conditionals ({e})") from None
 
 
-class TokenModel:
-    """T3, Chatterbox's token model, opened on a device."""
+class ChatterboxModel:
+    """A Chatterbox model opened on a device: its voice encoder and its token model (T3)."""
 
     def __init__(self, model, context):
         self._model = model
@@ -73,7 +74,7 @@ class TokenModel:
             raise
         return cls(model, context)
 
-    def __enter__(self) -> TokenModel:
+    def __enter__(self) -> ChatterboxModel:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -86,6 +87,14 @@ class TokenModel:
     @property
     def speaker_embedding_size(self) -> int:
         return self._model.embedding_size
+
+    def speaker_embedding(self, audio: np.ndarray) -> np.ndarray:
+        """The voice encoder's L2-normalized speaker embedding of mono ``audio`` at 16 kHz
+        (silence at either end trimmed first, as the reference does)."""
+        audio = np.ascontiguousarray(audio, dtype=np.float32).reshape(-1)
+        if audio.size == 0:
+            raise InvalidArgumentError("no audio to embed")
+        return self._context.embed(audio)
 
     def meta(self, key: str) -> str | None:
         return self._model.meta(key)

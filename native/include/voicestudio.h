@@ -56,8 +56,9 @@ enum vs_status {
 
 // Stages of synthesis. Each architecture runs a subset in its own order
 // (vs_model_stages): Piper phonemize, encoder, duration, flow, decoder; Kokoro
-// phonemize, bert, duration, prosody, text_encoder, decoder, generator; Chatterbox's token
-// model (vs_generate_tokens) tokens. The speaker encoder (vs_embed) runs mel, speaker.
+// phonemize, bert, duration, prosody, text_encoder, decoder, generator; Chatterbox mel,
+// speaker (its voice encoder, vs_embed) and tokens (its token model, vs_generate_tokens). The
+// speaker encoder (vs_embed) runs mel, speaker.
 enum vs_stage {
     VS_STAGE_PHONEMIZE    = 0,
     VS_STAGE_ENCODER      = 1,
@@ -370,8 +371,9 @@ VS_API int vs_context_output(const vs_context * ctx, const char * name, const fl
 // Values in one embedding of a speaker encoder (architecture "ge2e"), or in the speaker
 // embedding of Chatterbox's conditionals; 0 for other voices.
 VS_API int vs_model_embedding_size(const vs_model * model);
-// The L2-normalized speaker embedding of mono `samples` at vs_model_sample_rate(model),
-// written to `embedding` (vs_model_embedding_size values). The audio is cut into partial
+// The L2-normalized speaker embedding of mono `samples` at vs_model_sample_rate(model) (a
+// Chatterbox model: its voice encoder's, of audio at 16 kHz, silence at either end trimmed
+// first), written to `embedding` (vs_model_embedding_size values). The audio is cut into partial
 // utterances whose embeddings are averaged. Outputs afterwards: "mel" ([frames, bands]) and
 // "partials" ([n, size], each normalized). Timings: stages mel and speaker.
 VS_API int vs_embed(vs_context * ctx, const float * samples, size_t n_samples, float * embedding, int n_embedding);

@@ -157,11 +157,12 @@ int vs_model_stages(const vs_model * model, int * stages, int max_stages) {
     if (!model) {
         return 0;
     }
-    if (model->arch == "chatterbox") {
-        if (stages && max_stages > 0) {
-            stages[0] = VS_STAGE_TOKENS;
+    if (model->arch == "chatterbox") {  // a voice's speaker embedding (vs_embed), then its tokens
+        static const int chatterbox[] = { VS_STAGE_MEL, VS_STAGE_SPEAKER, VS_STAGE_TOKENS };
+        for (int i = 0; stages && i < (int) std::size(chatterbox) && i < max_stages; ++i) {
+            stages[i] = chatterbox[i];
         }
-        return 1;
+        return (int) std::size(chatterbox);
     }
     if (model->arch == "ge2e") {
         for (int i = 0; stages && i < (int) std::size(ge2e) && i < max_stages; ++i) {
@@ -440,7 +441,7 @@ int vs_embed(vs_context * ctx, const float * samples, size_t n_samples, float * 
         if (!ctx || !samples || !embedding) {
             throw vs::error(VS_ERR_INVALID_ARG, "vs_embed: ctx, samples and embedding are required");
         }
-        if (ctx->model->arch != "ge2e") {
+        if (ctx->model->arch != "ge2e" && ctx->model->arch != "chatterbox") {
             throw vs::error(VS_ERR_INVALID_ARG, "'" + ctx->model->path + "' is a voice, not a speaker encoder");
         }
         const int64_t size = vs::ge2e_embedding_size(*ctx->model);

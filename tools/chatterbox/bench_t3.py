@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.engine.chatterbox import Conditionals, TokenModel
+from app.engine.chatterbox import ChatterboxModel, Conditionals
 from app.models.convert import chatterbox as convert
 from tools.chatterbox import weights
 
@@ -37,7 +37,7 @@ def engine_ms(path: Path, device: str, threads: int, tokens: int, runs: int) -> 
     g = np.load(GOLDEN)
     voice = Conditionals(g["speaker_emb"], g["prompt_tokens"])
     times = []
-    with TokenModel.open(path, device=device, threads=threads) as t3:
+    with ChatterboxModel.open(path, device=device, threads=threads) as t3:
         for _ in range(1 + runs):
             t0 = time.perf_counter()
             out = t3.generate(g["text_tokens"], voice, max_tokens=tokens, temperature=0)
@@ -56,7 +56,7 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=REPO / "build" / "test-models")
     args = ap.parse_args()
     official = args.cache / "chatterbox"
-    weights.write(official, ["turbo/t3_turbo_v1.safetensors"])
+    weights.write(official, ["turbo/t3_turbo_v1.safetensors", "turbo/ve.safetensors"])
     print(f"{os.cpu_count()} CPUs here; {args.threads} threads; {args.tokens} speech tokens after the prompt and text")
 
     ref = subprocess.run(

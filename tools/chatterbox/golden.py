@@ -18,7 +18,10 @@ and a teacher-forced run of speech tokens. Outputs:
 - ``greedy_tokens``: T3.inference_turbo's loop at temperature 0: its repetition penalty (1.2)
   applied, then the most likely token taken in place of the random draw (the temperature,
   top-k and top-p warpers leave that token as it is), for up to 200 tokens (the stop token
-  included where it came).
+  included where it came);
+- ``ve.<clip>`` [256]: the voice encoder's speaker embedding of each clip of tests/data/speaker
+  (VoiceEncoder.embeds_from_wavs at 16 kHz: silence trimmed at 20 dB, partials of 160 frames
+  1.3 a second), and ``ve_mel.<clip>`` [frames, 40] the mel spectrogram of its trimmed audio.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from tools.chatterbox import weights
 from tools.chatterbox.layout import t3_turbo
 
 OUT = Path(__file__).resolve().parents[2] / "tests" / "data" / "chatterbox" / "golden_turbo.npz"
+SPEAKER = Path(__file__).resolve().parents[2] / "tests" / "data" / "speaker"
 GREEDY_STEPS = 200
 
 
@@ -96,12 +100,33 @@ def t3_golden(ckpt: Path) -> dict[str, np.ndarray]:
     return out
 
 
+@torch.inference_mode()
+def ve_golden(ckpt: Path) -> dict[str, np.ndarray]:
+    import librosa
+    import soundfile as sf
+
+    from chatterbox.models.voice_encoder import VoiceEncoder
+    from chatterbox.models.voice_encoder.melspec import melspectrogram
+
+    ve = VoiceEncoder()
+    ve.load_state_dict(load_file(ckpt / "turbo" / "ve.safetensors"))
+    ve.eval()
+    out = {}
+    for path in sorted(SPEAKER.glob("*.flac")):
+        wav, rate = sf.read(path, dtype="float32")
+        assert rate == 16000, path
+        out[f"ve.{path.stem}"] = ve.embeds_from_wavs([wav], sample_rate=rate)[0]
+        trimmed = librosa.effects.trim(wav, top_db=20)[0]
+        out[f"ve_mel.{path.stem}"] = melspectrogram(trimmed, ve.hp).T.astype(np.float32)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--weights", type=Path, default=Path("/tmp/chatterbox-weights"))
     args = ap.parse_args()
     weights.write(args.weights)
-    out = t3_golden(args.weights)
+    out = t3_golden(args.weights) | ve_golden(args.weights)
     np.savez_compressed(OUT, **out)
     for k, v in out.items():
         print(k, v.shape, v.dtype)

@@ -36,8 +36,15 @@ def t3_turbo():
     return T3(hp)
 
 
+def voice_encoder():
+    from chatterbox.models.voice_encoder import VoiceEncoder
+
+    return VoiceEncoder()
+
+
 FILES = {
     "turbo/t3_turbo_v1.safetensors": t3_turbo,
+    "turbo/ve.safetensors": voice_encoder,
 }
 
 

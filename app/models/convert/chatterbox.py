@@ -3,7 +3,8 @@
 
 Reads a checkpoint folder as the Hugging Face Hub holds it, by the official file names:
 Chatterbox-Turbo's ``t3_turbo_v1.safetensors`` (the token model: GPT-2 medium blocks with
-learned positions, text and speech embeddings, the speech head, the speaker projection).
+learned positions, text and speech embeddings, the speech head, the speaker projection) and
+``ve.safetensors`` (the voice encoder, which makes the token model's speaker embedding).
 Every tensor is checked against the names and shapes the reference implementation loads
 (``load_state_dict(..., strict=True)``); hyperparameters go into the GGUF's metadata, read from
 the shapes where the file holds them.
@@ -19,6 +20,13 @@ and speech vocabularies):
 - ``t3.out_norm.{weight,bias}`` [C]; ``t3.speech_head.weight`` [C, Vs], ``.bias`` [Vs];
 - ``t3.spkr_enc.weight`` [E, C], ``.bias`` [C] (E: the voice encoder's embedding size).
 
+The voice encoder's tensors are those of the "ge2e" architecture (app/models/convert/ge2e.py)
+under ``ve.``: a 3-layer LSTM over 40 mel bands of 16 kHz audio and a linear layer with ReLU;
+its front end (chatterbox/models/voice_encoder: librosa's STFT with reflected edges, power, the
+same Slaney mel filters as Resemblyzer's; partials of 160 frames 1.3 a second cut as its
+stride_as_partials does, at least 80% covered; silence trimmed at 20 dB by
+VoiceEncoder.embeds_from_wavs) is written as ``chatterbox.ve.*`` metadata.
+
 The text head, and GPT-2's own token embedding (``tfmr.wte``), are not used to speak and are
 left out.
 """
@@ -30,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from app.core.atomic import atomic_path
+from app.models.convert import ge2e
 from app.models.gguf_weights import WEIGHT_TYPES, add_weight
 from app.models.safetensors import SafetensorsError, SafetensorsFile
 
@@ -37,6 +46,12 @@ ARCH = "chatterbox"
 SAMPLE_RATE = 24000
 VARIANTS = ("turbo",)
 T3_FILES = {"turbo": "t3_turbo_v1.safetensors"}
+VE_FILE = "ve.safetensors"
+# The voice encoder (chatterbox/models/voice_encoder/config.py, VoiceEncoder.embeds_from_wavs).
+VE_SAMPLE_RATE = 16000
+VE_PARTIAL_RATE = 1.3
+VE_MIN_COVERAGE = 0.8
+VE_TRIM_TOP_DB = 20.0
 
 # Token ids of T3's speech vocabulary (chatterbox/models/t3/modules/t3_config.py): 6561 speech
 # tokens (the S3 tokenizer's codes), then start and stop.
@@ -115,6 +130,35 @@ def _t3_gpt2(st: SafetensorsFile) -> tuple[dict[str, int], dict[str, tuple[np.nd
     return hp, t
 
 
+def _voice_encoder(st: SafetensorsFile) -> dict[str, np.ndarray]:
+    """The voice encoder's tensors as the "ge2e" architecture names them, under "ve."."""
+    H, M = ge2e.HIDDEN, ge2e.N_MELS
+    expected = {"proj.weight": (H, H), "proj.bias": (H,)}
+    for layer in range(ge2e.LAYERS):
+        expected[f"lstm.weight_ih_l{layer}"] = (4 * H, M if layer == 0 else H)
+        expected[f"lstm.weight_hh_l{layer}"] = (4 * H, H)
+        expected[f"lstm.bias_ih_l{layer}"] = (4 * H,)
+        expected[f"lstm.bias_hh_l{layer}"] = (4 * H,)
+    f = {}
+    for name, shape in expected.items():
+        if name not in st:
+            raise ConversionError(f"'{st.path.name}' lacks tensor '{name}': not Chatterbox's voice encoder")
+        if st.shape(name) != shape:
+            raise ConversionError(f"'{st.path.name}': tensor '{name}' is {st.shape(name)}, expected {shape}")
+        f[name] = np.ascontiguousarray(st.tensor(name), dtype=np.float32)
+    t = {
+        "ve.dft": ge2e.dft_basis(ge2e.N_FFT),
+        "ve.mel": ge2e.slaney_mel_filterbank(VE_SAMPLE_RATE, ge2e.N_FFT, M),
+        "ve.linear.weight": f["proj.weight"],
+        "ve.linear.bias": f["proj.bias"],
+    }
+    for layer in range(ge2e.LAYERS):
+        t[f"ve.lstm.{layer}.weight_ih"] = f[f"lstm.weight_ih_l{layer}"]
+        t[f"ve.lstm.{layer}.weight_hh"] = f[f"lstm.weight_hh_l{layer}"]
+        t[f"ve.lstm.{layer}.bias"] = f[f"lstm.bias_ih_l{layer}"] + f[f"lstm.bias_hh_l{layer}"]
+    return t
+
+
 def convert(
     checkpoint: Path, out_path: Path, *, variant: str = "turbo", weights: str = "f16", source: str = ""
 ) -> Path:
@@ -129,8 +173,12 @@ def convert(
     path = Path(checkpoint) / T3_FILES[variant]
     if not path.is_file():
         raise ConversionError(f"'{checkpoint}' has no '{T3_FILES[variant]}' (Chatterbox-{variant}'s token model)")
+    ve_path = Path(checkpoint) / VE_FILE
+    if not ve_path.is_file():
+        raise ConversionError(f"'{checkpoint}' has no '{VE_FILE}' (Chatterbox's voice encoder)")
     try:
         hp, tensors = _t3_gpt2(SafetensorsFile(path))
+        voice_encoder = _voice_encoder(SafetensorsFile(ve_path))
     except SafetensorsError as e:
         raise ConversionError(str(e)) from None
 
@@ -147,8 +195,23 @@ def convert(
         writer.add_float32(p + "t3.norm_eps", 1e-5)
         for key, value in hp.items():
             writer.add_uint32(p + "t3." + key, value)
+        v = p + "ve."
+        writer.add_uint32(v + "sample_rate", VE_SAMPLE_RATE)
+        writer.add_uint32(v + "n_fft", ge2e.N_FFT)
+        writer.add_uint32(v + "hop", ge2e.HOP)
+        writer.add_uint32(v + "n_mels", ge2e.N_MELS)
+        writer.add_uint32(v + "partial_frames", ge2e.PARTIAL_FRAMES)
+        writer.add_float32(v + "partial_rate", VE_PARTIAL_RATE)
+        writer.add_float32(v + "min_coverage", VE_MIN_COVERAGE)
+        writer.add_uint32(v + "layers", ge2e.LAYERS)
+        writer.add_uint32(v + "hidden", ge2e.HIDDEN)
+        writer.add_string(v + "pad", "reflect")
+        writer.add_string(v + "partials", "chatterbox")
+        writer.add_float32(v + "trim_top_db", VE_TRIM_TOP_DB)
         for name, (data, reduce) in tensors.items():
             add_weight(writer, name, data, weights, reduce=reduce)
+        for name, data in voice_encoder.items():
+            writer.add_tensor(name, data)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()

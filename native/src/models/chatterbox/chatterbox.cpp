@@ -6,6 +6,12 @@ namespace vs {
 
 void chatterbox_validate(const vs_model & model) {
     check_tensors(model, chatterbox::t3_layout(chatterbox::read_t3_hparams(model)));
+    ge2e_validate(model);  // the voice encoder, under "ve."
+    const int64_t ve = ge2e_embedding_size(model), t3 = chatterbox::read_t3_hparams(model).speaker_embed_size;
+    if (ve != t3) {
+        model.bad("the voice encoder makes embeddings of " + std::to_string(ve) + " values; the token model takes " +
+                  std::to_string(t3));
+    }
 }
 
 int64_t chatterbox_speaker_size(const vs_model & model) {

@@ -1,6 +1,8 @@
-// GE2E speaker encoder (Resemblyzer's d-vector model): mel front end, a 3-layer LSTM over
-// partial utterances of 160 frames, a linear layer with ReLU, and the L2-normalized mean of
-// the partials' embeddings. Parameters and tensor layouts: app/models/convert/ge2e.py.
+// GE2E speaker encoders: mel front end, a 3-layer LSTM over partial utterances of 160 frames, a
+// linear layer with ReLU, and the L2-normalized mean of the partials' embeddings. Resemblyzer's
+// d-vector model (arch "ge2e"; app/models/convert/ge2e.py) and Chatterbox's voice encoder (its
+// tensors under "ve." in a chatterbox model; app/models/convert/chatterbox.py) differ in how they
+// pad the STFT, cut the partials and trim silence first, which their metadata says.
 #include <algorithm>
 #include <cmath>
 
@@ -12,38 +14,126 @@ namespace vs {
 namespace {
 
 struct ge2e_hparams {
-    int64_t n_fft = 400, hop = 160, n_mels = 40, partial_frames = 160, layers = 3, hidden = 256;
-    float   partial_rate = 1.3f, min_coverage = 0.75f;
+    std::string prefix;  // of its tensors' names
+    int         sample_rate = 16000;
+    int64_t     n_fft = 400, hop = 160, n_mels = 40, partial_frames = 160, layers = 3, hidden = 256;
+    float       partial_rate = 1.3f, min_coverage = 0.75f;
+    // Chatterbox's voice encoder: frames padded by reflection (else zeros), partials cut as its
+    // stride_as_partials does (else as Resemblyzer's compute_partial_slices), and silence at
+    // either end trimmed first where trim_top_db > 0 (librosa.effects.trim).
+    bool  reflect     = false;
+    bool  ve_partials = false;
+    float trim_top_db = 0.0f;
 };
 
+bool has_key(const vs_model & m, const std::string & key) {
+    return gguf_find_key(m.meta.get(), key.c_str()) >= 0;
+}
+
 ge2e_hparams read_hparams(const vs_model & m) {
-    ge2e_hparams h;
-    h.n_fft          = m.u32_in("ge2e.n_fft", 2, 8192);
-    h.hop            = m.u32_in("ge2e.hop", 1, 8192);
-    h.n_mels         = m.u32_in("ge2e.n_mels", 1, 512);
-    h.partial_frames = m.u32_in("ge2e.partial_frames", 1, 4096);
-    h.layers         = m.u32_in("ge2e.layers", 1, 16);
-    h.hidden         = m.u32_in("ge2e.hidden", 1, 4096);
-    h.partial_rate   = m.f32_in("ge2e.partial_rate", 1e-3f, 1e3f);
-    h.min_coverage   = m.f32_in("ge2e.min_coverage", 1e-3f, 1.0f);
+    ge2e_hparams      h;
+    const bool        ve = m.arch == "chatterbox";
+    const std::string k  = ve ? "chatterbox.ve." : "ge2e.";
+    h.prefix             = ve ? "ve." : "";
+    h.sample_rate        = ve ? m.u32_in(k + "sample_rate", 1000, 384000) : m.sample_rate;
+    h.n_fft              = m.u32_in(k + "n_fft", 2, 8192);
+    h.hop                = m.u32_in(k + "hop", 1, 8192);
+    h.n_mels             = m.u32_in(k + "n_mels", 1, 512);
+    h.partial_frames     = m.u32_in(k + "partial_frames", 1, 4096);
+    h.layers             = m.u32_in(k + "layers", 1, 16);
+    h.hidden             = m.u32_in(k + "hidden", 1, 4096);
+    h.partial_rate       = m.f32_in(k + "partial_rate", 1e-3f, 1e3f);
+    h.min_coverage       = m.f32_in(k + "min_coverage", 1e-3f, 1.0f);
+    if (has_key(m, k + "pad")) {
+        const std::string pad = m.strings.count(k + "pad") ? m.strings.at(k + "pad") : "";
+        if (pad != "zeros" && pad != "reflect") {
+            m.bad("metadata '" + k + "pad' is '" + pad + "'; one of zeros, reflect");
+        }
+        h.reflect = pad == "reflect";
+    }
+    if (has_key(m, k + "partials")) {
+        const std::string cut = m.strings.count(k + "partials") ? m.strings.at(k + "partials") : "";
+        if (cut != "resemblyzer" && cut != "chatterbox") {
+            m.bad("metadata '" + k + "partials' is '" + cut + "'; one of resemblyzer, chatterbox");
+        }
+        h.ve_partials = cut == "chatterbox";
+    }
+    if (has_key(m, k + "trim_top_db")) {
+        h.trim_top_db = m.f32_in(k + "trim_top_db", 0.0f, 200.0f);
+    }
     return h;
 }
 
 // Every tensor the encoder reads: the DFT's cosine and sine rows, the mel filters, the
 // LSTM's layers and the projection (all F32, as the converter writes them).
 std::vector<tensor_spec> ge2e_layout(const vs_model & m, const ge2e_hparams & h) {
-    const int64_t            bins = h.n_fft / 2 + 1, E = m.tensor("linear.weight")->ne[1];
-    std::vector<tensor_spec> s = { { "dft", { h.n_fft, 2 * bins, 1, 1 }, false },
-                                   { "mel", { bins, h.n_mels, 1, 1 }, false } };
+    const std::string &      P    = h.prefix;
+    const int64_t            bins = h.n_fft / 2 + 1, E = m.tensor(P + "linear.weight")->ne[1];
+    std::vector<tensor_spec> s = { { P + "dft", { h.n_fft, 2 * bins, 1, 1 }, false },
+                                   { P + "mel", { bins, h.n_mels, 1, 1 }, false } };
     for (int64_t l = 0; l < h.layers; ++l) {
-        const std::string p = "lstm." + std::to_string(l) + ".";
+        const std::string p = P + "lstm." + std::to_string(l) + ".";
         s.push_back({ p + "weight_ih", { l == 0 ? h.n_mels : h.hidden, 4 * h.hidden, 1, 1 }, false });
         s.push_back({ p + "weight_hh", { h.hidden, 4 * h.hidden, 1, 1 }, false });
         s.push_back({ p + "bias", { 4 * h.hidden, 1, 1, 1 }, false });
     }
-    s.push_back({ "linear.weight", { h.hidden, E, 1, 1 }, false });
-    s.push_back({ "linear.bias", { E, 1, 1, 1 }, false });
+    s.push_back({ P + "linear.weight", { h.hidden, E, 1, 1 }, false });
+    s.push_back({ P + "linear.bias", { E, 1, 1, 1 }, false });
     return s;
+}
+
+// Chatterbox's voice encoder (get_frame_step and get_num_wins): partials `step` frames apart over
+// the mel's n_frames, the last kept where it would cover min_coverage of a partial; the mel
+// padded with zero frames to (or cut at) `target` frames.
+std::vector<int64_t> ve_partial_starts(const ge2e_hparams & h, int sample_rate, int64_t n_frames, int64_t & target) {
+    const int64_t step = (int64_t) std::nearbyint((double) sample_rate / h.partial_rate / (double) h.partial_frames);
+    if (step < 1 || step > h.partial_frames) {
+        throw error(VS_ERR_FORMAT, "the encoder's partial rate gives a step of " + std::to_string(step) + " frames");
+    }
+    const int64_t span   = std::max<int64_t>(n_frames - h.partial_frames + step, 0);
+    int64_t       n_wins = span / step;
+    const int64_t rem    = span % step;
+    if (n_wins == 0 || (double) (rem + h.partial_frames - step) / (double) h.partial_frames >= h.min_coverage) {
+        ++n_wins;
+    }
+    target = h.partial_frames + step * (n_wins - 1);
+    std::vector<int64_t> starts;
+    for (int64_t i = 0; i < n_wins; ++i) {
+        starts.push_back(i * step);
+    }
+    return starts;
+}
+
+// librosa.effects.trim(top_db, frame_length=2048, hop_length=512): the RMS of frames of 2048
+// samples every 512 (centred, zeros beyond both ends); the samples from the first frame within
+// top_db of the loudest to the end of the last one. Empty where none is.
+std::pair<size_t, size_t> trimmed_span(const float * x, size_t n, float top_db) {
+    const int64_t       frame = 2048, hop = 512, frames = 1 + (int64_t) n / hop;
+    std::vector<double> power((size_t) frames, 0.0);
+    double              loudest = 0.0;
+    for (int64_t f = 0; f < frames; ++f) {
+        double sum = 0.0;
+        for (int64_t k = 0; k < frame; ++k) {
+            const int64_t s = f * hop + k - frame / 2;
+            if (s >= 0 && s < (int64_t) n) {
+                sum += (double) x[s] * x[s];
+            }
+        }
+        power[(size_t) f] = sum / frame;
+        loudest           = std::max(loudest, power[(size_t) f]);
+    }
+    const double ref   = 10.0 * std::log10(std::max(1e-10, loudest));
+    int64_t      first = -1, last = -1;
+    for (int64_t f = 0; f < frames; ++f) {
+        if (10.0 * std::log10(std::max(1e-10, power[(size_t) f])) - ref > -top_db) {
+            first = first < 0 ? f : first;
+            last  = f;
+        }
+    }
+    if (first < 0) {
+        return { 0, 0 };
+    }
+    return { (size_t) (first * hop), std::min(n, (size_t) ((last + 1) * hop)) };
 }
 
 // First frames of the partial utterances, as Resemblyzer's compute_partial_slices chooses
@@ -80,7 +170,8 @@ std::vector<float> run_graph(vs_context & c, int stage, const graph_build & gb, 
     return result;
 }
 
-// Mel power spectrogram [n_mels, F] of `wav` (centred frames, zeros beyond both ends).
+// Mel power spectrogram [n_mels, F] of `wav` (centred frames; zeros beyond both ends, or the
+// audio reflected there).
 std::vector<float> mel_spectrogram(vs_context & c, const ge2e_hparams & h, const std::vector<float> & wav,
                                    int64_t & n_frames) {
     const int64_t n = (int64_t) wav.size(), pad = h.n_fft / 2;
@@ -88,7 +179,10 @@ std::vector<float> mel_spectrogram(vs_context & c, const ge2e_hparams & h, const
     std::vector<float> frames((size_t) (h.n_fft * n_frames), 0.0f);
     for (int64_t f = 0; f < n_frames; ++f) {
         for (int64_t k = 0; k < h.n_fft; ++k) {
-            const int64_t s = f * h.hop + k - pad;
+            int64_t s = f * h.hop + k - pad;
+            if (h.reflect) {
+                s = s < 0 ? -s : s >= n ? 2 * (n - 1) - s : s;
+            }
             if (s >= 0 && s < n) {
                 frames[(size_t) (f * h.n_fft + k)] = wav[(size_t) s];
             }
@@ -97,8 +191,8 @@ std::vector<float> mel_spectrogram(vs_context & c, const ge2e_hparams & h, const
     auto           gb   = c.new_graph(64);
     ggml_context * g    = gb.ctx.get();
     ggml_tensor *  x    = ggml_new_tensor_2d(g, GGML_TYPE_F32, h.n_fft, n_frames);
-    ggml_tensor *  dft  = c.w("dft");  // [n_fft, 2 * bins]: cos, -sin interleaved
-    ggml_tensor *  mel  = c.w("mel");  // [bins, n_mels]
+    ggml_tensor *  dft  = c.w(h.prefix + "dft");  // [n_fft, 2 * bins]: cos, -sin interleaved
+    ggml_tensor *  mel  = c.w(h.prefix + "mel");  // [bins, n_mels]
     const int64_t  bins = dft->ne[1] / 2;
     ggml_set_input(x);
     ggml_tensor * spec  = ggml_sqr(g, ggml_mul_mat(g, dft, x));                             // [2 * bins, F]
@@ -114,7 +208,7 @@ std::vector<float> run_encoder_cuda(vs_context & c, const ge2e_hparams & h, cons
     std::vector<float> seq = x, hs;  // [in, B, T]
     for (int64_t l = 0; l < h.layers; ++l) {
         c.check_abort();
-        const std::string p    = "lstm." + std::to_string(l) + ".";
+        const std::string p    = h.prefix + "lstm." + std::to_string(l) + ".";
         ggml_tensor *     w_ih = c.w(p + "weight_ih"), *w_hh = c.w(p + "weight_hh");
         const int64_t     in = w_ih->ne[0];
         auto              gb = c.new_graph(64);
@@ -138,7 +232,8 @@ std::vector<float> run_encoder_cuda(vs_context & c, const ge2e_hparams & h, cons
     ggml_context * g  = gb.ctx.get();
     ggml_tensor *  hl = ggml_new_tensor_2d(g, GGML_TYPE_F32, H, B);
     ggml_set_input(hl);
-    ggml_tensor * e = ggml_relu(g, ggml_add(g, ggml_mul_mat(g, c.w("linear.weight"), hl), c.w("linear.bias")));
+    ggml_tensor * e =
+        ggml_relu(g, ggml_add(g, ggml_mul_mat(g, c.w(h.prefix + "linear.weight"), hl), c.w(h.prefix + "linear.bias")));
     return run_graph(c, VS_STAGE_SPEAKER, gb, hl, hs, e);
 }
 
@@ -146,7 +241,7 @@ std::vector<float> run_encoder_cuda(vs_context & c, const ge2e_hparams & h, cons
 std::vector<float> run_encoder(vs_context & c, const ge2e_hparams & h, const std::vector<float> & x, int64_t B) {
     bool fused = true;
     for (int64_t l = 0; l < h.layers; ++l) {
-        fused = fused && c.fused_lstm(c.w("lstm." + std::to_string(l) + ".weight_hh"), h.hidden);
+        fused = fused && c.fused_lstm(c.w(h.prefix + "lstm." + std::to_string(l) + ".weight_hh"), h.hidden);
     }
     if (fused) {
         return run_encoder_cuda(c, h, x, B);
@@ -160,7 +255,7 @@ std::vector<float> run_encoder(vs_context & c, const ge2e_hparams & h, const std
     ggml_tensor * seq = xs;  // [in, B, T]
     ggml_tensor * hs  = nullptr;
     for (int64_t l = 0; l < h.layers; ++l) {
-        const std::string p    = "lstm." + std::to_string(l) + ".";
+        const std::string p    = h.prefix + "lstm." + std::to_string(l) + ".";
         ggml_tensor *     w_hh = c.w(p + "weight_hh");
         // Input projections of every step at once: [4H, B, T].
         ggml_tensor * gx = ggml_add(g, ggml_mul_mat(g, c.w(p + "weight_ih"), seq), c.w(p + "bias"));
@@ -190,7 +285,8 @@ std::vector<float> run_encoder(vs_context & c, const ge2e_hparams & h, const std
             seq = concat_all(g, std::move(steps), 2);  // the next layer's input, [H, B, T]
         }
     }
-    ggml_tensor * e = ggml_relu(g, ggml_add(g, ggml_mul_mat(g, c.w("linear.weight"), hs), c.w("linear.bias")));
+    ggml_tensor * e =
+        ggml_relu(g, ggml_add(g, ggml_mul_mat(g, c.w(h.prefix + "linear.weight"), hs), c.w(h.prefix + "linear.bias")));
     return run_graph(c, VS_STAGE_SPEAKER, gb, xs, x, e);
 }
 
@@ -210,20 +306,22 @@ void normalize(float * v, int64_t n) {
 void ge2e_validate(const vs_model & model) {
     const ge2e_hparams h = read_hparams(model);
     check_tensors(model, ge2e_layout(model, h));
-    const int64_t E = model.tensor("linear.weight")->ne[1];
+    const int64_t E = model.tensor(h.prefix + "linear.weight")->ne[1];
     if (E < 1 || E > 4096) {
-        model.bad("tensor 'linear.weight' makes embeddings of " + std::to_string(E) + " values; at most 4096");
+        model.bad("tensor '" + h.prefix + "linear.weight' makes embeddings of " + std::to_string(E) +
+                  " values; at most 4096");
     }
-    // The partials' step, in frames (partial_starts), from one partial to a frame.
-    const double step = std::nearbyint((double) model.sample_rate / h.partial_rate / (double) h.hop);
+    // The partials' step, in frames (partial_starts, ve_partial_starts), from one partial to a frame.
+    const double step =
+        std::nearbyint((double) h.sample_rate / h.partial_rate / (double) (h.ve_partials ? h.partial_frames : h.hop));
     if (step < 1 || step > h.partial_frames) {
-        model.bad("metadata 'ge2e.partial_rate' gives partials " + std::to_string((long long) step) +
+        model.bad("the speaker encoder's partial rate gives partials " + std::to_string((long long) step) +
                   " frames apart; a partial has " + std::to_string(h.partial_frames));
     }
 }
 
 int64_t ge2e_embedding_size(const vs_model & model) {
-    return model.tensor("linear.weight")->ne[1];
+    return model.tensor(read_hparams(model).prefix + "linear.weight")->ne[1];
 }
 
 std::vector<float> ge2e_embed(vs_context & c, const float * samples, size_t n_samples) {
@@ -236,23 +334,43 @@ std::vector<float> ge2e_embed(vs_context & c, const float * samples, size_t n_sa
             throw error(VS_ERR_INVALID_ARG, "the audio holds a NaN or infinite sample at " + std::to_string(i));
         }
     }
-    const auto starts = partial_starts(h, c.model->sample_rate, n_samples);
-    // Zeros up to the end of the last partial, as the reference pads.
-    const size_t       last = (size_t) ((starts.back() + h.partial_frames) * h.hop);
     std::vector<float> wav(samples, samples + n_samples);
-    if (last >= wav.size()) {
-        wav.resize(last, 0.0f);
+    if (h.trim_top_db > 0.0f) {
+        const auto [begin, end] = trimmed_span(samples, n_samples, h.trim_top_db);
+        wav.assign(samples + begin, samples + end);
+    }
+    if ((int64_t) wav.size() <= (h.reflect ? h.n_fft / 2 : 0)) {
+        throw error(VS_ERR_INVALID_ARG, "the audio is " + std::string(h.trim_top_db > 0.0f ? "silent or " : "") +
+                                            "too short for a speaker embedding");
+    }
+    std::vector<int64_t> starts;
+    int64_t              target = 0;
+    if (!h.ve_partials) {
+        starts = partial_starts(h, h.sample_rate, wav.size());
+        // Zeros up to the end of the last partial, as the reference pads.
+        const size_t last = (size_t) ((starts.back() + h.partial_frames) * h.hop);
+        if (last >= wav.size()) {
+            wav.resize(last, 0.0f);
+        }
     }
     int64_t            F = 0;
     std::vector<float> mel;
     vs_synth_params    none = vs_synth_default_params();
     c.timed_stage(VS_STAGE_MEL, 0, none, [&] { mel = mel_spectrogram(c, h, wav, F); });
+    const int64_t      mel_frames = F;
+    std::vector<float> cut;  // the mel padded with zero frames (or cut) to the partials' span
+    if (h.ve_partials) {
+        starts = ve_partial_starts(h, h.sample_rate, F, target);
+        cut.assign(mel.begin(), mel.begin() + std::min(F, target) * h.n_mels);
+        cut.resize((size_t) (target * h.n_mels), 0.0f);
+    }
+    const std::vector<float> & frames = h.ve_partials ? cut : mel;
 
     const int64_t      B = (int64_t) starts.size(), T = h.partial_frames, M = h.n_mels;
     std::vector<float> x((size_t) (M * B * T));  // [M, B, T]
     for (int64_t b = 0; b < B; ++b) {
         for (int64_t t = 0; t < T; ++t) {
-            std::copy_n(mel.data() + (starts[b] + t) * M, M, x.data() + (t * B + b) * M);
+            std::copy_n(frames.data() + (starts[b] + t) * M, M, x.data() + (t * B + b) * M);
         }
     }
     std::vector<float> partials;
@@ -267,7 +385,7 @@ std::vector<float> ge2e_embed(vs_context & c, const float * samples, size_t n_sa
         }
     }
     normalize(mean.data(), E);
-    c.set_output("mel", std::move(mel), F, M);
+    c.set_output("mel", std::move(mel), mel_frames, M);
     c.set_output("partials", std::move(partials), B, E);
     return mean;
 }
