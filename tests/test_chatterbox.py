@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.engine.chatterbox import ChatterboxModel, Conditionals
+from app.engine.chatterbox import ChatterboxModel, Conditionals, normalize_punctuation
 from app.engine.errors import CancelledError, InvalidArgumentError, ModelFileError, NothingToSpeakError
 from app.models.convert import chatterbox as convert
 from tools.chatterbox import weights
@@ -31,7 +31,7 @@ def golden():
 @pytest.fixture(scope="module")
 def checkpoint():
     """Chatterbox-Turbo's official token-model file, drawn from the layout (kept between runs)."""
-    weights.write(CACHE / "chatterbox", ["turbo/t3_turbo_v1.safetensors", "turbo/ve.safetensors"])
+    weights.write(CACHE / "chatterbox", ["turbo/t3_turbo_v1.safetensors", "turbo/ve.safetensors", weights.TOKENIZER])
     return CACHE / "chatterbox" / "turbo"
 
 
@@ -202,6 +202,13 @@ def test_the_converter_refuses_what_is_not_the_official_file(checkpoint, tmp_pat
     (tmp_path / "t3_turbo_v1.safetensors").write_bytes(b"\x02\x00\x00\x00\x00\x00\x00\x00{}")
     with pytest.raises(convert.ConversionError, match="lacks tensor 'tfmr.wpe.weight'"):
         convert.convert(tmp_path, tmp_path / "x.gguf")
+    (tmp_path / "t3_turbo_v1.safetensors").unlink()
+    (tmp_path / "t3_turbo_v1.safetensors").symlink_to(checkpoint / "t3_turbo_v1.safetensors")
+    with pytest.raises(convert.ConversionError, match="has no text tokenizer"):
+        convert.convert(tmp_path, tmp_path / "x.gguf")
+    (tmp_path / "tokenizer.json").write_text('{"model": {"type": "WordPiece"}}')
+    with pytest.raises(convert.ConversionError, match="not a byte-level BPE tokenizer"):
+        convert.convert(tmp_path, tmp_path / "x.gguf")
     with pytest.raises(convert.ConversionError, match="variant 'multilingual'"):
         convert.convert(checkpoint, tmp_path / "x.gguf", variant="multilingual")
     assert not (tmp_path / "x.gguf").exists()
@@ -261,3 +268,30 @@ def test_a_model_of_another_variant_or_missing_tensors_is_refused(tmp_path):
         ChatterboxModel.open(_gguf(tmp_path / "t.gguf", "turbo", **hp), device="cpu")
     with pytest.raises(ModelFileError, match="n_head"):
         ChatterboxModel.open(_gguf(tmp_path / "h.gguf", "turbo", **(hp | {"n_head": 3})), device="cpu")
+
+
+def test_punctuation_is_normalized_as_the_reference_does(golden):
+    for text, want in zip(golden["punc_in"], golden["punc_out"], strict=True):
+        assert normalize_punctuation(str(text)) == str(want)
+
+
+def test_the_tokenizer_gives_the_reference_tokenizers_ids(t3, golden):
+    want = np.split(golden["text_ids"], np.flatnonzero(golden["text_ids"] == -1) + 1)[:-1]
+    for text, ids in zip(golden["text_in"], want, strict=True):
+        assert t3.tokenizer.encode(str(text)) == ids[:-1].tolist(), text
+
+
+def test_long_text_is_cut_into_chunks_the_token_model_takes(t3, golden, voice):
+    sentences = (Path(__file__).parent / "data" / "script.txt").read_text().split("\n")
+    text = " ".join(s for s in sentences if s)
+    text = (text + " ") * (50_000 // len(text) + 1)
+    chunks = t3.text_chunks(text[:50_000])
+    assert len(chunks) > 100
+    assert all(0 < len(c) <= 120 for c in chunks)
+    assert max(len(c) for c in chunks) > 20
+    one = t3.text_chunks("[laugh] That's funny… isn't it")
+    assert len(one) == 1 and one[0][0] == t3.tokenizer.encode("[laugh]")[0]
+    assert len(t3.generate(one[0], voice, max_tokens=3, temperature=0)) == 3
+    for empty in ("", "   ", "... !? ,"):
+        with pytest.raises(NothingToSpeakError):
+            t3.text_chunks(empty)

@@ -10,17 +10,71 @@ Qt-free; the native call releases the GIL. One ChatterboxModel must be used by o
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
 from app.core.atomic import atomic_path
 from app.engine.binding import native_engine
-from app.engine.errors import InvalidArgumentError, ModelFileError
+from app.engine.bpe import ByteLevelBPE
+from app.engine.errors import InvalidArgumentError, ModelFileError, NothingToSpeakError
 
 MAX_SPEECH_TOKENS = 4096
+# The longest chunk of text spoken in one run of the token model: the reference drifts on
+# runs past about 30 s, and a sentence of 300 characters takes about 20 s.
+MAX_CHUNK_CHARS = 300
+
+# Chatterbox's punc_norm (tts_turbo.py): what its text was trained with.
+_PUNCTUATION = [
+    ("…", ", "),
+    (":", ","),
+    ("—", "-"),
+    ("–", "-"),
+    (" ,", ","),
+    ("“", '"'),
+    ("”", '"'),
+    ("‘", "'"),
+    ("’", "'"),
+]
+_ENDERS = (".", "!", "?", "-", ",")
+
+
+def normalize_punctuation(text: str) -> str:
+    """The reference's punc_norm: a capital first letter, single spaces, uncommon punctuation
+    replaced, a full stop where the text ends without one. (Empty text is refused before.)"""
+    if text and text[0].islower():
+        text = text[0].upper() + text[1:]
+    text = " ".join(text.split())
+    for old, new in _PUNCTUATION:
+        text = text.replace(old, new)
+    text = text.rstrip(" ")
+    if not text.endswith(_ENDERS):
+        text += "."
+    return text
+
+
+def split_text(text: str, max_chars: int = MAX_CHUNK_CHARS) -> list[str]:
+    """Sentences of ``text``, each at most ``max_chars`` characters: a longer sentence is cut
+    after its last clause mark (, ; :) before the limit that keeps a quarter of it, else after
+    its last space, else at the limit. Blank pieces are dropped."""
+    out = []
+    for sentence in re.split(r"(?<=[.!?])\s+|\n\s*\n", text):
+        sentence = " ".join(sentence.split())
+        while len(sentence) > max_chars:
+            head = sentence[:max_chars]
+            cut = max(head.rfind(", "), head.rfind("; "), head.rfind(": "))
+            cut = cut + 1 if cut >= max_chars // 4 else head.rfind(" ")
+            cut = cut if cut > 0 else max_chars
+            out.append(sentence[:cut].strip())
+            sentence = sentence[cut:].strip()
+        if sentence:
+            out.append(sentence)
+    return [s for s in out if s.strip(" .,;:!?-")]
 
 
 @dataclass(frozen=True)
@@ -87,6 +141,26 @@ class ChatterboxModel:
     @property
     def speaker_embedding_size(self) -> int:
         return self._model.embedding_size
+
+    @cached_property
+    def tokenizer(self) -> ByteLevelBPE:
+        spec = self._model.meta("chatterbox.tokenizer")
+        if not spec:
+            raise ModelFileError("the model carries no text tokenizer")
+        try:
+            return ByteLevelBPE.from_tokenizer_json(json.loads(spec))
+        except (ValueError, KeyError, TypeError) as e:
+            raise ModelFileError(f"the model's text tokenizer cannot be read ({e})") from None
+
+    def text_chunks(self, text: str) -> list[np.ndarray]:
+        """The text tokens of each chunk of ``text`` (its sentences, long ones cut), each
+        normalized as the reference does: what ``generate`` takes, one run a chunk."""
+        if not text.strip():
+            raise NothingToSpeakError("the text is empty")
+        chunks = [np.asarray(self.tokenizer.encode(normalize_punctuation(c)), np.int32) for c in split_text(text)]
+        if not chunks:
+            raise NothingToSpeakError("the text holds nothing to speak")
+        return chunks
 
     def speaker_embedding(self, audio: np.ndarray) -> np.ndarray:
         """The voice encoder's L2-normalized speaker embedding of mono ``audio`` at 16 kHz

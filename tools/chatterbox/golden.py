@@ -21,7 +21,11 @@ and a teacher-forced run of speech tokens. Outputs:
   included where it came);
 - ``ve.<clip>`` [256]: the voice encoder's speaker embedding of each clip of tests/data/speaker
   (VoiceEncoder.embeds_from_wavs at 16 kHz: silence trimmed at 20 dB, partials of 160 frames
-  1.3 a second), and ``ve_mel.<clip>`` [frames, 40] the mel spectrogram of its trimmed audio.
+  1.3 a second), and ``ve_mel.<clip>`` [frames, 40] the mel spectrogram of its trimmed audio;
+- ``punc_in`` and ``punc_out``: texts and what the reference's punc_norm makes of them;
+- ``text_in`` and ``text_ids``: texts (the tokenizer's tags among them) and their ids by the
+  reference's tokenizer (transformers' AutoTokenizer on the folder, as ChatterboxTurboTTS
+  loads it), joined with -1 after each text.
 """
 
 from __future__ import annotations
@@ -121,12 +125,46 @@ def ve_golden(ckpt: Path) -> dict[str, np.ndarray]:
     return out
 
 
+PUNC = [
+    "hello there… this is: a test — of “quotes” and ‘single’ ones",
+    "Already fine.",
+    "ends with a comma,",
+    "  spaces   everywhere   ",
+    "a – b , c",
+    "x",
+]
+TEXTS = [
+    "Hello world! It's a test, isn't it? We'll see... 12345 and 3.14.",
+    "[laugh] Oh no, [cough] that's it.",
+    "Naïve café façade, “quotes” — and 日本語.",
+    "  Spaces   and\ttabs\nnew lines  ",
+    "I'M 'S won't, don't; can't!",
+]
+
+
+def text_golden(ckpt: Path) -> dict[str, np.ndarray]:
+    from transformers import AutoTokenizer
+
+    from chatterbox.tts_turbo import punc_norm
+
+    tok = AutoTokenizer.from_pretrained(ckpt / "turbo")
+    ids = []
+    for t in TEXTS:
+        ids += tok(t).input_ids + [-1]
+    return {
+        "punc_in": np.array(PUNC),
+        "punc_out": np.array([punc_norm(t) for t in PUNC]),
+        "text_in": np.array(TEXTS),
+        "text_ids": np.array(ids, np.int32),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--weights", type=Path, default=Path("/tmp/chatterbox-weights"))
     args = ap.parse_args()
     weights.write(args.weights)
-    out = t3_golden(args.weights) | ve_golden(args.weights)
+    out = t3_golden(args.weights) | ve_golden(args.weights) | text_golden(args.weights)
     np.savez_compressed(OUT, **out)
     for k, v in out.items():
         print(k, v.shape, v.dtype)

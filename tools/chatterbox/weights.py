@@ -6,7 +6,10 @@ spread of the module's own initialisation. Each tensor is drawn from a normal di
 that mean and spread, seeded by the file's seed and the tensor's name; tensors the module
 initialises to a constant (norm gains, biases) get that constant plus a little noise, so that a
 converter or an engine that drops one is caught. Same shapes as the real checkpoints, so the
-same cost.
+same cost. The text tokenizer (``turbo/tokenizer.json``) is a byte-level BPE of GPT-2's kind
+trained by Hugging Face's ``tokenizers`` on the repository's English test texts, with
+Chatterbox-Turbo's paralinguistic tags as added tokens (its ids fit the token model's text
+vocabulary; the real one is GPT-2's).
 
     python -m tools.chatterbox.weights OUT_DIR [--files turbo/t3_turbo_v1.safetensors ...]
 """
@@ -66,14 +69,42 @@ def write_file(path: Path, entries: list[dict], seed: int = SEED) -> Path:
     return path
 
 
+TOKENIZER = "turbo/tokenizer.json"
+TAGS = ["[laugh]", "[chuckle]", "[cough]", "[sigh]", "[gasp]"]
+
+
+def write_tokenizer(path: Path, vocab_size: int = 4000) -> Path:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    data = Path(__file__).resolve().parents[2] / "tests" / "data"
+    corpus = [line for f in ("sentences.txt", "script.txt") for line in (data / f).read_text().splitlines() if line]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=["<|endoftext|>"],
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus, trainer)
+    tok.add_tokens(TAGS)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(tok.to_str(pretty=True) + "\n", encoding="utf-8")
+    return path
+
+
 def write(out_dir: Path, files: list[str] | None = None, seed: int = SEED) -> list[Path]:
     """Write the official files (all of the layout's, or ``files``) under ``out_dir``; a file
     already there from the same layout and seed is kept."""
     spec = layout()
     stamp = f"{zlib.crc32(LAYOUT.read_bytes()):08x}-{seed}"
     written = []
-    for name in files or list(spec):
+    for name in files or [*spec, TOKENIZER]:
         path = out_dir / name
+        if name == TOKENIZER:
+            written.append(write_tokenizer(path))
+            continue
         mark = path.with_name(path.name + ".stamp")
         if not (path.exists() and mark.exists() and mark.read_text() == stamp):
             write_file(path, spec[name], seed)

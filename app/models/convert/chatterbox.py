@@ -4,7 +4,10 @@
 Reads a checkpoint folder as the Hugging Face Hub holds it, by the official file names:
 Chatterbox-Turbo's ``t3_turbo_v1.safetensors`` (the token model: GPT-2 medium blocks with
 learned positions, text and speech embeddings, the speech head, the speaker projection) and
-``ve.safetensors`` (the voice encoder, which makes the token model's speaker embedding).
+``ve.safetensors`` (the voice encoder, which makes the token model's speaker embedding), and the
+text tokenizer, GPT-2's byte-level BPE: ``tokenizer.json``, or ``vocab.json`` and ``merges.txt``
+(with ``added_tokens.json``), written as one JSON string, ``chatterbox.tokenizer``, in
+tokenizer.json's layout (its model's vocabulary and merges, the added tokens).
 Every tensor is checked against the names and shapes the reference implementation loads
 (``load_state_dict(..., strict=True)``); hyperparameters go into the GGUF's metadata, read from
 the shapes where the file holds them.
@@ -33,6 +36,7 @@ left out.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -159,6 +163,38 @@ def _voice_encoder(st: SafetensorsFile) -> dict[str, np.ndarray]:
     return t
 
 
+def _tokenizer(checkpoint: Path, text_vocab: int) -> str:
+    """The text tokenizer of the checkpoint folder, as a JSON string of tokenizer.json's layout."""
+    path = checkpoint / "tokenizer.json"
+    try:
+        if path.is_file():
+            spec = json.loads(path.read_text(encoding="utf-8"))
+            model, pre = spec.get("model") or {}, spec.get("pre_tokenizer") or {}
+            kinds = {pre.get("type")} | {p.get("type") for p in pre.get("pretokenizers", [])}
+            if model.get("type") != "BPE" or "ByteLevel" not in kinds or spec.get("normalizer"):
+                raise ConversionError(f"'{path}' is not a byte-level BPE tokenizer (GPT-2's)")
+            vocab, merges = model["vocab"], model.get("merges", [])
+            added = spec.get("added_tokens", [])
+        elif (checkpoint / "vocab.json").is_file() and (checkpoint / "merges.txt").is_file():
+            vocab = json.loads((checkpoint / "vocab.json").read_text(encoding="utf-8"))
+            lines = (checkpoint / "merges.txt").read_text(encoding="utf-8").splitlines()
+            merges = [m for m in lines if m and not m.startswith("#version")]
+            extra = checkpoint / "added_tokens.json"
+            table = json.loads(extra.read_text(encoding="utf-8")) if extra.is_file() else {}
+            added = [{"content": t, "id": i} for t, i in sorted(table.items(), key=lambda kv: kv[1])]
+        else:
+            raise ConversionError(
+                f"'{checkpoint}' has no text tokenizer (tokenizer.json, or vocab.json and merges.txt)"
+            )
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+        raise ConversionError(f"'{checkpoint}': the text tokenizer cannot be read ({e})") from None
+    ids = list(vocab.values()) + [a["id"] for a in added]
+    if not ids or min(ids) < 0 or max(ids) >= text_vocab:
+        raise ConversionError(f"the text tokenizer's ids pass the token model's {text_vocab} text tokens")
+    added = [{k: a[k] for k in ("content", "id", "lstrip", "rstrip") if k in a} for a in added]
+    return json.dumps({"model": {"type": "BPE", "vocab": vocab, "merges": merges}, "added_tokens": added})
+
+
 def convert(
     checkpoint: Path, out_path: Path, *, variant: str = "turbo", weights: str = "f16", source: str = ""
 ) -> Path:
@@ -181,6 +217,7 @@ def convert(
         voice_encoder = _voice_encoder(SafetensorsFile(ve_path))
     except SafetensorsError as e:
         raise ConversionError(str(e)) from None
+    tokenizer = _tokenizer(Path(checkpoint), hp["text_vocab"])
 
     with atomic_path(out_path) as tmp:
         writer = gguf.GGUFWriter(str(tmp), ARCH)
@@ -192,6 +229,7 @@ def convert(
         writer.add_string(p + "variant", variant)
         writer.add_uint32(p + "sample_rate", SAMPLE_RATE)
         writer.add_string(p + "t3.backbone", "gpt2")
+        writer.add_string(p + "tokenizer", tokenizer)
         writer.add_float32(p + "t3.norm_eps", 1e-5)
         for key, value in hp.items():
             writer.add_uint32(p + "t3." + key, value)
