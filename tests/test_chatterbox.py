@@ -1,5 +1,5 @@
-"""Chatterbox-Turbo's token model (T3) and voice encoder in the engine against the reference
-implementation.
+"""Chatterbox-Turbo's token model (T3), voice encoder, text front end and vocoder (HiFT) in the
+engine against the reference implementation.
 
 The weights are the official checkpoint's layout and shapes, drawn by tools/chatterbox/weights.py;
 the golden values come from the reference's own modules on the same weights
@@ -31,7 +31,8 @@ def golden():
 @pytest.fixture(scope="module")
 def checkpoint():
     """Chatterbox-Turbo's official token-model file, drawn from the layout (kept between runs)."""
-    weights.write(CACHE / "chatterbox", ["turbo/t3_turbo_v1.safetensors", "turbo/ve.safetensors", weights.TOKENIZER])
+    files = ["t3_turbo_v1.safetensors", "ve.safetensors", "s3gen_meanflow.safetensors", "tokenizer.json"]
+    weights.write(CACHE / "chatterbox", [f"turbo/{f}" for f in files])
     return CACHE / "chatterbox" / "turbo"
 
 
@@ -209,6 +210,10 @@ def test_the_converter_refuses_what_is_not_the_official_file(checkpoint, tmp_pat
     (tmp_path / "tokenizer.json").write_text('{"model": {"type": "WordPiece"}}')
     with pytest.raises(convert.ConversionError, match="not a byte-level BPE tokenizer"):
         convert.convert(tmp_path, tmp_path / "x.gguf")
+    (tmp_path / "tokenizer.json").unlink()
+    (tmp_path / "tokenizer.json").symlink_to(checkpoint / "tokenizer.json")
+    with pytest.raises(convert.ConversionError, match="has no 's3gen_meanflow.safetensors'"):
+        convert.convert(tmp_path, tmp_path / "x.gguf")
     with pytest.raises(convert.ConversionError, match="variant 'multilingual'"):
         convert.convert(checkpoint, tmp_path / "x.gguf", variant="multilingual")
     assert not (tmp_path / "x.gguf").exists()
@@ -295,3 +300,55 @@ def test_long_text_is_cut_into_chunks_the_token_model_takes(t3, golden, voice):
     for empty in ("", "   ", "... !? ,"):
         with pytest.raises(NothingToSpeakError):
             t3.text_chunks(empty)
+
+
+def log_mel(audio: np.ndarray) -> np.ndarray:
+    """Log power in 80 bands of 1024-sample frames every 256 samples (a comparison's view)."""
+    frames = np.lib.stride_tricks.sliding_window_view(np.pad(audio, 512), 1024)[::256] * np.hanning(1024)
+    power = np.abs(np.fft.rfft(frames, axis=1)) ** 2
+    bands = np.array_split(np.arange(power.shape[1]), 80)
+    return np.log(np.stack([power[:, b].sum(1) for b in bands], 1) + 1e-10)
+
+
+@pytest.mark.parametrize("given_f0", [False, True])
+def test_the_vocoder_matches_the_reference(t3, golden, given_f0):
+    f0 = golden["hift_f0_in"] if given_f0 else None
+    audio = t3.vocode(golden["hift_mel"], f0=f0, noise_scale=0)
+    ref = golden["hift_audio_f0" if given_f0 else "hift_audio"]
+    assert audio.shape == ref.shape == (40 * 480,)
+    assert np.abs(audio - ref).max() <= 1e-4 * np.abs(ref).max()
+    a, b = log_mel(audio).ravel(), log_mel(ref).ravel()
+    assert float(a @ b / np.linalg.norm(a) / np.linalg.norm(b)) >= 0.995
+    source = t3.output("source")[:, 0]
+    np.testing.assert_allclose(source, golden["hift_source_f0" if given_f0 else "hift_source"], atol=1e-5)
+    if not given_f0:
+        np.testing.assert_allclose(t3.output("f0")[:, 0], golden["hift_f0"], rtol=1e-4, atol=1e-5)
+    assert t3.timings()["stages_ms"]["generator"] > 0
+
+
+def test_the_vocoder_noise_follows_the_seed(t3, golden):
+    mel, f0 = golden["hift_mel"], golden["hift_f0_in"]
+    a = t3.vocode(mel, f0=f0, seed=1)
+    b = t3.vocode(mel, f0=f0, seed=1)
+    c = t3.vocode(mel, f0=f0, seed=2)
+    quiet = t3.vocode(mel, f0=f0, noise_scale=0)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+    assert 0 < np.abs(a - quiet).max() < 0.5
+
+
+def test_the_vocoder_refuses_bad_mels_and_can_be_cancelled(t3, golden):
+    mel = golden["hift_mel"]
+    with pytest.raises(InvalidArgumentError, match="80 bands"):
+        t3.vocode(mel.T)
+    with pytest.raises(InvalidArgumentError, match="no mel frames"):
+        t3.vocode(np.zeros((80, 0), np.float32))
+    bad = mel.copy()
+    bad[3, 7] = np.nan
+    with pytest.raises(InvalidArgumentError, match="NaN"):
+        t3.vocode(bad)
+    with pytest.raises(InvalidArgumentError, match="39 F0 values for 40 frames"):
+        t3.vocode(mel, f0=np.zeros(39))
+    with pytest.raises(CancelledError):
+        t3.vocode(mel, cancelled=lambda: True)
+    assert t3.vocode(mel[:, :2], noise_scale=0).shape == (960,)

@@ -170,6 +170,31 @@ class ChatterboxModel:
             raise InvalidArgumentError("no audio to embed")
         return self._context.embed(audio)
 
+    def vocode(
+        self,
+        mel: np.ndarray,
+        *,
+        f0: np.ndarray | None = None,
+        noise_scale: float | None = None,
+        seed: int = 0,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> np.ndarray:
+        """24 kHz audio of a log-mel ``mel`` [80, frames] (S3Gen's, 50 frames a second) through
+        the vocoder (HiFT). ``f0`` (Hz a frame) replaces its F0 predictor's; ``noise_scale``
+        scales its excitation's noise (None: the reference's; 0: none, and no random phases)."""
+        mel = np.asarray(mel, dtype=np.float32)
+        if mel.ndim != 2 or mel.shape[0] != 80:
+            raise InvalidArgumentError(f"a mel of 80 bands a frame, [80, frames]; not {mel.shape}")
+        if noise_scale is not None and not 0.0 <= noise_scale <= 10.0:
+            raise InvalidArgumentError(f"noise_scale must be from 0 to 10, not {noise_scale}")
+        return self._context.vocode(
+            np.ascontiguousarray(mel.T),
+            f0=None if f0 is None else np.ascontiguousarray(f0, dtype=np.float32).reshape(-1),
+            noise_scale=-1.0 if noise_scale is None else float(noise_scale),
+            seed=seed,
+            abort=cancelled,
+        )
+
     def meta(self, key: str) -> str | None:
         return self._model.meta(key)
 

@@ -57,8 +57,8 @@ enum vs_status {
 // Stages of synthesis. Each architecture runs a subset in its own order
 // (vs_model_stages): Piper phonemize, encoder, duration, flow, decoder; Kokoro
 // phonemize, bert, duration, prosody, text_encoder, decoder, generator; Chatterbox mel,
-// speaker (its voice encoder, vs_embed) and tokens (its token model, vs_generate_tokens). The
-// speaker encoder (vs_embed) runs mel, speaker.
+// speaker (its voice encoder, vs_embed), tokens (its token model, vs_generate_tokens) and
+// generator (its vocoder, vs_vocode). The speaker encoder (vs_embed) runs mel, speaker.
 enum vs_stage {
     VS_STAGE_PHONEMIZE    = 0,
     VS_STAGE_ENCODER      = 1,
@@ -315,6 +315,10 @@ struct vs_synth_params {
     int                            top_k;
     float                          top_p;
     float                          repetition_penalty;
+    // Chatterbox's vocoder (vs_vocode): F0 in Hz, one a mel frame, replacing its F0 predictor's,
+    // for comparing with a reference runtime. NULL: predicted.
+    const float * f0;
+    size_t        n_f0;
     // Speech tokens taken in place of the token model's draws (teacher forcing, after its
     // start token), for comparing with a reference runtime: output "t3_logits". NULL: drawn.
     const int32_t * speech_tokens;
@@ -356,6 +360,14 @@ VS_API struct vs_timings vs_context_timings(const vs_context * ctx);  // of the 
 // params.speech_tokens.
 VS_API int vs_generate_tokens(vs_context * ctx, const int32_t * text_tokens, size_t n_text_tokens,
                               struct vs_synth_params params, int32_t * tokens, size_t max_tokens, size_t * n_tokens);
+
+// Chatterbox's vocoder (HiFT) alone: audio at vs_model_sample_rate of a log-mel spectrogram
+// `mel` ([n_frames, 80], row-major, 50 frames a second), written to *audio (freed by the
+// caller). Its excitation's noise is params.noise_scale times the reference's (< 0: 1; 0: none,
+// and no random phases); params.seed picks it. Timings: stage generator. Outputs "f0"
+// ([n_frames]) and "source" ([samples]).
+VS_API int vs_vocode(vs_context * ctx, const float * mel, size_t n_frames, struct vs_synth_params params,
+                     vs_audio ** audio);
 
 // Named intermediate of the last chunk synthesized, for comparison with a reference
 // runtime, row-major [time, channels]. Piper: "m_p", "logs_p" ([T, C]), "logw" ([T]),

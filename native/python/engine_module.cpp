@@ -140,6 +140,9 @@ NB_MODULE(_engine, m) {
              "top_p"_a = -1.0f, "repetition_penalty"_a = -1.0f, "seed"_a = 0, "speech_tokens"_a = nb::none(),
              "on_stage"_a = nb::none(), "abort"_a = nb::none(),
              "Chatterbox's speech tokens for text tokens in the voice of a speaker embedding and prompt tokens.")
+        .def("vocode", &Context::vocode, "mel"_a, "f0"_a = nb::none(), "noise_scale"_a = -1.0f, "seed"_a = 0,
+             "on_stage"_a = nb::none(), "abort"_a = nb::none(),
+             "Chatterbox's vocoder on a log-mel [frames, 80]: 24 kHz audio.")
         .def("embed", &Context::embed, "audio"_a,
              "The L2-normalized speaker embedding of mono audio at the model's rate (speaker encoders).")
         .def("phonemize", &Context::phonemize)

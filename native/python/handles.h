@@ -317,6 +317,25 @@ class Context {
         return tokens_array(out, { n }, owner);
     }
 
+    audio_array vocode(nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu> mel,
+                       std::optional<vector_array> f0, float noise_scale, uint64_t seed, nb::object on_stage,
+                       nb::object abort) {
+        audio_ptr out;
+        run(noise_scale, -1.0f, -1.0f, seed, on_stage, nb::none(), abort, 0, std::nullopt, std::nullopt, std::nullopt,
+            1, [&](vs_context * c, const vs_synth_params & base) {
+                vs_synth_params p = base;
+                if (f0) {
+                    p.f0   = f0->data();
+                    p.n_f0 = f0->shape(0);
+                }
+                vs_audio * a      = nullptr;
+                const int  status = vs_vocode(c, mel.data(), mel.shape(0), p, &a);
+                out.reset(a);
+                return status;
+            });
+        return to_array(std::move(out));
+    }
+
     audio_array embed(nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> audio) {
         busy_guard   busy = guard();
         vs_context * c    = get();

@@ -157,8 +157,8 @@ int vs_model_stages(const vs_model * model, int * stages, int max_stages) {
     if (!model) {
         return 0;
     }
-    if (model->arch == "chatterbox") {  // a voice's speaker embedding (vs_embed), then its tokens
-        static const int chatterbox[] = { VS_STAGE_MEL, VS_STAGE_SPEAKER, VS_STAGE_TOKENS };
+    if (model->arch == "chatterbox") {  // a voice's speaker embedding (vs_embed), tokens, the vocoder
+        static const int chatterbox[] = { VS_STAGE_MEL, VS_STAGE_SPEAKER, VS_STAGE_TOKENS, VS_STAGE_GENERATOR };
         for (int i = 0; stages && i < (int) std::size(chatterbox) && i < max_stages; ++i) {
             stages[i] = chatterbox[i];
         }
@@ -310,6 +310,8 @@ struct vs_synth_params vs_synth_default_params(void) {
     p.top_k               = -1;       // the variant's default
     p.top_p               = -1.0f;    // the variant's default
     p.repetition_penalty  = -1.0f;    // the variant's default
+    p.f0                  = nullptr;  // predicted
+    p.n_f0                = 0;
     p.speech_tokens       = nullptr;  // drawn
     p.n_speech_tokens     = 0;
     return p;
@@ -423,6 +425,36 @@ int vs_generate_tokens(vs_context * ctx, const int32_t * text_tokens, size_t n_t
         ctx->timings.n_chunks = 1;
         ctx->timings.n_frames = (int32_t) out.size();
         ctx->timings.total_ms = vs::ms_since(t0);
+    });
+}
+
+int vs_vocode(vs_context * ctx, const float * mel, size_t n_frames, struct vs_synth_params params, vs_audio ** audio) {
+    if (ctx) {
+        ctx->clear_results();
+    }
+    return vs::guarded([&] {
+        if (!ctx || !mel || !audio) {
+            throw vs::error(VS_ERR_INVALID_ARG, "vs_vocode: ctx, mel and audio are required");
+        }
+        *audio = nullptr;
+        if (ctx->model->arch != "chatterbox") {
+            throw vs::error(VS_ERR_INVALID_ARG, "'" + ctx->model->path + "' is a " + ctx->model->arch +
+                                                    " model, which has no vocoder of its own");
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        ctx->active   = &params;
+        struct unset {
+            vs_context * c;
+            ~unset() { c->active = nullptr; }
+        } guard{ ctx };
+        auto out               = std::make_unique<vs_audio>();
+        out->samples           = vs::chatterbox_vocode(*ctx, mel, n_frames, params);
+        out->sample_rate       = ctx->model->sample_rate;
+        ctx->timings.n_chunks  = 1;
+        ctx->timings.n_frames  = (int32_t) n_frames;
+        ctx->timings.n_samples = (int64_t) out->samples.size();
+        ctx->timings.total_ms  = vs::ms_since(t0);
+        *audio                 = out.release();
     });
 }
 

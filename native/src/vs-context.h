@@ -418,6 +418,8 @@ void                         kokoro_validate(const vs_model & model);
 void                         ge2e_validate(const vs_model & model);
 void                         chatterbox_validate(const vs_model & model);
 std::unique_ptr<model_state> make_chatterbox_state(const vs_model & model);
+// Chatterbox's vocoder on a log-mel [n_frames, n_mels] (vs_vocode).
+std::vector<float> chatterbox_vocode(vs_context & ctx, const float * mel, size_t n_frames, const vs_synth_params & p);
 // Values in the speaker embedding of Chatterbox's conditionals.
 int64_t chatterbox_speaker_size(const vs_model & model);
 // A few tokens of a short text in a voice of zeros (vs_context::prewarm).

@@ -22,6 +22,10 @@ and a teacher-forced run of speech tokens. Outputs:
 - ``ve.<clip>`` [256]: the voice encoder's speaker embedding of each clip of tests/data/speaker
   (VoiceEncoder.embeds_from_wavs at 16 kHz: silence trimmed at 20 dB, partials of 160 frames
   1.3 a second), and ``ve_mel.<clip>`` [frames, 40] the mel spectrogram of its trimmed audio;
+- ``hift_mel`` [80, 40]: a log-mel; ``hift_f0`` [40]: S3Gen's vocoder's F0 predictor on it;
+  ``hift_audio``, ``hift_source``: HiFTGenerator.inference's audio and excitation with its
+  noise and random phases off; ``hift_f0_in`` [40] a voiced contour, and ``hift_audio_f0``,
+  ``hift_source_f0`` the same with the predictor's F0 replaced by it;
 - ``punc_in`` and ``punc_out``: texts and what the reference's punc_norm makes of them;
 - ``text_in`` and ``text_ids``: texts (the tokenizer's tags among them) and their ids by the
   reference's tokenizer (transformers' AutoTokenizer on the folder, as ChatterboxTurboTTS
@@ -159,12 +163,48 @@ def text_golden(ckpt: Path) -> dict[str, np.ndarray]:
     }
 
 
+@torch.inference_mode()
+def hift_golden(ckpt: Path) -> dict[str, np.ndarray]:
+    from chatterbox.models.s3gen import S3Gen, hifigan
+
+    s3 = S3Gen(meanflow=True)
+    state = load_file(ckpt / "turbo" / "s3gen_meanflow.safetensors")
+    hift = s3.mel2wav
+    hift.load_state_dict({k[len("mel2wav.") :]: v for k, v in state.items() if k.startswith("mel2wav.")})
+    hift.eval()
+
+    class NoPhase:  # SineGen's random phases off
+        def __init__(self, low, high):
+            pass
+
+        def sample(self, sample_shape):
+            return torch.zeros(sample_shape)
+
+    rng = np.random.default_rng(11)
+    mel = torch.from_numpy((rng.standard_normal((1, 80, 40)) * 1.5 - 4.0).astype(np.float32))
+    f0_in = np.zeros(40, np.float32)
+    f0_in[5:31] = 120 + 60 * np.sin(np.arange(26) / 6.0)
+    out = {"hift_mel": mel[0].numpy(), "hift_f0_in": f0_in}
+    randn_like, uniform = torch.randn_like, hifigan.Uniform
+    torch.randn_like, hifigan.Uniform = torch.zeros_like, NoPhase
+    try:
+        out["hift_f0"] = hift.f0_predictor(mel)[0].numpy()
+        wav, src = hift.inference(speech_feat=mel)
+        out["hift_audio"], out["hift_source"] = wav[0].numpy(), src[0, 0].numpy()
+        hift.f0_predictor.forward = lambda x: torch.from_numpy(f0_in)[None]
+        wav, src = hift.inference(speech_feat=mel)
+        out["hift_audio_f0"], out["hift_source_f0"] = wav[0].numpy(), src[0, 0].numpy()
+    finally:
+        torch.randn_like, hifigan.Uniform = randn_like, uniform
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--weights", type=Path, default=Path("/tmp/chatterbox-weights"))
     args = ap.parse_args()
     weights.write(args.weights)
-    out = t3_golden(args.weights) | ve_golden(args.weights) | text_golden(args.weights)
+    out = t3_golden(args.weights) | ve_golden(args.weights) | text_golden(args.weights) | hift_golden(args.weights)
     np.savez_compressed(OUT, **out)
     for k, v in out.items():
         print(k, v.shape, v.dtype)

@@ -42,9 +42,16 @@ def voice_encoder():
     return VoiceEncoder()
 
 
+def s3gen_meanflow():
+    from chatterbox.models.s3gen import S3Gen
+
+    return S3Gen(meanflow=True)
+
+
 FILES = {
     "turbo/t3_turbo_v1.safetensors": t3_turbo,
     "turbo/ve.safetensors": voice_encoder,
+    "turbo/s3gen_meanflow.safetensors": s3gen_meanflow,
 }
 
 

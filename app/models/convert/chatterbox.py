@@ -7,7 +7,8 @@ learned positions, text and speech embeddings, the speech head, the speaker proj
 ``ve.safetensors`` (the voice encoder, which makes the token model's speaker embedding), and the
 text tokenizer, GPT-2's byte-level BPE: ``tokenizer.json``, or ``vocab.json`` and ``merges.txt``
 (with ``added_tokens.json``), written as one JSON string, ``chatterbox.tokenizer``, in
-tokenizer.json's layout (its model's vocabulary and merges, the added tokens).
+tokenizer.json's layout (its model's vocabulary and merges, the added tokens); and S3Gen's
+``s3gen_meanflow.safetensors``, of which its vocoder (HiFT, ``mel2wav.*``).
 Every tensor is checked against the names and shapes the reference implementation loads
 (``load_state_dict(..., strict=True)``); hyperparameters go into the GGUF's metadata, read from
 the shapes where the file holds them.
@@ -29,6 +30,14 @@ its front end (chatterbox/models/voice_encoder: librosa's STFT with reflected ed
 same Slaney mel filters as Resemblyzer's; partials of 160 frames 1.3 a second cut as its
 stride_as_partials does, at least 80% covered; silence trimmed at 20 dB by
 VoiceEncoder.embeds_from_wavs) is written as ``chatterbox.ve.*`` metadata.
+
+HiFT's tensors are its modules' under ``hift.`` with weight norm folded in (w = g v / |v|):
+convolutions [IC, K, OC]; transposed convolutions [IC, OC, K'] with K' the taps rounded up to a
+multiple of the stride (zeros after); Snake's ``alpha`` and ``inv_alpha`` = 1 / (alpha + 1e-9)
+[C]; the F0 predictor's ``hift.f0.condnet.{0..4}``; ``hift.stft`` [16, 18] (the source's
+Hann-windowed DFT, cos then -sin rows) and ``hift.istft`` [18, 1, 16] (the windowed inverse
+real DFT of cos and sin parts, as a transposed convolution's taps). Its hyperparameters
+(S3Token2Wav's HiFTGenerator) are ``chatterbox.hift.*`` metadata.
 
 The text head, and GPT-2's own token embedding (``tfmr.wte``), are not used to speak and are
 left out.
@@ -163,6 +172,92 @@ def _voice_encoder(st: SafetensorsFile) -> dict[str, np.ndarray]:
     return t
 
 
+S3GEN_FILES = {"turbo": "s3gen_meanflow.safetensors"}
+# S3Token2Wav's HiFTGenerator (chatterbox/models/s3gen/s3gen.py, hifigan.py).
+HIFT = {
+    "n_mels": 80,
+    "channels": 512,
+    "n_fft": 16,
+    "hop": 4,
+    "harmonics": 8,
+    "f0_layers": 5,
+    "sample_rate": SAMPLE_RATE,
+    "upsample_rates": [8, 5, 3],
+    "upsample_kernels": [16, 11, 7],
+    "resblock_kernels": [3, 7, 11],
+    "resblock_dilations": [1, 3, 5],
+    "source_resblock_kernels": [7, 7, 11],
+    "nsf_alpha": 0.1,
+    "nsf_sigma": 0.003,
+    "voiced_threshold": 10.0,
+    "lrelu_slope": 0.1,
+    "audio_limit": 0.99,
+}
+
+
+def _hift(st: SafetensorsFile) -> dict[str, np.ndarray]:
+    """HiFT's tensors (``mel2wav.*``) laid out for the engine, weight norm folded in."""
+
+    def get(name: str) -> np.ndarray:
+        if name not in st:
+            raise ConversionError(f"'{st.path.name}' lacks tensor '{name}': not S3Gen's vocoder")
+        return np.asarray(st.tensor(name), dtype=np.float32)
+
+    def weight(module: str) -> np.ndarray:
+        if module + ".weight" in st:
+            return get(module + ".weight")
+        g = get(module + ".parametrizations.weight.original0").astype(np.float64)
+        v = get(module + ".parametrizations.weight.original1").astype(np.float64)
+        norm = np.sqrt((v * v).reshape(v.shape[0], -1).sum(axis=1)).reshape(-1, *([1] * (v.ndim - 1)))
+        return (g * v / norm).astype(np.float32)
+
+    def conv(out: str, module: str) -> None:
+        t[out + ".weight"] = np.ascontiguousarray(weight(module).transpose(0, 2, 1))  # [OC, IC, K] -> [IC, K, OC]
+        t[out + ".bias"] = get(module + ".bias")
+
+    def resblock(out: str, module: str) -> None:
+        for j in range(len(HIFT["resblock_dilations"])):
+            for half in ("1", "2"):
+                conv(f"{out}.convs{half}.{j}", f"{module}.convs{half}.{j}")
+                alpha = get(f"{module}.activations{half}.{j}.alpha")
+                t[f"{out}.activations{half}.{j}.alpha"] = alpha
+                t[f"{out}.activations{half}.{j}.inv_alpha"] = (1.0 / (alpha.astype(np.float64) + 1e-9)).astype(
+                    np.float32
+                )
+
+    m, t = "mel2wav.", {}
+    conv("hift.conv_pre", m + "conv_pre")
+    for i, (rate, kernel) in enumerate(zip(HIFT["upsample_rates"], HIFT["upsample_kernels"], strict=True)):
+        w = weight(f"{m}ups.{i}").transpose(2, 1, 0)  # [IC, OC, K] -> [K, OC, IC]
+        if w.shape[0] != kernel:
+            raise ConversionError(f"'{st.path.name}': HiFT's upsampling {i} has {w.shape[0]} taps, expected {kernel}")
+        taps = -(-kernel // rate) * rate
+        t[f"hift.ups.{i}.weight"] = np.ascontiguousarray(np.pad(w, ((0, taps - kernel), (0, 0), (0, 0))))
+        t[f"hift.ups.{i}.bias"] = get(f"{m}ups.{i}.bias")
+        conv(f"hift.source_downs.{i}", f"{m}source_downs.{i}")
+        resblock(f"hift.source_resblocks.{i}", f"{m}source_resblocks.{i}")
+        for j in range(len(HIFT["resblock_kernels"])):
+            n = i * len(HIFT["resblock_kernels"]) + j
+            resblock(f"hift.resblocks.{n}", f"{m}resblocks.{n}")
+    conv("hift.conv_post", m + "conv_post")
+    for layer in range(HIFT["f0_layers"]):
+        conv(f"hift.f0.condnet.{layer}", f"{m}f0_predictor.condnet.{2 * layer}")
+    t["hift.f0.classifier.weight"] = get(m + "f0_predictor.classifier.weight")
+    t["hift.f0.classifier.bias"] = get(m + "f0_predictor.classifier.bias")
+    t["hift.m_source.l_linear.weight"] = get(m + "m_source.l_linear.weight")
+    t["hift.m_source.l_linear.bias"] = get(m + "m_source.l_linear.bias")
+    # The source's STFT and the output's inverse STFT (periodic Hann window, torch.stft/istft).
+    n_fft = HIFT["n_fft"]
+    n, k = np.arange(n_fft), np.arange(n_fft // 2 + 1)
+    window = 0.5 - 0.5 * np.cos(2 * np.pi * n / n_fft)
+    angle = 2 * np.pi * np.outer(k, n) / n_fft  # [bins, n]
+    t["hift.stft"] = np.concatenate([np.cos(angle) * window, -np.sin(angle) * window]).astype(np.float32)
+    scale = np.where((k == 0) | (k == n_fft // 2), 1.0, 2.0)[:, None] / n_fft
+    inverse = np.concatenate([np.cos(angle) * scale, -np.sin(angle) * scale]) * window  # [2 bins, n]
+    t["hift.istft"] = np.ascontiguousarray(inverse.T[:, None, :]).astype(np.float32)  # [n, 1, 2 bins]
+    return t
+
+
 def _tokenizer(checkpoint: Path, text_vocab: int) -> str:
     """The text tokenizer of the checkpoint folder, as a JSON string of tokenizer.json's layout."""
     path = checkpoint / "tokenizer.json"
@@ -218,6 +313,13 @@ def convert(
     except SafetensorsError as e:
         raise ConversionError(str(e)) from None
     tokenizer = _tokenizer(Path(checkpoint), hp["text_vocab"])
+    s3gen_path = Path(checkpoint) / S3GEN_FILES[variant]
+    if not s3gen_path.is_file():
+        raise ConversionError(f"'{checkpoint}' has no '{S3GEN_FILES[variant]}' (S3Gen: speech tokens to audio)")
+    try:
+        hift = _hift(SafetensorsFile(s3gen_path))
+    except SafetensorsError as e:
+        raise ConversionError(str(e)) from None
 
     with atomic_path(out_path) as tmp:
         writer = gguf.GGUFWriter(str(tmp), ARCH)
@@ -249,6 +351,15 @@ def convert(
         for name, (data, reduce) in tensors.items():
             add_weight(writer, name, data, weights, reduce=reduce)
         for name, data in voice_encoder.items():
+            writer.add_tensor(name, data)
+        for key, value in HIFT.items():
+            if isinstance(value, list):
+                writer.add_array(p + "hift." + key, np.asarray(value, np.int32).tolist())
+            elif isinstance(value, float):
+                writer.add_float32(p + "hift." + key, value)
+            else:
+                writer.add_uint32(p + "hift." + key, value)
+        for name, data in hift.items():
             writer.add_tensor(name, data)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()

@@ -357,4 +357,28 @@ ggml_tensor * conv_transpose1d_zero_edges(ggml_context * ctx, ggml_tensor * x, g
     return zeros_before > 0 || zeros_after > 0 ? pad_time(ctx, y, zeros_before, zeros_after) : y;
 }
 
+ggml_tensor * conv_transpose1d_any(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int stride,
+                                   int padding, int64_t K) {
+    const int64_t IC = w->ne[0], OC = w->ne[1], s = stride, G = w->ne[2] / s, T = x->ne[1];
+    GGML_ASSERT(w->ne[2] % s == 0 && K <= w->ne[2] && K > w->ne[2] - s && x->ne[0] == IC);
+    // Every tap of every output channel at once, G - 1 zero steps before and after:
+    // cols[oc + OC*k, j] = sum_ic w[ic, oc, k] x[ic, j - (G - 1)].
+    ggml_tensor * xp   = G > 1 ? pad_time(ctx, x, G - 1, G - 1) : x;
+    ggml_tensor * cols = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w, IC, OC * s * G), xp);  // [OC*s*G, T+2G-2]
+    // Step t writes tap group g (taps g*s .. g*s + s - 1) to block t + g of s frames, so block j
+    // sums group g of step j - g over g: G views of cols, each shifted by a column.
+    const size_t  fb = OC * ggml_element_size(cols);  // bytes per frame
+    ggml_tensor * y  = nullptr;
+    for (int64_t g = 0; g < G; ++g) {
+        ggml_tensor * v =
+            ggml_view_3d(ctx, cols, OC, s, T + G - 1, fb, cols->nb[1], g * s * fb + (G - 1 - g) * cols->nb[1]);
+        y = y ? ggml_add(ctx, y, v) : ggml_cont(ctx, v);
+    }
+    if (b) {
+        y = ggml_add(ctx, y, b);
+    }
+    const int64_t T_out = (T - 1) * s + K - 2 * padding;  // output frame u is full frame u + padding
+    return ggml_view_2d(ctx, ggml_reshape_2d(ctx, y, OC, s * (T + G - 1)), OC, T_out, fb, padding * fb);
+}
+
 }  // namespace vs

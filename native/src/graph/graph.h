@@ -113,6 +113,12 @@ ggml_tensor * conv_transpose1d(ggml_context * ctx, ggml_tensor * x, ggml_tensor 
 ggml_tensor * conv_transpose1d_zero_edges(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b,
                                           int stride, int padding, int64_t zeros_before, int64_t zeros_after);
 
+// ConvTranspose1d of any kernel: w [IC, OC, K'] holds PyTorch's K taps ([IC, OC, K]) then zeros
+// up to K' = a multiple of the stride (K' - stride < K); x [IC, T] -> [OC, (T - 1) * stride + K - 2p],
+// a view of a contiguous tensor.
+ggml_tensor * conv_transpose1d_any(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, ggml_tensor * b, int stride,
+                                   int padding, int64_t K);
+
 // Convolution with a stride: x [IC, T] -> [OC, (T + 2p - K) / stride + 1]; w [IC, K, OC].
 ggml_tensor * conv1d_strided(const graph_options & o, ggml_context * ctx, ggml_tensor * x, ggml_tensor * w,
                              ggml_tensor * b, int stride, int padding);

@@ -2,16 +2,54 @@
 // in a voice given by its conditionals.
 #include "chatterbox.h"
 
+#include <cmath>
+
 namespace vs {
 
 void chatterbox_validate(const vs_model & model) {
     check_tensors(model, chatterbox::t3_layout(chatterbox::read_t3_hparams(model)));
+    check_tensors(model, chatterbox::hift_layout(chatterbox::read_hift_hparams(model)));
     ge2e_validate(model);  // the voice encoder, under "ve."
     const int64_t ve = ge2e_embedding_size(model), t3 = chatterbox::read_t3_hparams(model).speaker_embed_size;
     if (ve != t3) {
         model.bad("the voice encoder makes embeddings of " + std::to_string(ve) + " values; the token model takes " +
                   std::to_string(t3));
     }
+}
+
+std::vector<float> chatterbox_vocode(vs_context & c, const float * mel, size_t n_frames, const vs_synth_params & p) {
+    const chatterbox::hift_hparams h = chatterbox::read_hift_hparams(*c.model);
+    if (n_frames == 0) {
+        throw error(VS_ERR_INVALID_ARG, "no mel frames to vocode");
+    }
+    if (n_frames > 30000) {  // 10 minutes
+        throw error(VS_ERR_INVALID_ARG, std::to_string(n_frames) + " mel frames: at most 30000 (10 minutes) a call");
+    }
+    const size_t n = n_frames * (size_t) h.n_mels;
+    for (size_t i = 0; i < n; ++i) {
+        if (!std::isfinite(mel[i])) {
+            throw error(VS_ERR_INVALID_ARG, "the mel holds a NaN or infinite value");
+        }
+    }
+    if (p.f0 && p.n_f0 != n_frames) {
+        throw error(VS_ERR_INVALID_ARG,
+                    std::to_string(p.n_f0) + " F0 values for " + std::to_string(n_frames) + " frames");
+    }
+    if (!(p.noise_scale < 0.0f) && !(p.noise_scale <= 10.0f)) {
+        throw error(VS_ERR_INVALID_ARG, "noise_scale must be at most 10");
+    }
+    const float        noise = p.noise_scale < 0.0f ? 1.0f : p.noise_scale;
+    const int64_t      T     = (int64_t) n_frames;
+    std::vector<float> audio, f0, source;
+    c.timed_stage(VS_STAGE_GENERATOR, 0, p, [&] {
+        f0     = p.f0 ? std::vector<float>(p.f0, p.f0 + n_frames) : chatterbox::hift_f0(c, h, mel, T);
+        source = chatterbox::hift_source(c, h, f0, noise, p.seed);
+        c.check_abort();
+        audio = chatterbox::hift_vocode(c, h, mel, T, source);
+    });
+    c.set_output("f0", std::move(f0), T, 1);
+    c.set_output("source", std::move(source), (int64_t) audio.size(), 1);
+    return audio;
 }
 
 int64_t chatterbox_speaker_size(const vs_model & model) {

@@ -34,6 +34,28 @@ struct sampling {
 };
 int32_t sample_token(std::vector<float> & logits, const std::vector<int32_t> & history, const sampling & s, double u);
 
+// HiFT, S3Gen's vocoder (hift.cpp).
+struct hift_hparams {
+    int64_t              n_mels = 80, channels = 512, n_fft = 16, hop = 4, harmonics = 8, f0_layers = 5;
+    int64_t              sample_rate = 24000;
+    float                nsf_alpha = 0.1f, nsf_sigma = 0.003f, voiced_threshold = 10.0f, lrelu_slope = 0.1f;
+    float                audio_limit = 0.99f;
+    std::vector<int64_t> rates, kernels, res_kernels, dilations, source_kernels;
+};
+
+hift_hparams             read_hift_hparams(const vs_model & m);
+std::vector<tensor_spec> hift_layout(const hift_hparams & h);
+int64_t                  hift_samples_per_frame(const hift_hparams & h);
+// F0 in Hz [T] of a mel [n_mels, T] (its F0 predictor).
+std::vector<float> hift_f0(vs_context & c, const hift_hparams & h, const float * mel, int64_t T);
+// The neural source filter's excitation, hift_samples_per_frame samples a frame of f0: its
+// harmonics' sines where voiced, noise (times noise_scale; 0: none, and no random phases).
+std::vector<float> hift_source(vs_context & c, const hift_hparams & h, const std::vector<float> & f0, float noise_scale,
+                               uint64_t seed);
+// Audio of a mel [n_mels, T] and its source.
+std::vector<float> hift_vocode(vs_context & c, const hift_hparams & h, const float * mel, int64_t T,
+                               const std::vector<float> & source);
+
 // T3's state in one context: its key/value cache on the context's device.
 class t3_state : public model_state {
   public:

@@ -1,0 +1,299 @@
+// HiFT, S3Gen's vocoder (HiFTNet: a neural source filter and an iSTFTNet): an F0 predictor over the
+// mel, a sine source from that F0 (harmonics, noise), the mel upsampled through transposed
+// convolutions with the source's STFT fused in at each rate, Snake residual blocks, and an
+// inverse STFT of the predicted magnitude and phase. Mel [80, T] at 50 Hz -> 24 kHz audio.
+#include <cmath>
+
+#include "../../graph/graph.h"
+#include "chatterbox.h"
+
+namespace vs::chatterbox {
+
+hift_hparams read_hift_hparams(const vs_model & m) {
+    hift_hparams      h;
+    const std::string k = "chatterbox.hift.";
+    h.n_mels            = m.u32_in(k + "n_mels", 1, 512);
+    h.channels          = m.u32_in(k + "channels", 8, 4096);
+    h.n_fft             = m.u32_in(k + "n_fft", 2, 1024);
+    h.hop               = m.u32_in(k + "hop", 1, 1024);
+    h.harmonics         = m.u32_in(k + "harmonics", 0, 64);
+    h.f0_layers         = m.u32_in(k + "f0_layers", 1, 16);
+    h.sample_rate       = m.u32_in(k + "sample_rate", 1000, 384000);
+    h.nsf_alpha         = m.f32_in(k + "nsf_alpha", 0.0f, 10.0f);
+    h.nsf_sigma         = m.f32_in(k + "nsf_sigma", 0.0f, 10.0f);
+    h.voiced_threshold  = m.f32_in(k + "voiced_threshold", 0.0f, 1e4f);
+    h.lrelu_slope       = m.f32_in(k + "lrelu_slope", 0.0f, 1.0f);
+    h.audio_limit       = m.f32_in(k + "audio_limit", 0.0f, 100.0f);
+    for (int32_t r : m.i32_array_in(k + "upsample_rates", 1, 8, 1, 64)) {
+        h.rates.push_back(r);
+    }
+    for (int32_t r : m.i32_array_in(k + "upsample_kernels", h.rates.size(), h.rates.size(), 1, 256)) {
+        h.kernels.push_back(r);
+    }
+    for (int32_t r : m.i32_array_in(k + "resblock_kernels", 1, 8, 1, 64)) {
+        h.res_kernels.push_back(r);
+    }
+    for (int32_t r : m.i32_array_in(k + "resblock_dilations", 1, 8, 1, 64)) {
+        h.dilations.push_back(r);
+    }
+    for (int32_t r : m.i32_array_in(k + "source_resblock_kernels", h.rates.size(), h.rates.size(), 1, 64)) {
+        h.source_kernels.push_back(r);
+    }
+    if (h.channels >> h.rates.size() < 1 || h.n_fft % h.hop || h.n_fft % 2) {
+        m.bad("metadata 'chatterbox.hift.*' describes no vocoder this engine runs");
+    }
+    return h;
+}
+
+int64_t hift_samples_per_frame(const hift_hparams & h) {
+    int64_t n = h.hop;
+    for (int64_t r : h.rates) {
+        n *= r;
+    }
+    return n;
+}
+
+std::vector<tensor_spec> hift_layout(const hift_hparams & h) {
+    const int64_t            C = h.channels, M = h.n_mels, bins = h.n_fft / 2 + 1, U = (int64_t) h.rates.size();
+    std::vector<tensor_spec> s = {
+        { "hift.conv_pre.weight", { M, 7, C, 1 }, false },
+        { "hift.conv_pre.bias", { C, 1, 1, 1 }, false },
+        { "hift.m_source.l_linear.weight", { h.harmonics + 1, 1, 1, 1 }, false },
+        { "hift.m_source.l_linear.bias", { 1, 1, 1, 1 }, false },
+        { "hift.f0.classifier.weight", { C, 1, 1, 1 }, false },
+        { "hift.f0.classifier.bias", { 1, 1, 1, 1 }, false },
+        { "hift.stft", { h.n_fft, 2 * bins, 1, 1 }, false },
+        { "hift.istft", { 2 * bins, 1, h.n_fft, 1 }, false },
+    };
+    for (int64_t l = 0; l < h.f0_layers; ++l) {
+        const std::string p = "hift.f0.condnet." + std::to_string(l) + ".";
+        s.push_back({ p + "weight", { l == 0 ? M : C, 3, C, 1 }, false });
+        s.push_back({ p + "bias", { C, 1, 1, 1 }, false });
+    }
+    auto resblock = [&](const std::string & p, int64_t ch, int64_t k) {
+        for (size_t j = 0; j < h.dilations.size(); ++j) {
+            for (const char * half : { "1.", "2." }) {
+                const std::string q = p + "convs" + half + std::to_string(j) + ".";
+                s.push_back({ q + "weight", { ch, k, ch, 1 }, false });
+                s.push_back({ q + "bias", { ch, 1, 1, 1 }, false });
+                const std::string a = p + "activations" + half + std::to_string(j) + ".";
+                s.push_back({ a + "alpha", { ch, 1, 1, 1 }, false });
+                s.push_back({ a + "inv_alpha", { ch, 1, 1, 1 }, false });
+            }
+        }
+    };
+    int64_t              down = 1;  // the source's STFT frames per frame of stage i, last stage first
+    std::vector<int64_t> downs((size_t) U);
+    for (int64_t i = U - 1; i >= 0; --i) {
+        downs[(size_t) i] = down;
+        down *= h.rates[(size_t) i];
+    }
+    for (int64_t i = 0; i < U; ++i) {
+        const int64_t     in = C >> i, out = C >> (i + 1), r = h.rates[(size_t) i];
+        const int64_t     taps = (h.kernels[(size_t) i] + r - 1) / r * r;
+        const std::string n    = std::to_string(i);
+        s.push_back({ "hift.ups." + n + ".weight", { in, out, taps, 1 }, false });
+        s.push_back({ "hift.ups." + n + ".bias", { out, 1, 1, 1 }, false });
+        const int64_t d = downs[(size_t) i];
+        s.push_back({ "hift.source_downs." + n + ".weight", { 2 * bins, d == 1 ? 1 : 2 * d, out, 1 }, false });
+        s.push_back({ "hift.source_downs." + n + ".bias", { out, 1, 1, 1 }, false });
+        resblock("hift.source_resblocks." + n + ".", out, h.source_kernels[(size_t) i]);
+        for (size_t j = 0; j < h.res_kernels.size(); ++j) {
+            resblock("hift.resblocks." + std::to_string(i * (int64_t) h.res_kernels.size() + (int64_t) j) + ".", out,
+                     h.res_kernels[j]);
+        }
+    }
+    s.push_back({ "hift.conv_post.weight", { C >> U, 7, 2 * bins, 1 }, false });
+    s.push_back({ "hift.conv_post.bias", { 2 * bins, 1, 1, 1 }, false });
+    return s;
+}
+
+namespace {
+
+// Snake: x + sin^2(alpha x) / alpha, alpha per channel.
+ggml_tensor * snake(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & p) {
+    ggml_tensor * s = ggml_sqr(g, ggml_sin(g, ggml_mul(g, x, c.w(p + "alpha"))));
+    return ggml_add(g, x, ggml_mul(g, s, c.w(p + "inv_alpha")));
+}
+
+// HiFi-GAN's residual block with Snake activations: per dilation d, x += conv(snake(conv_d(snake(x)))).
+ggml_tensor * resblock(vs_context & c, ggml_context * g, ggml_tensor * x, const hift_hparams & h, const std::string & p,
+                       int64_t k) {
+    const graph_options o = c.graph_opts();
+    for (size_t j = 0; j < h.dilations.size(); ++j) {
+        const std::string n  = std::to_string(j);
+        const int         d  = (int) h.dilations[j];
+        ggml_tensor *     xt = snake(c, g, x, p + "activations1." + n + ".");
+        xt                   = conv1d(o, g, xt, c.w(p + "convs1." + n + ".weight"), c.w(p + "convs1." + n + ".bias"), d,
+                                      (int) (k * d - d) / 2);
+        xt                   = snake(c, g, xt, p + "activations2." + n + ".");
+        xt                   = conv1d(o, g, xt, c.w(p + "convs2." + n + ".weight"), c.w(p + "convs2." + n + ".bias"), 1,
+                                      (int) (k - 1) / 2);
+        x                    = ggml_add(g, x, xt);
+    }
+    return x;
+}
+
+}  // namespace
+
+std::vector<float> hift_f0(vs_context & c, const hift_hparams & h, const float * mel, int64_t T) {
+    auto           gb = c.new_graph((size_t) (h.f0_layers * 16 + 32));
+    ggml_context * g  = gb.ctx.get();
+    ggml_tensor *  x  = ggml_new_tensor_2d(g, GGML_TYPE_F32, h.n_mels, T);
+    ggml_set_input(x);
+    ggml_tensor * y = x;
+    for (int64_t l = 0; l < h.f0_layers; ++l) {
+        const std::string p = "hift.f0.condnet." + std::to_string(l) + ".";
+        y                   = ggml_elu(g, conv1d(c.graph_opts(), g, y, c.w(p + "weight"), c.w(p + "bias"), 1, 1));
+    }
+    ggml_tensor * f0 = named(
+        ggml_abs(g, ggml_add(g, ggml_mul_mat(g, c.w("hift.f0.classifier.weight"), y), c.w("hift.f0.classifier.bias"))),
+        "hift_f0");  // [1, T]
+    ggml_set_output(f0);
+    ggml_build_forward_expand(gb.gf, f0);
+    c.alloc(VS_STAGE_GENERATOR, gb.gf);
+    c.set_input(x, mel);
+    c.compute(gb.gf);
+    std::vector<float> out((size_t) T);
+    ggml_backend_tensor_get(f0, out.data(), 0, ggml_nbytes(f0));
+    return out;
+}
+
+std::vector<float> hift_source(vs_context & c, const hift_hparams & h, const std::vector<float> & f0, float noise_scale,
+                               uint64_t seed) {
+    const int64_t            per = hift_samples_per_frame(h), L = (int64_t) f0.size() * per, H = h.harmonics + 1;
+    const std::vector<float> w = host_floats(c.model->tensor("hift.m_source.l_linear.weight"));
+    const float              b = host_floats(c.model->tensor("hift.m_source.l_linear.bias"))[0];
+    // SineGen: per harmonic, the running sum of f0 (i + 1) / sr (summed in double, as PyTorch's
+    // cumsum on the CPU does), its fraction, a phase: harmonic 0 none, the others uniform in
+    // [-pi, pi) from the seed (none without noise); voiced samples (f0 > the threshold) the
+    // sine, unvoiced ones noise of a third of its amplitude, voiced ones noise of nsf_sigma.
+    std::vector<double> cum((size_t) H, 0.0);
+    std::vector<float>  phase((size_t) H, 0.0f);
+    if (noise_scale > 0.0f) {
+        for (int64_t i = 1; i < H; ++i) {
+            const double u =
+                (double) (mix64(seed ^ mix64(0x5eed0000u + (uint64_t) i)) >> 11) * (1.0 / 9007199254740992.0);
+            phase[(size_t) i] = (float) ((2.0 * u - 1.0) * M_PI);
+        }
+    }
+    const float        two_pi = (float) (2.0 * M_PI);
+    std::vector<float> src((size_t) L);
+    for (int64_t j = 0; j < L; ++j) {
+        const float f      = f0[(size_t) (j / per)];
+        const bool  voiced = f > h.voiced_threshold;
+        const float amp    = voiced ? h.nsf_sigma : h.nsf_alpha / 3.0f;
+        float       acc    = b;
+        for (int64_t i = 0; i < H; ++i) {
+            cum[(size_t) i] += (double) (f * (float) (i + 1) / (float) h.sample_rate);
+            const float cycles = (float) cum[(size_t) i];
+            const float frac   = cycles - std::floor(cycles);
+            float       v      = voiced ? h.nsf_alpha * std::sin(two_pi * frac + phase[(size_t) i]) : 0.0f;
+            if (noise_scale > 0.0f) {
+                float n0, n1;
+                gaussian_pair(seed, (uint64_t) (j * H + i), 1.0f, n0, n1);
+                v += noise_scale * amp * n0;
+            }
+            acc += w[(size_t) i] * v;
+        }
+        src[(size_t) j] = std::tanh(acc);
+    }
+    return src;
+}
+
+std::vector<float> hift_vocode(vs_context & c, const hift_hparams & h, const float * mel, int64_t T,
+                               const std::vector<float> & source) {
+    const int64_t per = hift_samples_per_frame(h), L = T * per, N = h.n_fft, hop = h.hop, bins = N / 2 + 1;
+    const int64_t F = L / hop + 1;  // STFT frames of the source (centred)
+    // The source's frames, reflected at both ends, as torch.stft(center=True) pads them.
+    std::vector<float> frames((size_t) (N * F));
+    for (int64_t f = 0; f < F; ++f) {
+        for (int64_t n = 0; n < N; ++n) {
+            int64_t s                    = f * hop + n - N / 2;
+            s                            = s < 0 ? -s : s >= L ? 2 * (L - 1) - s : s;
+            frames[(size_t) (f * N + n)] = source[(size_t) std::min(std::max<int64_t>(s, 0), L - 1)];
+        }
+    }
+    // The iSTFT's window envelope: 1 / the sum of the squared window over the frames at each
+    // output sample (after the n_fft / 2 samples torch.istft drops).
+    std::vector<float> inv_env((size_t) L);
+    {
+        std::vector<double> env((size_t) ((F - 1) * hop + N), 0.0);
+        for (int64_t f = 0; f < F; ++f) {
+            for (int64_t n = 0; n < N; ++n) {
+                const double wv = 0.5 - 0.5 * std::cos(2.0 * M_PI * (double) n / (double) N);
+                env[(size_t) (f * hop + n)] += wv * wv;
+            }
+        }
+        for (int64_t j = 0; j < L; ++j) {
+            inv_env[(size_t) j] = (float) (1.0 / env[(size_t) (j + N / 2)]);
+        }
+    }
+
+    const size_t   U  = h.rates.size();
+    auto           gb = c.new_graph(16384);
+    ggml_context * g  = gb.ctx.get();
+    ggml_tensor *  xm = ggml_new_tensor_2d(g, GGML_TYPE_F32, h.n_mels, T);
+    ggml_tensor *  xf = ggml_new_tensor_2d(g, GGML_TYPE_F32, N, F);
+    ggml_tensor *  ev = ggml_new_tensor_2d(g, GGML_TYPE_F32, 1, L);
+    ggml_set_input(xm);
+    ggml_set_input(xf);
+    ggml_set_input(ev);
+    const graph_options  o    = c.graph_opts();
+    ggml_tensor *        spec = named(ggml_mul_mat(g, c.w("hift.stft"), xf), "hift_source_stft");  // [2 bins, F]
+    ggml_tensor *        x    = conv1d(o, g, xm, c.w("hift.conv_pre.weight"), c.w("hift.conv_pre.bias"), 1, 3);
+    int64_t              down = 1;
+    std::vector<int64_t> downs(U);
+    for (size_t i = U; i-- > 0;) {
+        downs[i] = down;
+        down *= h.rates[i];
+    }
+    for (size_t i = 0; i < U; ++i) {
+        const std::string n = std::to_string(i);
+        const int64_t     r = h.rates[i], k = h.kernels[i];
+        x = conv_transpose1d_any(g, ggml_leaky_relu(g, x, h.lrelu_slope, false), c.w("hift.ups." + n + ".weight"),
+                                 c.w("hift.ups." + n + ".bias"), (int) r, (int) (k - r) / 2, k);
+        if (i + 1 == U) {  // ReflectionPad1d((1, 0))
+            x = ggml_concat(g, ggml_view_2d(g, x, x->ne[0], 1, x->nb[1], x->nb[1]), x, 1);
+        } else {
+            x = ggml_cont(g, x);
+        }
+        const int64_t d  = downs[i];
+        ggml_tensor * si = d == 1 ? conv1d(o, g, spec, c.w("hift.source_downs." + n + ".weight"),
+                                           c.w("hift.source_downs." + n + ".bias"), 1, 0)
+                                  : conv1d_strided(o, g, spec, c.w("hift.source_downs." + n + ".weight"),
+                                                   c.w("hift.source_downs." + n + ".bias"), (int) d, (int) d / 2);
+        si               = resblock(c, g, si, h, "hift.source_resblocks." + n + ".", h.source_kernels[i]);
+        x                = named(ggml_add(g, x, si), "hift_fused", (int) i);
+        ggml_tensor * xs = nullptr;
+        for (size_t j = 0; j < h.res_kernels.size(); ++j) {
+            ggml_tensor * y = resblock(
+                c, g, x, h, "hift.resblocks." + std::to_string(i * h.res_kernels.size() + j) + ".", h.res_kernels[j]);
+            xs = xs ? ggml_add(g, xs, y) : y;
+        }
+        x = named(ggml_scale(g, xs, 1.0f / (float) h.res_kernels.size()), "hift_stage", (int) i);
+    }
+    x = ggml_leaky_relu(g, x, 0.01f, false);  // F.leaky_relu's default slope
+    x = named(conv1d(o, g, x, c.w("hift.conv_post.weight"), c.w("hift.conv_post.bias"), 1, 3),
+              "hift_post");  // [2 bins, F]
+    ggml_tensor * mag =
+        ggml_clamp(g, ggml_exp(g, ggml_cont(g, ggml_view_2d(g, x, bins, F, x->nb[1], 0))), 0.0f, 100.0f);
+    ggml_tensor * ph = ggml_sin(g, ggml_cont(g, ggml_view_2d(g, x, bins, F, x->nb[1], bins * sizeof(float))));
+    ggml_tensor * re = ggml_mul(g, mag, ggml_cos(g, ph));
+    ggml_tensor * im = ggml_mul(g, mag, ggml_sin(g, ph));
+    ggml_tensor * y  = conv_transpose1d_any(g, ggml_concat(g, re, im, 0), c.w("hift.istft"), nullptr, (int) hop, 0, N);
+    y                = ggml_view_2d(g, y, 1, L, y->nb[1], (N / 2) * y->nb[1]);  // torch.istft(center=True)
+    y                = named(ggml_clamp(g, ggml_mul(g, y, ev), -h.audio_limit, h.audio_limit), "hift_audio");  // [1, L]
+    ggml_set_output(y);
+    ggml_build_forward_expand(gb.gf, y);
+    c.alloc(VS_STAGE_GENERATOR, gb.gf);
+    c.set_input(xm, mel);
+    c.set_input(xf, frames.data());
+    c.set_input(ev, inv_env.data());
+    c.compute(gb.gf);
+    std::vector<float> out((size_t) L);
+    ggml_backend_tensor_get(y, out.data(), 0, ggml_nbytes(y));
+    return out;
+}
+
+}  // namespace vs::chatterbox
