@@ -8,6 +8,7 @@ the golden values come from the reference's own modules on the same weights
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 from pathlib import Path
 
@@ -33,7 +34,9 @@ def checkpoint():
     """Chatterbox-Turbo's official token-model file, drawn from the layout (kept between runs)."""
     files = ["t3_turbo_v1.safetensors", "ve.safetensors", "s3gen_meanflow.safetensors", "tokenizer.json"]
     weights.write(CACHE / "chatterbox", [f"turbo/{f}" for f in files])
-    return CACHE / "chatterbox" / "turbo"
+    folder = CACHE / "chatterbox" / "turbo"
+    shutil.copyfile(GOLDEN.parent / "conds.pt", folder / "conds.pt")  # the stock voice
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -352,3 +355,45 @@ def test_the_vocoder_refuses_bad_mels_and_can_be_cancelled(t3, golden):
     with pytest.raises(CancelledError):
         t3.vocode(mel, cancelled=lambda: True)
     assert t3.vocode(mel[:, :2], noise_scale=0).shape == (960,)
+
+
+def test_the_stock_voice_is_the_checkpoints_conds(t3, golden):
+    from app.models import torch_checkpoint
+
+    conds = torch_checkpoint.load(GOLDEN.parent / "conds.pt")["t3"]
+    voice = Conditionals(conds["speaker_emb"], conds["cond_prompt_speech_tokens"])
+    text = golden["text_tokens"][:8]
+    stock = t3.generate(text, max_tokens=10, temperature=0)
+    np.testing.assert_array_equal(stock, t3.generate(text, voice, max_tokens=10, temperature=0))
+    assert not np.array_equal(
+        stock, t3.generate(text, Conditionals(golden["speaker_emb"], []), max_tokens=10, temperature=0)
+    )
+
+
+def test_a_damaged_conds_file_is_refused(checkpoint, tmp_path):
+    for f in ("t3_turbo_v1.safetensors", "ve.safetensors", "s3gen_meanflow.safetensors", "tokenizer.json"):
+        (tmp_path / f).symlink_to(checkpoint / f)
+    (tmp_path / "conds.pt").write_bytes((GOLDEN.parent / "conds.pt").read_bytes()[:2000])
+    with pytest.raises(convert.ConversionError, match="holds no Chatterbox conditionals"):
+        convert.convert(tmp_path, tmp_path / "x.gguf")
+    assert not (tmp_path / "x.gguf").exists()
+
+
+def test_a_zip_checkpoint_cannot_run_code(tmp_path):
+    import io
+    import pickle
+    import zipfile
+
+    from app.models import torch_checkpoint
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo owned",))
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:
+        z.writestr("conds/data.pkl", pickle.dumps({"t3": Evil()}, protocol=2))
+        z.writestr("conds/byteorder", "little")
+    (tmp_path / "conds.pt").write_bytes(buffer.getvalue())
+    with pytest.raises(torch_checkpoint.CheckpointError, match="needs posix.system|needs os.system"):
+        torch_checkpoint.load(tmp_path / "conds.pt")

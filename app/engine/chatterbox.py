@@ -201,7 +201,7 @@ class ChatterboxModel:
     def generate(
         self,
         text_tokens: np.ndarray,
-        voice: Conditionals,
+        voice: Conditionals | None = None,
         *,
         max_tokens: int = 1000,
         temperature: float | None = None,
@@ -213,7 +213,8 @@ class ChatterboxModel:
         on_stage: Callable[[str, int, float], None] | None = None,
         cancelled: Callable[[], bool] | None = None,
     ) -> np.ndarray:
-        """Speech tokens (int32) for ``text_tokens`` (the text tokenizer's ids) in ``voice``,
+        """Speech tokens (int32) for ``text_tokens`` (the text tokenizer's ids) in ``voice`` (None:
+        the model's stock voice),
         drawn with the reference's sampling (None: the variant's default; ``temperature`` 0
         takes the most likely token) from ``seed``; the stop token ends them and is left out.
         ``speech_tokens``: taken in place of the draws (teacher forcing); the logits at each
@@ -232,8 +233,8 @@ class ChatterboxModel:
         forced = None if speech_tokens is None else np.ascontiguousarray(speech_tokens, dtype=np.int32).reshape(-1)
         return self._context.generate_tokens(
             np.ascontiguousarray(text_tokens, dtype=np.int32).reshape(-1),
-            voice.speaker_embedding,
-            voice.prompt_tokens,
+            None if voice is None else voice.speaker_embedding,
+            None if voice is None else voice.prompt_tokens,
             max_tokens=max(max_tokens, 0 if forced is None else len(forced)),
             temperature=-1.0 if temperature is None else float(temperature),
             top_k=-1 if top_k is None else int(top_k),

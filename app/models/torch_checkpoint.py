@@ -4,8 +4,10 @@ Handles the legacy (pre-1.6, non-zip) serialization that `resemblyzer`'s pretrai
 uses: a magic number, the protocol version and the system info, each a pickle; then the
 object, whose tensors are `torch._utils._rebuild_tensor_v2` calls over storages named by
 persistent ids; then the storage keys in order, each storage stored as an int64 element
-count and its raw little-endian data. Only the classes a state dict needs are allowed,
-so a checkpoint cannot run code while it is read.
+count and its raw little-endian data. And the zip serialization of torch.save since 1.6
+(Chatterbox's conds.pt): the object's pickle in `<name>/data.pkl`, each storage's raw data
+in `<name>/data/<key>`. Only the classes a state dict needs are allowed, so a checkpoint
+cannot run code while it is read.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import io
 import pickle
 import pickletools
 import struct
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,11 +130,51 @@ def _materialize(obj, storages: dict[str, np.ndarray]):
     return obj
 
 
+def _collect_dtypes(obj, dtypes: dict[str, type]) -> None:
+    if isinstance(obj, _TensorRef):
+        dtypes[obj.storage.key] = obj.storage.dtype
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _collect_dtypes(v, dtypes)
+    elif isinstance(obj, list | tuple):
+        for v in obj:
+            _collect_dtypes(v, dtypes)
+
+
+_PICKLE_ERRORS = (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError, IndexError, KeyError,
+                  MemoryError, RecursionError, OverflowError)  # fmt: skip
+
+
+def _load_zip(path: Path, raw: bytes):
+    try:
+        with zipfile.ZipFile(io.BytesIO(raw)) as z:
+            pickles = [n for n in z.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
+            if len(pickles) != 1:
+                raise CheckpointError(f"{path.name}: a zip file that is no PyTorch checkpoint")
+            prefix = pickles[0][: -len("data.pkl")]
+            if prefix + "byteorder" in z.namelist() and z.read(prefix + "byteorder") != b"little":
+                raise CheckpointError(f"{path.name}: not a little-endian PyTorch checkpoint")
+            obj = _read_pickle(io.BytesIO(z.read(pickles[0])))
+            dtypes: dict[str, type] = {}
+            _collect_dtypes(obj, dtypes)
+            storages = {}
+            for key, dtype in dtypes.items():
+                data = z.read(f"{prefix}data/{key}")
+                if len(data) % np.dtype(dtype).itemsize:
+                    raise CheckpointError(f"{path.name}: storage {key} is not whole values")
+                storages[key] = np.frombuffer(data, dtype=dtype)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, *_PICKLE_ERRORS) as exc:
+        if isinstance(exc, CheckpointError):
+            raise
+        raise CheckpointError(f"{path.name}: damaged checkpoint ({exc})") from exc
+    return _materialize(obj, storages)
+
+
 def load(path: Path | str):
     """The checkpoint's object with every tensor as a NumPy array."""
     raw = Path(path).read_bytes()
     if raw[:2] == b"PK":
-        raise CheckpointError(f"{Path(path).name}: a zip checkpoint; only the legacy format is read here")
+        return _load_zip(Path(path), raw)
     f = io.BytesIO(raw)
     try:  # every pickle through the restricted unpickler: none of them may run code
         if _read_pickle(f) != MAGIC or _read_pickle(f) != PROTOCOL:
@@ -143,24 +186,12 @@ def load(path: Path | str):
         keys = _read_pickle(f)
         if not isinstance(keys, list):
             raise CheckpointError(f"{Path(path).name}: damaged checkpoint (no storage keys)")
-    except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError, IndexError, KeyError,
-            MemoryError, RecursionError, OverflowError) as exc:  # fmt: skip
+    except _PICKLE_ERRORS as exc:
         if isinstance(exc, CheckpointError):
             raise
         raise CheckpointError(f"{Path(path).name}: damaged checkpoint ({exc})") from exc
     dtypes: dict[str, type] = {}
-
-    def collect(o):
-        if isinstance(o, _TensorRef):
-            dtypes[o.storage.key] = o.storage.dtype
-        elif isinstance(o, dict):
-            for v in o.values():
-                collect(v)
-        elif isinstance(o, list | tuple):
-            for v in o:
-                collect(v)
-
-    collect(obj)
+    _collect_dtypes(obj, dtypes)
     storages: dict[str, np.ndarray] = {}
     for key in keys:
         header = f.read(8)

@@ -135,7 +135,7 @@ NB_MODULE(_engine, m) {
              "length_scale"_a = -1.0f, "noise_w"_a = -1.0f, "seed"_a = 0, "on_stage"_a = nb::none(),
              "on_chunk"_a = nb::none(), "abort"_a = nb::none(), "decoder_tile"_a = 0, "voice"_a = nb::none(),
              "style"_a = nb::none(), "batch"_a = 1)
-        .def("generate_tokens", &Context::generate_tokens, "text_tokens"_a, "speaker_embedding"_a,
+        .def("generate_tokens", &Context::generate_tokens, "text_tokens"_a, "speaker_embedding"_a = nb::none(),
              "prompt_tokens"_a = nb::none(), "max_tokens"_a = 1000, "temperature"_a = -1.0f, "top_k"_a = -1,
              "top_p"_a = -1.0f, "repetition_penalty"_a = -1.0f, "seed"_a = 0, "speech_tokens"_a = nb::none(),
              "on_stage"_a = nb::none(), "abort"_a = nb::none(),

@@ -281,21 +281,23 @@ class Context {
     using tokens_array = nb::ndarray<int32_t, nb::numpy, nb::ndim<1>>;
     using vector_array = nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
-    tokens_array generate_tokens(durations_array text_tokens, vector_array speaker_embedding,
+    tokens_array generate_tokens(durations_array text_tokens, std::optional<vector_array> speaker_embedding,
                                  std::optional<durations_array> prompt_tokens, size_t max_tokens, float temperature,
                                  int top_k, float top_p, float repetition_penalty, uint64_t seed,
                                  std::optional<durations_array> speech_tokens, nb::object on_stage, nb::object abort) {
-        vs_conditionals cond{};
-        cond.speaker_embedding = speaker_embedding.data();
-        if (prompt_tokens) {
-            cond.prompt_tokens   = prompt_tokens->data();
-            cond.n_prompt_tokens = prompt_tokens->shape(0);
-        }
-        const int size = vs_model_embedding_size(vs_context_model(get()));
-        if (size > 0 && speaker_embedding.shape(0) != (size_t) size) {
-            throw engine_error(VS_ERR_INVALID_ARG, "the speaker embedding has " +
-                                                       std::to_string(speaker_embedding.shape(0)) +
-                                                       " values; the model takes " + std::to_string(size));
+        vs_conditionals cond{};  // none given: the model's stock voice
+        if (speaker_embedding) {
+            cond.speaker_embedding = speaker_embedding->data();
+            if (prompt_tokens) {
+                cond.prompt_tokens   = prompt_tokens->data();
+                cond.n_prompt_tokens = prompt_tokens->shape(0);
+            }
+            const int size = vs_model_embedding_size(vs_context_model(get()));
+            if (size > 0 && speaker_embedding->shape(0) != (size_t) size) {
+                throw engine_error(VS_ERR_INVALID_ARG, "the speaker embedding has " +
+                                                           std::to_string(speaker_embedding->shape(0)) +
+                                                           " values; the model takes " + std::to_string(size));
+            }
         }
         auto *      out = new int32_t[std::max<size_t>(max_tokens, 1)];
         nb::capsule owner(out, [](void * ptr) noexcept { delete[] (int32_t *) ptr; });
@@ -303,7 +305,7 @@ class Context {
         run(-1.0f, -1.0f, -1.0f, seed, on_stage, nb::none(), abort, 0, std::nullopt, std::nullopt, std::nullopt, 1,
             [&](vs_context * c, const vs_synth_params & base) {
                 vs_synth_params p    = base;
-                p.conditionals       = &cond;
+                p.conditionals       = speaker_embedding ? &cond : nullptr;
                 p.temperature        = temperature;
                 p.top_k              = top_k;
                 p.top_p              = top_p;

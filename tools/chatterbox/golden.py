@@ -6,7 +6,9 @@ it in a separate environment (tools/chatterbox/README.md):
 
     /tmp/cbref/bin/python -m tools.chatterbox.golden [--weights DIR]
 
-Writes tests/data/chatterbox/golden_turbo.npz. Inputs, drawn from a fixed seed: a speaker
+Writes tests/data/chatterbox/golden_turbo.npz, and tests/data/chatterbox/conds.pt: a stock voice's
+conditionals in the official file's layout (the reference's Conditionals.save), from a fixed
+seed. Inputs, drawn from a fixed seed: a speaker
 embedding (L2-normalized, as the voice encoder gives), the prompt's speech tokens, text tokens
 and a teacher-forced run of speech tokens. Outputs:
 
@@ -199,11 +201,36 @@ def hift_golden(ckpt: Path) -> dict[str, np.ndarray]:
     return out
 
 
+def write_conds(path: Path) -> None:
+    """A voice's conditionals in the official conds.pt layout (Conditionals.save), drawn from a
+    fixed seed: what the converter turns into the model's stock voice."""
+    from chatterbox.models.t3.modules.cond_enc import T3Cond
+    from chatterbox.tts_turbo import Conditionals
+
+    rng = np.random.default_rng(13)
+    spk = rng.standard_normal((1, 256)).astype(np.float32)
+    t3 = T3Cond(
+        speaker_emb=torch.from_numpy(spk / np.linalg.norm(spk)),
+        cond_prompt_speech_tokens=torch.from_numpy(rng.integers(0, 6561, (1, 375))),
+        emotion_adv=0.5 * torch.ones(1, 1, 1),
+    )
+    n = 50  # prompt tokens of S3Gen's conditioning (2 s), and twice as many mel frames
+    gen = {
+        "prompt_token": torch.from_numpy(rng.integers(0, 6561, (1, n))),
+        "prompt_token_len": torch.tensor([n]),
+        "prompt_feat": torch.from_numpy((rng.standard_normal((1, 2 * n, 80)) - 5).astype(np.float32)),
+        "prompt_feat_len": None,
+        "embedding": torch.from_numpy(rng.standard_normal((1, 192)).astype(np.float32)),
+    }
+    Conditionals(t3, gen).save(path)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--weights", type=Path, default=Path("/tmp/chatterbox-weights"))
     args = ap.parse_args()
     weights.write(args.weights)
+    write_conds(OUT.parent / "conds.pt")
     out = t3_golden(args.weights) | ve_golden(args.weights) | text_golden(args.weights) | hift_golden(args.weights)
     np.savez_compressed(OUT, **out)
     for k, v in out.items():

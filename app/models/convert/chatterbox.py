@@ -39,6 +39,11 @@ Hann-windowed DFT, cos then -sin rows) and ``hift.istft`` [18, 1, 16] (the windo
 real DFT of cos and sin parts, as a transposed convolution's taps). Its hyperparameters
 (S3Token2Wav's HiFTGenerator) are ``chatterbox.hift.*`` metadata.
 
+Where the folder has ``conds.pt`` (the built-in voice's conditionals, Conditionals.save), it
+becomes the model's stock voice: ``voice.speaker_emb`` [256], ``voice.prompt_tokens`` (the token
+model's prompt), and for S3Gen ``voice.gen_prompt_tokens``, ``voice.prompt_feat`` [80, frames]
+and ``voice.xvector`` [192]; all F32, token ids as whole numbers.
+
 The text head, and GPT-2's own token embedding (``tfmr.wte``), are not used to speak and are
 left out.
 """
@@ -51,6 +56,7 @@ from pathlib import Path
 import numpy as np
 
 from app.core.atomic import atomic_path
+from app.models import torch_checkpoint
 from app.models.convert import ge2e
 from app.models.gguf_weights import WEIGHT_TYPES, add_weight
 from app.models.safetensors import SafetensorsError, SafetensorsFile
@@ -258,6 +264,36 @@ def _hift(st: SafetensorsFile) -> dict[str, np.ndarray]:
     return t
 
 
+def _stock_voice(path: Path, hp: dict[str, int]) -> dict[str, np.ndarray]:
+    """The built-in voice of conds.pt (Conditionals.save: {"t3": T3Cond's fields, "gen": S3Gen's
+    reference dict}) as the GGUF's voice.* tensors."""
+    try:
+        conds = torch_checkpoint.load(path)
+        t3, gen = conds["t3"], conds["gen"]
+        spk = np.asarray(t3["speaker_emb"], np.float32).reshape(-1)
+        prompt = np.asarray(t3["cond_prompt_speech_tokens"]).reshape(-1)
+        gen_prompt = np.asarray(gen["prompt_token"]).reshape(-1)
+        feat = np.asarray(gen["prompt_feat"], np.float32)
+        xvector = np.asarray(gen["embedding"], np.float32).reshape(-1)
+    except (torch_checkpoint.CheckpointError, KeyError, TypeError, ValueError) as e:
+        raise ConversionError(f"'{path}' holds no Chatterbox conditionals ({e})") from None
+    if spk.size != hp["speaker_embed_size"] or not np.all(np.isfinite(spk)):
+        raise ConversionError(
+            f"'{path}': a speaker embedding of {spk.size} values, expected {hp['speaker_embed_size']}"
+        )
+    if prompt.size > hp["prompt_tokens"] or prompt.size and not 0 <= prompt.min() <= prompt.max() < START_SPEECH:
+        raise ConversionError(f"'{path}': its prompt's speech tokens are not the token model's")
+    if feat.ndim != 3 or feat.shape[0] != 1 or feat.shape[2] != HIFT["n_mels"] or not np.all(np.isfinite(feat)):
+        raise ConversionError(f"'{path}': a prompt mel of shape {feat.shape}, expected (1, frames, 80)")
+    return {
+        "voice.speaker_emb": spk,
+        "voice.prompt_tokens": prompt.astype(np.float32),  # whole numbers, exact in F32
+        "voice.gen_prompt_tokens": gen_prompt.astype(np.float32),
+        "voice.prompt_feat": np.ascontiguousarray(feat[0]),
+        "voice.xvector": xvector,
+    }
+
+
 def _tokenizer(checkpoint: Path, text_vocab: int) -> str:
     """The text tokenizer of the checkpoint folder, as a JSON string of tokenizer.json's layout."""
     path = checkpoint / "tokenizer.json"
@@ -313,6 +349,8 @@ def convert(
     except SafetensorsError as e:
         raise ConversionError(str(e)) from None
     tokenizer = _tokenizer(Path(checkpoint), hp["text_vocab"])
+    stock = Path(checkpoint) / "conds.pt"
+    voice = _stock_voice(stock, hp) if stock.is_file() else {}
     s3gen_path = Path(checkpoint) / S3GEN_FILES[variant]
     if not s3gen_path.is_file():
         raise ConversionError(f"'{checkpoint}' has no '{S3GEN_FILES[variant]}' (S3Gen: speech tokens to audio)")
@@ -360,6 +398,8 @@ def convert(
             else:
                 writer.add_uint32(p + "hift." + key, value)
         for name, data in hift.items():
+            writer.add_tensor(name, data)
+        for name, data in voice.items():
             writer.add_tensor(name, data)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()

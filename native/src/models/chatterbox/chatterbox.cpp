@@ -63,9 +63,29 @@ std::unique_ptr<model_state> make_chatterbox_state(const vs_model & model) {
 std::vector<int32_t> chatterbox_generate(vs_context & c, const std::vector<int32_t> & text, const vs_synth_params & p,
                                          size_t max_tokens) {
     const vs_conditionals * cond = p.conditionals;
-    if (!cond) {
-        throw error(VS_ERR_INVALID_ARG,
-                    "'" + c.model->path + "' carries no stock voice: give the conditionals of one (vs_conditionals)");
+    std::vector<float>      stock_speaker;
+    std::vector<int32_t>    stock_prompt;
+    vs_conditionals         stock{};
+    if (!cond) {  // the model's stock voice
+        auto it = c.model->host.tensors.find("voice.speaker_emb");
+        auto jt = c.model->host.tensors.find("voice.prompt_tokens");
+        if (it == c.model->host.tensors.end() || jt == c.model->host.tensors.end()) {
+            throw error(
+                VS_ERR_INVALID_ARG,
+                "'" + c.model->path + "' carries no stock voice: give the conditionals of one (vs_conditionals)");
+        }
+        stock_speaker = host_floats(it->second);
+        if ((int64_t) stock_speaker.size() != chatterbox_speaker_size(*c.model)) {
+            c.model->bad("its stock voice's speaker embedding is not of the token model's size");
+        }
+        for (float id : host_floats(jt->second)) {  // whole numbers, checked by the token model
+            if (!(std::fabs(id) < 1e9f) || id != std::floor(id)) {
+                c.model->bad("its stock voice's prompt tokens are not token ids");
+            }
+            stock_prompt.push_back((int32_t) id);
+        }
+        stock = { stock_speaker.data(), stock_prompt.data(), stock_prompt.size() };
+        cond  = &stock;
     }
     if (!cond->speaker_embedding) {
         throw error(VS_ERR_INVALID_ARG, "the conditionals have no speaker embedding");
