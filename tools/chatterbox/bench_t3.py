@@ -56,7 +56,8 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=REPO / "build" / "test-models")
     args = ap.parse_args()
     official = args.cache / "chatterbox"
-    weights.write(official, ["turbo/t3_turbo_v1.safetensors", "turbo/ve.safetensors", weights.TOKENIZER])
+    files = ["t3_turbo_v1.safetensors", "ve.safetensors", "s3gen_meanflow.safetensors", "tokenizer.json"]
+    weights.write(official, [f"turbo/{f}" for f in files])
     print(f"{os.cpu_count()} CPUs here; {args.threads} threads; {args.tokens} speech tokens after the prompt and text")
 
     ref = subprocess.run(
