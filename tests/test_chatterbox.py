@@ -352,6 +352,8 @@ def test_the_vocoder_refuses_bad_mels_and_can_be_cancelled(t3, golden):
         t3.vocode(bad)
     with pytest.raises(InvalidArgumentError, match="39 F0 values for 40 frames"):
         t3.vocode(mel, f0=np.zeros(39))
+    with pytest.raises(InvalidArgumentError, match="F0 value 3 is not from 0 to half the sample rate"):
+        t3.vocode(mel, f0=np.where(np.arange(40) == 3, np.nan, 100.0))
     with pytest.raises(CancelledError):
         t3.vocode(mel, cancelled=lambda: True)
     assert t3.vocode(mel[:, :2], noise_scale=0).shape == (960,)

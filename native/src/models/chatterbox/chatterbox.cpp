@@ -1,5 +1,5 @@
 // Chatterbox's entry points: the model checked when loaded, a context's state, token generation
-// in a voice given by its conditionals.
+// in a voice given by its conditionals (or the model's stock voice), the vocoder on a mel.
 #include "chatterbox.h"
 
 #include <cmath>
@@ -34,6 +34,11 @@ std::vector<float> chatterbox_vocode(vs_context & c, const float * mel, size_t n
     if (p.f0 && p.n_f0 != n_frames) {
         throw error(VS_ERR_INVALID_ARG,
                     std::to_string(p.n_f0) + " F0 values for " + std::to_string(n_frames) + " frames");
+    }
+    for (size_t i = 0; p.f0 && i < n_frames; ++i) {
+        if (!(p.f0[i] >= 0.0f && p.f0[i] <= 0.5f * (float) h.sample_rate)) {
+            throw error(VS_ERR_INVALID_ARG, "F0 value " + std::to_string(i) + " is not from 0 to half the sample rate");
+        }
     }
     if (!(p.noise_scale < 0.0f) && !(p.noise_scale <= 10.0f)) {
         throw error(VS_ERR_INVALID_ARG, "noise_scale must be at most 10");
