@@ -32,8 +32,7 @@ def golden():
 @pytest.fixture(scope="module")
 def checkpoint():
     """Chatterbox-Turbo's official token-model file, drawn from the layout (kept between runs)."""
-    files = ["t3_turbo_v1.safetensors", "ve.safetensors", "s3gen_meanflow.safetensors", "tokenizer.json"]
-    weights.write(CACHE / "chatterbox", [f"turbo/{f}" for f in files])
+    weights.write(CACHE / "chatterbox", weights.TURBO)
     folder = CACHE / "chatterbox" / "turbo"
     shutil.copyfile(GOLDEN.parent / "conds.pt", folder / "conds.pt")  # the stock voice
     return folder

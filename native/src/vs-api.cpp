@@ -412,12 +412,8 @@ int vs_generate_tokens(vs_context * ctx, const int32_t * text_tokens, size_t n_t
             throw vs::error(VS_ERR_INVALID_ARG, "vs_generate_tokens: room for " + std::to_string(max_tokens) +
                                                     " tokens, " + std::to_string(params.n_speech_tokens) + " given");
         }
-        const auto t0 = std::chrono::steady_clock::now();
-        ctx->active   = &params;
-        struct unset {
-            vs_context * c;
-            ~unset() { c->active = nullptr; }
-        } guard{ ctx };
+        const auto                 t0 = std::chrono::steady_clock::now();
+        vs_context::active_call    call(ctx, &params);
         const std::vector<int32_t> out = vs::chatterbox_generate(
             *ctx, std::vector<int32_t>(text_tokens, text_tokens + n_text_tokens), params, max_tokens);
         std::copy(out.begin(), out.end(), tokens);
@@ -441,20 +437,16 @@ int vs_vocode(vs_context * ctx, const float * mel, size_t n_frames, struct vs_sy
             throw vs::error(VS_ERR_INVALID_ARG, "'" + ctx->model->path + "' is a " + ctx->model->arch +
                                                     " model, which has no vocoder of its own");
         }
-        const auto t0 = std::chrono::steady_clock::now();
-        ctx->active   = &params;
-        struct unset {
-            vs_context * c;
-            ~unset() { c->active = nullptr; }
-        } guard{ ctx };
-        auto out               = std::make_unique<vs_audio>();
-        out->samples           = vs::chatterbox_vocode(*ctx, mel, n_frames, params);
-        out->sample_rate       = ctx->model->sample_rate;
-        ctx->timings.n_chunks  = 1;
-        ctx->timings.n_frames  = (int32_t) n_frames;
-        ctx->timings.n_samples = (int64_t) out->samples.size();
-        ctx->timings.total_ms  = vs::ms_since(t0);
-        *audio                 = out.release();
+        const auto              t0 = std::chrono::steady_clock::now();
+        vs_context::active_call call(ctx, &params);
+        auto                    out = std::make_unique<vs_audio>();
+        out->samples                = vs::chatterbox_vocode(*ctx, mel, n_frames, params);
+        out->sample_rate            = ctx->model->sample_rate;
+        ctx->timings.n_chunks       = 1;
+        ctx->timings.n_frames       = (int32_t) n_frames;
+        ctx->timings.n_samples      = (int64_t) out->samples.size();
+        ctx->timings.total_ms       = vs::ms_since(t0);
+        *audio                      = out.release();
     });
 }
 

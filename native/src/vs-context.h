@@ -164,6 +164,14 @@ struct vs_context {
 
     // Abort polling for the synthesis in progress (also handed to the CPU backend).
     const vs_synth_params * active = nullptr;
+    // Sets `active` for one call and clears it when the call ends, however it ends.
+    struct active_call {
+        vs_context * c;
+        active_call(vs_context * ctx, const vs_synth_params * p) : c(ctx) { c->active = p; }
+        active_call(const active_call &)             = delete;
+        active_call & operator=(const active_call &) = delete;
+        ~active_call() { c->active = nullptr; }
+    };
     // A worker's: set by the context it works for when another worker has failed.
     const std::atomic<bool> * halt = nullptr;
 

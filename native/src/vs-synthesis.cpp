@@ -29,12 +29,8 @@ void vs::synthesize_inputs(vs_context * ctx, const std::vector<const char *> & i
         throw vs::error(VS_ERR_INVALID_ARG, "length_scale is " + std::to_string(params.length_scale) +
                                                 "; speech that fast has no frames (at least 0.01)");
     }
-    struct active_guard {
-        vs_context * c;
-        ~active_guard() { c->active = nullptr; }
-    } guard{ ctx };
-    ctx->active   = &params;
-    const auto t0 = std::chrono::steady_clock::now();
+    vs_context::active_call call(ctx, &params);
+    const auto              t0 = std::chrono::steady_clock::now();
 
     int                               skipped = 0;
     std::vector<std::vector<int32_t>> chunks;
@@ -110,8 +106,7 @@ void vs::synthesize_inputs(vs_context * ctx, const std::vector<const char *> & i
                 return;
             }
             c.clear_results();
-            active_guard worker_guard{ &c };
-            c.active   = &params;
+            vs_context::active_call worker_call(&c, &params);
             pcm[r]     = c.voice->synthesize_batch(c, run, params, (int) start[r]);
             busy_ms[r] = vs::ms_since(tr);
         });

@@ -9,10 +9,7 @@ each one's best milliseconds of `--runs` and the engine's time as a fraction of 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,9 +19,9 @@ import numpy as np
 from app.engine.chatterbox import ChatterboxModel
 from app.models.convert import chatterbox as convert
 from tools.chatterbox import weights
+from tools.chatterbox.bench_t3 import run_reference
 
 REPO = Path(__file__).resolve().parents[2]
-FILES = ["t3_turbo_v1.safetensors", "ve.safetensors", "s3gen_meanflow.safetensors", "tokenizer.json"]
 
 
 def main() -> None:
@@ -38,22 +35,14 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=REPO / "build" / "test-models")
     args = ap.parse_args()
     official = args.cache / "chatterbox"
-    weights.write(official, [f"turbo/{f}" for f in FILES])
+    weights.write(official, weights.TURBO)
     mel = (np.random.default_rng(3).standard_normal((80, args.frames)) * 1.5 - 4.0).astype(np.float32)
     np.save(official / "bench_mel.npy", mel)
     seconds = args.frames / 50
     print(f"{os.cpu_count()} CPUs here; {args.threads} threads; a log-mel of {args.frames} frames ({seconds:.0f} s)")
-    ref = subprocess.run(
-        [args.reference_python, "-m", "tools.chatterbox.reference_hift", "--weights", str(official)]
-        + ["--threads", str(args.threads), "--frames", str(args.frames), "--runs", str(args.runs)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
+    reference = run_reference(
+        args.reference_python, "reference_hift", official, threads=args.threads, frames=args.frames, runs=args.runs
     )
-    if ref.returncode:
-        sys.exit(f"the reference failed:\n{ref.stderr[-2000:]}")
-    reference = json.loads(ref.stdout.strip().splitlines()[-1])
     print(f"reference (PyTorch, F32): {reference['ms']:8.0f} ms")
     with tempfile.TemporaryDirectory() as tmp:
         for kind in args.weights:

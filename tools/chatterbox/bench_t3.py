@@ -31,6 +31,17 @@ REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "data" / "chatterbox" / "golden_turbo.npz"
 
 
+def run_reference(python: str, module: str, official: Path, **options) -> dict:
+    """The JSON line tools.chatterbox.<module> prints, run by the reference environment's python."""
+    cmd = [python, "-m", f"tools.chatterbox.{module}", "--weights", str(official)]
+    for key, value in options.items():
+        cmd += [f"--{key}", str(value)]
+    ref = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)
+    if ref.returncode:
+        sys.exit(f"the reference failed:\n{ref.stderr[-2000:]}")
+    return json.loads(ref.stdout.strip().splitlines()[-1])
+
+
 def engine_ms(path: Path, device: str, threads: int, tokens: int, runs: int) -> dict:
     """The first call on a new context, and the best of the next ``runs`` in the same voice
     (whose conditioning the context's cache keeps)."""
@@ -56,21 +67,12 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=REPO / "build" / "test-models")
     args = ap.parse_args()
     official = args.cache / "chatterbox"
-    files = ["t3_turbo_v1.safetensors", "ve.safetensors", "s3gen_meanflow.safetensors", "tokenizer.json"]
-    weights.write(official, [f"turbo/{f}" for f in files])
+    weights.write(official, weights.TURBO)
     print(f"{os.cpu_count()} CPUs here; {args.threads} threads; {args.tokens} speech tokens after the prompt and text")
 
-    ref = subprocess.run(
-        [args.reference_python, "-m", "tools.chatterbox.reference_t3", "--weights", str(official)]
-        + ["--threads", str(args.threads), "--tokens", str(args.tokens), "--runs", str(args.runs)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
+    reference = run_reference(
+        args.reference_python, "reference_t3", official, threads=args.threads, tokens=args.tokens, runs=args.runs
     )
-    if ref.returncode:
-        sys.exit(f"the reference failed:\n{ref.stderr[-2000:]}")
-    reference = json.loads(ref.stdout.strip().splitlines()[-1])
     print(f"reference (PyTorch, F32): {reference['total_ms']:8.0f} ms  ({reference['tokens']} tokens)")
     with tempfile.TemporaryDirectory() as tmp:
         for kind in args.weights:

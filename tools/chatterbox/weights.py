@@ -70,6 +70,13 @@ def write_file(path: Path, entries: list[dict], seed: int = SEED) -> Path:
 
 
 TOKENIZER = "turbo/tokenizer.json"
+# Chatterbox-Turbo's official files, as the converter reads them.
+TURBO = [
+    "turbo/t3_turbo_v1.safetensors",
+    "turbo/ve.safetensors",
+    "turbo/s3gen_meanflow.safetensors",
+    TOKENIZER,
+]
 TAGS = ["[laugh]", "[chuckle]", "[cough]", "[sigh]", "[gasp]"]
 
 

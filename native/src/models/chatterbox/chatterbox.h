@@ -46,6 +46,9 @@ struct hift_hparams {
 hift_hparams             read_hift_hparams(const vs_model & m);
 std::vector<tensor_spec> hift_layout(const hift_hparams & h);
 int64_t                  hift_samples_per_frame(const hift_hparams & h);
+// Per upsampling stage, the source STFT's frames to one of the stage's (its source_downs' stride):
+// the product of the later stages' rates.
+std::vector<int64_t> hift_source_strides(const hift_hparams & h);
 // F0 in Hz [T] of a mel [n_mels, T] (its F0 predictor).
 std::vector<float> hift_f0(vs_context & c, const hift_hparams & h, const float * mel, int64_t T);
 // The neural source filter's excitation, hift_samples_per_frame samples a frame of f0: its

@@ -53,6 +53,16 @@ int64_t hift_samples_per_frame(const hift_hparams & h) {
     return n;
 }
 
+std::vector<int64_t> hift_source_strides(const hift_hparams & h) {
+    std::vector<int64_t> downs(h.rates.size());
+    int64_t              down = 1;
+    for (size_t i = h.rates.size(); i-- > 0;) {
+        downs[i] = down;
+        down *= h.rates[i];
+    }
+    return downs;
+}
+
 std::vector<tensor_spec> hift_layout(const hift_hparams & h) {
     const int64_t            C = h.channels, M = h.n_mels, bins = h.n_fft / 2 + 1, U = (int64_t) h.rates.size();
     std::vector<tensor_spec> s = {
@@ -82,12 +92,7 @@ std::vector<tensor_spec> hift_layout(const hift_hparams & h) {
             }
         }
     };
-    int64_t              down = 1;  // the source's STFT frames per frame of stage i, last stage first
-    std::vector<int64_t> downs((size_t) U);
-    for (int64_t i = U - 1; i >= 0; --i) {
-        downs[(size_t) i] = down;
-        down *= h.rates[(size_t) i];
-    }
+    const std::vector<int64_t> downs = hift_source_strides(h);
     for (int64_t i = 0; i < U; ++i) {
         const int64_t     in = C >> i, out = C >> (i + 1), r = h.rates[(size_t) i];
         const int64_t     taps = (h.kernels[(size_t) i] + r - 1) / r * r;
@@ -239,15 +244,10 @@ std::vector<float> hift_vocode(vs_context & c, const hift_hparams & h, const flo
     ggml_set_input(xm);
     ggml_set_input(xf);
     ggml_set_input(ev);
-    const graph_options  o    = c.graph_opts();
-    ggml_tensor *        spec = named(ggml_mul_mat(g, c.w("hift.stft"), xf), "hift_source_stft");  // [2 bins, F]
-    ggml_tensor *        x    = conv1d(o, g, xm, c.w("hift.conv_pre.weight"), c.w("hift.conv_pre.bias"), 1, 3);
-    int64_t              down = 1;
-    std::vector<int64_t> downs(U);
-    for (size_t i = U; i-- > 0;) {
-        downs[i] = down;
-        down *= h.rates[i];
-    }
+    const graph_options        o     = c.graph_opts();
+    ggml_tensor *              spec  = named(ggml_mul_mat(g, c.w("hift.stft"), xf), "hift_source_stft");  // [2 bins, F]
+    ggml_tensor *              x     = conv1d(o, g, xm, c.w("hift.conv_pre.weight"), c.w("hift.conv_pre.bias"), 1, 3);
+    const std::vector<int64_t> downs = hift_source_strides(h);
     for (size_t i = 0; i < U; ++i) {
         const std::string n = std::to_string(i);
         const int64_t     r = h.rates[i], k = h.kernels[i];
