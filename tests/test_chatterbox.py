@@ -1,5 +1,5 @@
-"""Chatterbox-Turbo's token model (T3), voice encoder, text front end and vocoder (HiFT) in the
-engine against the reference implementation.
+"""Chatterbox-Turbo's token model (T3), voice encoder, text front end, S3Gen's flow and vocoder
+(HiFT), and text to speech through them, in the engine against the reference implementation.
 
 The weights are the official checkpoint's layout and shapes, drawn by tools/chatterbox/weights.py;
 the golden values come from the reference's own modules on the same weights
@@ -185,12 +185,14 @@ def test_two_threads_each_with_a_context_on_one_model(turbo_f32, golden, voice):
     np.testing.assert_array_equal(results[0], results[1])
 
 
-def test_reduced_weights_keep_the_logits(checkpoint, golden, voice, tmp_path):
+def test_reduced_weights_keep_the_logits_and_the_mel(checkpoint, golden, voice, tmp_path):
     for kind, floor in (("f16", 0.999), ("q8_0", 0.99)):
         path = convert.convert(checkpoint, tmp_path / f"turbo-{kind}.gguf", weights=kind)
         with ChatterboxModel.open(path, device="cpu", threads=2) as m:
             m.generate(golden["text_tokens"], voice, speech_tokens=golden["speech_tokens"][1:])
             assert cosines(m.output("t3_logits"), golden["t3_logits"]).min() >= floor, kind
+            m.decode(golden["flow_tokens"], noise=golden["flow_noise"], noise_scale=0)
+            assert cosines(m.output("mel"), golden["flow_mel"].T).min() >= floor, kind
         path.unlink()
 
 
@@ -400,3 +402,113 @@ def test_a_zip_checkpoint_cannot_run_code(tmp_path):
     (tmp_path / "conds.pt").write_bytes(buffer.getvalue())
     with pytest.raises(torch_checkpoint.CheckpointError, match="needs posix.system|needs os.system"):
         torch_checkpoint.load(tmp_path / "conds.pt")
+
+
+def stock_conditionals() -> Conditionals:
+    """conds.pt's voice, both parts, as a profile would hold it."""
+    from app.models import torch_checkpoint
+
+    conds = torch_checkpoint.load(GOLDEN.parent / "conds.pt")
+    t3, gen = conds["t3"], conds["gen"]
+    return Conditionals(
+        t3["speaker_emb"],
+        t3["cond_prompt_speech_tokens"],
+        gen["prompt_token"],
+        np.asarray(gen["prompt_feat"])[0].T,
+        gen["embedding"],
+    )
+
+
+def test_the_flow_matches_the_reference_stage_by_stage(t3, golden):
+    from app.audio.dsp import log_mel_cosine
+
+    stages = []
+    audio = t3.decode(
+        golden["flow_tokens"], noise=golden["flow_noise"], noise_scale=0, on_stage=lambda *a: stages.append(a[0])
+    )
+    mu = t3.output("flow_mu")
+    assert mu.shape == golden["flow_mu"].T.shape == (180, 80)  # the prompt's 100 frames, then the tokens' 80
+    assert cosines(mu, golden["flow_mu"].T).min() >= 0.999
+    for step in (0, 1):  # each mean-flow step given the same state
+        assert cosines(t3.output(f"flow_v.{step}"), golden[f"flow_v.{step}"].T).min() >= 0.999
+    mel = t3.output("mel")
+    assert mel.shape == (80, 80)
+    assert cosines(mel, golden["flow_mel"].T).min() >= 0.999
+    ref = golden["s3gen_audio"]
+    assert audio.shape == ref.shape == (80 * 480,)
+    assert log_mel_cosine(audio, ref, 24000) >= 0.995
+    assert np.abs(audio - ref).max() <= 1e-3 * np.abs(ref).max()
+    np.testing.assert_array_equal(audio[:480], 0.0)  # the fade-in: 20 ms of silence first
+    assert stages == ["encoder", "flow", "generator"]
+
+
+def test_a_voice_given_as_conditionals_speaks_as_the_stock_voice(t3, golden, tmp_path):
+    voice = stock_conditionals()
+    voice.save(tmp_path / "voice.npz")
+    again = Conditionals.load(tmp_path / "voice.npz")
+    assert again.speaks and again.prompt_mel.shape == (80, 100)
+    tokens, noise = golden["flow_tokens"], golden["flow_noise"]
+    stock = t3.decode(tokens, noise=noise, noise_scale=0)
+    np.testing.assert_array_equal(t3.decode(tokens, again, noise=noise, noise_scale=0), stock)
+    # Another voice: another x-vector, or no prompt at all.
+    other = Conditionals(
+        voice.speaker_embedding,
+        voice.prompt_tokens,
+        voice.gen_prompt_tokens,
+        voice.prompt_mel,
+        voice.xvector[::-1].copy(),
+    )
+    assert not np.allclose(t3.decode(tokens, other, noise=noise, noise_scale=0), stock, atol=1e-4)
+    bare = Conditionals(voice.speaker_embedding, voice.prompt_tokens, [], np.zeros((80, 0)), voice.xvector)
+    assert t3.decode(tokens, bare, noise_scale=0).shape == stock.shape
+
+
+def test_the_flow_noise_follows_the_seed(t3, golden):
+    tokens = golden["flow_tokens"][:12]
+    a, b = t3.decode(tokens, seed=3, noise_scale=0), t3.decode(tokens, seed=3, noise_scale=0)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, t3.decode(tokens, seed=4, noise_scale=0))
+
+
+def test_decoding_refuses_bad_input_and_can_be_cancelled(t3, golden):
+    tokens = golden["flow_tokens"]
+    with pytest.raises(InvalidArgumentError, match="speech token 6561 is not one of the flow's 0 to 6560"):
+        t3.decode(np.append(tokens, 6561))
+    with pytest.raises(NothingToSpeakError):
+        t3.decode(np.zeros(0, np.int32))
+    voice = stock_conditionals()
+    odd = Conditionals(
+        voice.speaker_embedding, voice.prompt_tokens, voice.gen_prompt_tokens[:40], voice.prompt_mel, voice.xvector
+    )
+    with pytest.raises(InvalidArgumentError, match="100 frames for 40 prompt tokens"):
+        t3.decode(tokens, odd)
+    short = Conditionals(
+        voice.speaker_embedding, voice.prompt_tokens, voice.gen_prompt_tokens, voice.prompt_mel, voice.xvector[:100]
+    )
+    with pytest.raises(InvalidArgumentError, match="x-vector has 100 values; the model takes 192"):
+        t3.decode(tokens, short)
+    with pytest.raises(InvalidArgumentError, match="lack S3Gen's part"):
+        t3.decode(tokens, Conditionals(voice.speaker_embedding, voice.prompt_tokens))
+    with pytest.raises(InvalidArgumentError, match="flow noise of 14320 values; 180 frames of 80 take 14400"):
+        t3.decode(tokens, noise=np.zeros((80, 179)))
+    # Cancelled between the encoder and the flow's steps, and within the vocoder.
+    done = []
+    with pytest.raises(CancelledError):
+        t3.decode(tokens, on_stage=lambda *a: done.append(a[0]), cancelled=lambda: bool(done))
+    assert done == ["encoder"]
+
+
+def test_text_is_spoken_chunk_by_chunk(t3):
+    chunks = []
+    audio, timings = t3.synthesize("Hello there. Fine!", seed=2, on_chunk=lambda i, a: chunks.append((i, a.size)))
+    assert [i for i, _ in chunks] == [0, 1] and timings["n_chunks"] == 2
+    assert audio.size == sum(n for _, n in chunks) and np.all(np.isfinite(audio))
+    assert set(timings["stages_ms"]) == {"tokens", "encoder", "flow", "generator"}
+    assert 0 < timings["first_audio_ms"] <= timings["total_ms"]
+    # Random weights rarely draw the stop token: each run ends at its guard, about three times
+    # a normal speaking length (4 text tokens: 50 + 16 x 4 speech tokens at most).
+    assert timings["n_tokens"] <= 2 * (50 + 16 * 4)
+    again, _ = t3.synthesize("Hello there. Fine!", seed=2)
+    np.testing.assert_array_equal(audio, again)
+    with pytest.raises(NothingToSpeakError):
+        t3.synthesize("  ")

@@ -1,9 +1,10 @@
-"""Chatterbox in the engine: a voice's conditionals from a recording, and speech tokens for text
-tokens in that voice.
+"""Chatterbox in the engine: speech in a voice given by its conditionals (or the model's stock
+voice), text to speech tokens (T3) to audio (S3Gen's flow and vocoder).
 
     with ChatterboxModel.open("chatterbox-turbo.gguf", device="cpu", threads=2) as cb:
-        voice = Conditionals(cb.speaker_embedding(audio_16k), prompt_tokens)
-        tokens = cb.generate(text_tokens, voice, seed=1)
+        audio = cb.synthesize("Hello there.", seed=1)  # 24 kHz, the stock voice
+        tokens = cb.generate(cb.text_chunks("Hello there.")[0], voice, seed=1)
+        audio = cb.decode(tokens, voice)
 
 Qt-free; the native call releases the GIL. One ChatterboxModel must be used by one thread at a time.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -25,6 +27,18 @@ from app.engine.bpe import ByteLevelBPE
 from app.engine.errors import InvalidArgumentError, ModelFileError, NothingToSpeakError
 
 MAX_SPEECH_TOKENS = 4096
+# S3Gen's vocabulary (the S3 tokenizer's codes): T3's start and stop tokens lie past it.
+S3_VOCAB = 6561
+# What the reference appends to each run's tokens before S3Gen (S3GEN_SIL, three of them): a
+# silent ending.
+SILENCE_TOKEN = 4299
+SILENCE_TOKENS = 3
+# The guard against a run that never draws its stop token: at most this many speech tokens a
+# text token and a few more (about three times a normal speaking rate), and never more than the
+# reference's 1000 (40 s).
+TOKENS_PER_TEXT_TOKEN = 16
+TOKENS_EXTRA = 50
+MAX_RUN_TOKENS = 1000
 # The longest chunk of text spoken in one run of the token model: the reference drifts on
 # runs past about 30 s, and a sentence of 300 characters takes about 20 s.
 MAX_CHUNK_CHARS = 300
@@ -79,12 +93,17 @@ def split_text(text: str, max_chars: int = MAX_CHUNK_CHARS) -> list[str]:
 
 @dataclass(frozen=True)
 class Conditionals:
-    """A voice as Chatterbox takes it, computed from a recording of the speaker: the voice
-    encoder's speaker embedding (L2-normalized) and the recording's speech tokens (the S3
-    tokenizer's codes)."""
+    """A voice as Chatterbox takes it, computed from a recording of the speaker. The token
+    model's part: the voice encoder's speaker embedding (L2-normalized) and the recording's
+    speech tokens (the S3 tokenizer's codes). S3Gen's part (None where only tokens are made):
+    the recording's speech tokens for S3Gen, its log-mel at 24 kHz [80, frames] (two frames a
+    token) and its x-vector (CAMPPlus, 192 values)."""
 
     speaker_embedding: np.ndarray
     prompt_tokens: np.ndarray
+    gen_prompt_tokens: np.ndarray | None = None
+    prompt_mel: np.ndarray | None = None
+    xvector: np.ndarray | None = None
 
     def __post_init__(self):
         spk = np.ascontiguousarray(self.speaker_embedding, dtype=np.float32).reshape(-1)
@@ -93,23 +112,48 @@ class Conditionals:
             raise InvalidArgumentError("the speaker embedding holds a NaN or infinite value")
         object.__setattr__(self, "speaker_embedding", spk)
         object.__setattr__(self, "prompt_tokens", tokens)
+        gen = (self.gen_prompt_tokens, self.prompt_mel, self.xvector)
+        if any(v is None for v in gen):
+            if any(v is not None for v in gen):
+                raise InvalidArgumentError("S3Gen's conditionals need its prompt tokens, prompt mel and x-vector")
+            return
+        mel = np.asarray(self.prompt_mel, dtype=np.float32)
+        if mel.ndim != 2 or mel.shape[0] != 80:
+            raise InvalidArgumentError(f"a prompt mel of 80 bands a frame, [80, frames]; not {mel.shape}")
+        xvector = np.ascontiguousarray(self.xvector, dtype=np.float32).reshape(-1)
+        if not (np.all(np.isfinite(mel)) and np.all(np.isfinite(xvector))):
+            raise InvalidArgumentError("S3Gen's conditionals hold a NaN or infinite value")
+        object.__setattr__(self, "gen_prompt_tokens", np.ascontiguousarray(self.gen_prompt_tokens, np.int32).ravel())
+        object.__setattr__(self, "prompt_mel", np.ascontiguousarray(mel))
+        object.__setattr__(self, "xvector", xvector)
+
+    @property
+    def speaks(self) -> bool:
+        """Whether the conditionals hold S3Gen's part, which audio needs."""
+        return self.xvector is not None
 
     def save(self, path: Path) -> None:
         """Write to ``path`` (.npz), atomically."""
+        parts = {"speaker_embedding": self.speaker_embedding, "prompt_tokens": self.prompt_tokens}
+        if self.speaks:
+            parts |= {"gen_prompt_tokens": self.gen_prompt_tokens, "prompt_mel": self.prompt_mel}
+            parts["xvector"] = self.xvector
         with atomic_path(Path(path)) as tmp, open(tmp, "wb") as f:
-            np.savez(f, speaker_embedding=self.speaker_embedding, prompt_tokens=self.prompt_tokens)
+            np.savez(f, **parts)
 
     @classmethod
     def load(cls, path: Path) -> Conditionals:
         try:
             with np.load(Path(path), allow_pickle=False) as z:
-                return cls(z["speaker_embedding"], z["prompt_tokens"])
+                gen = [z[k] if k in z.files else None for k in ("gen_prompt_tokens", "prompt_mel", "xvector")]
+                return cls(z["speaker_embedding"], z["prompt_tokens"], *gen)
         except (OSError, KeyError, ValueError) as e:
             raise ModelFileError(f"'{path}' holds no Chatterbox conditionals ({e})") from None
 
 
 class ChatterboxModel:
-    """A Chatterbox model opened on a device: its voice encoder and its token model (T3)."""
+    """A Chatterbox model opened on a device: its voice encoder, its token model (T3) and S3Gen
+    (flow and vocoder)."""
 
     def __init__(self, model, context):
         self._model = model
@@ -245,6 +289,118 @@ class ChatterboxModel:
             on_stage=on_stage,
             abort=cancelled,
         )
+
+    def decode(
+        self,
+        speech_tokens: np.ndarray,
+        voice: Conditionals | None = None,
+        *,
+        noise: np.ndarray | None = None,
+        noise_scale: float | None = None,
+        seed: int = 0,
+        on_stage: Callable[[str, int, float], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> np.ndarray:
+        """24 kHz audio of S3Gen's ``speech_tokens`` (0 to 6560, 25 a second) in ``voice`` (None:
+        the model's stock voice): its flow's mel from noise drawn from ``seed`` (or ``noise``
+        [80, frames] over the prompt's frames and the new ones), then the vocoder (its noise
+        scaled by ``noise_scale`` as in ``vocode``), the first 40 ms faded in. Outputs
+        afterwards: "flow_mu", "flow_v.<step>" and "mel" ([frames, 80])."""
+        tokens = np.ascontiguousarray(speech_tokens, dtype=np.int32).reshape(-1)
+        if tokens.size == 0:
+            raise NothingToSpeakError("no speech tokens to decode")
+        if voice is not None and not voice.speaks:
+            raise InvalidArgumentError("the voice's conditionals lack S3Gen's part (prompt mel and x-vector)")
+        if noise_scale is not None and not 0.0 <= noise_scale <= 10.0:
+            raise InvalidArgumentError(f"noise_scale must be from 0 to 10, not {noise_scale}")
+        if noise is not None:
+            noise = np.asarray(noise, dtype=np.float32)
+            if noise.ndim != 2 or noise.shape[0] != 80:
+                raise InvalidArgumentError(f"flow noise of 80 bands a frame, [80, frames]; not {noise.shape}")
+            noise = np.ascontiguousarray(noise.T)
+        return self._context.decode_tokens(
+            tokens,
+            prompt_tokens=None if voice is None else voice.gen_prompt_tokens,
+            prompt_mel=None if voice is None else np.ascontiguousarray(voice.prompt_mel.T),
+            xvector=None if voice is None else voice.xvector,
+            noise=noise,
+            noise_scale=-1.0 if noise_scale is None else float(noise_scale),
+            seed=seed,
+            on_stage=on_stage,
+            abort=cancelled,
+        )
+
+    def synthesize(
+        self,
+        text: str,
+        voice: Conditionals | None = None,
+        *,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        repetition_penalty: float | None = None,
+        noise_scale: float | None = None,
+        seed: int = 0,
+        on_chunk: Callable[[int, np.ndarray], None] | None = None,
+        on_stage: Callable[[str, int, float], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> tuple[np.ndarray, dict]:
+        """24 kHz audio of ``text`` in ``voice`` (None: the stock voice), as the reference's
+        ChatterboxTurboTTS.generate makes it, one chunk (a sentence; long ones cut) at a time:
+        its text normalized and tokenized, speech tokens drawn (as ``generate``; chunk i from
+        seed + i; a run without its stop token ends at about three times a normal speaking
+        length), the ones S3Gen lacks dropped and three silent ones appended, then S3Gen
+        (``decode``, its vocoder's noise scaled by ``noise_scale``). ``on_chunk(i, audio)`` gets
+        each chunk's audio as soon as it is made. Returns the audio and the timings summed over
+        the chunks (``stages_ms``, ``total_ms``, ``first_audio_ms``, ``n_chunks``, ``n_tokens``)."""
+        t0 = time.perf_counter()
+        chunks = self.text_chunks(text)
+        stages: dict[str, float] = {}
+        first_audio_ms, n_tokens, pieces = 0.0, 0, []
+        for i, ids in enumerate(chunks):
+            speech = self.generate(
+                ids,
+                voice,
+                max_tokens=min(MAX_RUN_TOKENS, TOKENS_EXTRA + TOKENS_PER_TEXT_TOKEN * ids.size),
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                repetition_penalty=repetition_penalty,
+                seed=(seed + i) % 2**64,
+                on_stage=None if on_stage is None else lambda s, _c, ms, i=i: on_stage(s, i, ms),
+                cancelled=cancelled,
+            )
+            self._add_stages(stages)
+            speech = speech[speech < S3_VOCAB]
+            n_tokens += speech.size
+            speech = np.concatenate([speech, np.full(SILENCE_TOKENS, SILENCE_TOKEN, np.int32)])
+            audio = self.decode(
+                speech,
+                voice,
+                noise_scale=noise_scale,
+                seed=(seed + i) % 2**64,
+                on_stage=None if on_stage is None else lambda s, _c, ms, i=i: on_stage(s, i, ms),
+                cancelled=cancelled,
+            )
+            self._add_stages(stages)
+            if i == 0:
+                first_audio_ms = (time.perf_counter() - t0) * 1000.0
+            if on_chunk is not None:
+                on_chunk(i, audio)
+            pieces.append(audio)
+        timings = {
+            "stages_ms": stages,
+            "total_ms": (time.perf_counter() - t0) * 1000.0,
+            "first_audio_ms": first_audio_ms,
+            "n_chunks": len(chunks),
+            "n_tokens": n_tokens,
+        }
+        return np.concatenate(pieces), timings
+
+    def _add_stages(self, stages: dict[str, float]) -> None:
+        for name, ms in self._context.timings()["stages_ms"].items():
+            if ms > 0:
+                stages[name] = stages.get(name, 0.0) + ms
 
     def timings(self) -> dict:
         return self._context.timings()

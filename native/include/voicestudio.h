@@ -57,8 +57,9 @@ enum vs_status {
 // Stages of synthesis. Each architecture runs a subset in its own order
 // (vs_model_stages): Piper phonemize, encoder, duration, flow, decoder; Kokoro
 // phonemize, bert, duration, prosody, text_encoder, decoder, generator; Chatterbox mel,
-// speaker (its voice encoder, vs_embed), tokens (its token model, vs_generate_tokens) and
-// generator (its vocoder, vs_vocode). The speaker encoder (vs_embed) runs mel, speaker.
+// speaker (its voice encoder, vs_embed), tokens (its token model, vs_generate_tokens), encoder
+// and flow (S3Gen's flow, speech tokens to a mel) and generator (its vocoder, vs_vocode). The speaker encoder
+// (vs_embed) runs mel, speaker.
 enum vs_stage {
     VS_STAGE_PHONEMIZE    = 0,
     VS_STAGE_ENCODER      = 1,
@@ -276,6 +277,15 @@ struct vs_conditionals {
     // "chatterbox.t3.prompt_tokens" of them; none is allowed.
     const int32_t * prompt_tokens;
     size_t          n_prompt_tokens;
+    // S3Gen's part (vs_decode_tokens): the recording's speech tokens (0 to 6560; none is
+    // allowed), its log-mel at 24 kHz, [n_prompt_frames, 80] row-major, two frames a token (or one
+    // more), and its x-vector (the CAMPPlus speaker embedding, 192 values).
+    const int32_t * gen_prompt_tokens;
+    size_t          n_gen_prompt_tokens;
+    const float *   prompt_mel;
+    size_t          n_prompt_frames;
+    const float *   xvector;
+    size_t          n_xvector;
 };
 
 struct vs_synth_params {
@@ -323,6 +333,10 @@ struct vs_synth_params {
     // start token), for comparing with a reference runtime: output "t3_logits". NULL: drawn.
     const int32_t * speech_tokens;
     size_t          n_speech_tokens;
+    // S3Gen's flow (vs_decode_tokens): its starting noise, [frames, 80] row-major over the prompt's
+    // frames and the new ones, for comparing with a reference runtime. NULL: drawn from seed.
+    const float * flow_noise;
+    size_t        n_flow_noise;
 
     // Called after each stage of each chunk (of each batch: with its first chunk's index),
     // with its milliseconds.
@@ -368,6 +382,16 @@ VS_API int vs_generate_tokens(vs_context * ctx, const int32_t * text_tokens, siz
 // ([n_frames]) and "source" ([samples]).
 VS_API int vs_vocode(vs_context * ctx, const float * mel, size_t n_frames, struct vs_synth_params params,
                      vs_audio ** audio);
+
+// Chatterbox's S3Gen alone: audio at vs_model_sample_rate of `speech_tokens` (0 to 6560, 25 a
+// second) in the voice of params.conditionals' S3Gen part (NULL: the model's stock voice),
+// written to *audio (freed by the caller): its flow makes a log-mel (the encoder, then the
+// variant's steps from noise drawn from params.seed or given as params.flow_noise), its vocoder
+// the audio (as vs_vocode), whose first 40 ms are faded in. Timings: stages encoder, flow,
+// generator. Outputs "flow_mu" ([frames, 80], the prompt's frames first), "flow_v.<step>" (the
+// velocity of each step, the same shape) and "mel" ([2 x tokens, 80]).
+VS_API int vs_decode_tokens(vs_context * ctx, const int32_t * speech_tokens, size_t n_speech_tokens,
+                            struct vs_synth_params params, vs_audio ** audio);
 
 // Named intermediate of the last chunk synthesized, for comparison with a reference
 // runtime, row-major [time, channels]. Piper: "m_p", "logs_p" ([T, C]), "logw" ([T]),

@@ -143,6 +143,11 @@ NB_MODULE(_engine, m) {
         .def("vocode", &Context::vocode, "mel"_a, "f0"_a = nb::none(), "noise_scale"_a = -1.0f, "seed"_a = 0,
              "on_stage"_a = nb::none(), "abort"_a = nb::none(),
              "Chatterbox's vocoder on a log-mel [frames, 80]: 24 kHz audio.")
+        .def("decode_tokens", &Context::decode_tokens, "speech_tokens"_a, "prompt_tokens"_a = nb::none(),
+             "prompt_mel"_a = nb::none(), "xvector"_a = nb::none(), "noise"_a = nb::none(), "noise_scale"_a = -1.0f,
+             "seed"_a = 0, "on_stage"_a = nb::none(), "abort"_a = nb::none(),
+             "Chatterbox's S3Gen on speech tokens (its flow's mel, then its vocoder) in the voice of an x-vector, "
+             "prompt tokens and prompt mel [frames, 80]: 24 kHz audio.")
         .def("embed", &Context::embed, "audio"_a,
              "The L2-normalized speaker embedding of mono audio at the model's rate (speaker encoders).")
         .def("phonemize", &Context::phonemize)

@@ -338,6 +338,53 @@ class Context {
         return to_array(std::move(out));
     }
 
+    using mel_array = nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+
+    audio_array decode_tokens(durations_array speech_tokens, std::optional<durations_array> prompt_tokens,
+                              std::optional<mel_array> prompt_mel, std::optional<vector_array> xvector,
+                              std::optional<mel_array> noise, float noise_scale, uint64_t seed, nb::object on_stage,
+                              nb::object abort) {
+        vs_conditionals cond{};  // no x-vector given: the model's stock voice
+        if (xvector) {
+            cond.xvector   = xvector->data();
+            cond.n_xvector = xvector->shape(0);
+            if (prompt_tokens) {
+                cond.gen_prompt_tokens   = prompt_tokens->data();
+                cond.n_gen_prompt_tokens = prompt_tokens->shape(0);
+            }
+            if (prompt_mel) {
+                if (prompt_mel->shape(1) != 80) {
+                    throw engine_error(VS_ERR_INVALID_ARG, "the prompt's mel has " +
+                                                               std::to_string(prompt_mel->shape(1)) +
+                                                               " bands a frame; S3Gen's have 80");
+                }
+                cond.prompt_mel      = prompt_mel->data();
+                cond.n_prompt_frames = prompt_mel->shape(0);
+            }
+        } else if (prompt_tokens || prompt_mel) {
+            throw engine_error(VS_ERR_INVALID_ARG, "S3Gen's prompt tokens and mel need the voice's x-vector too");
+        }
+        if (noise && noise->shape(1) != 80) {
+            throw engine_error(VS_ERR_INVALID_ARG, "the flow noise has " + std::to_string(noise->shape(1)) +
+                                                       " bands a frame; S3Gen's have 80");
+        }
+        audio_ptr out;
+        run(noise_scale, -1.0f, -1.0f, seed, on_stage, nb::none(), abort, 0, std::nullopt, std::nullopt, std::nullopt,
+            1, [&](vs_context * c, const vs_synth_params & base) {
+                vs_synth_params p = base;
+                p.conditionals    = xvector ? &cond : nullptr;
+                if (noise) {
+                    p.flow_noise   = noise->data();
+                    p.n_flow_noise = noise->shape(0) * noise->shape(1);
+                }
+                vs_audio * a      = nullptr;
+                const int  status = vs_decode_tokens(c, speech_tokens.data(), speech_tokens.shape(0), p, &a);
+                out.reset(a);
+                return status;
+            });
+        return to_array(std::move(out));
+    }
+
     audio_array embed(nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> audio) {
         busy_guard   busy = guard();
         vs_context * c    = get();

@@ -157,8 +157,9 @@ int vs_model_stages(const vs_model * model, int * stages, int max_stages) {
     if (!model) {
         return 0;
     }
-    if (model->arch == "chatterbox") {  // a voice's speaker embedding (vs_embed), tokens, the vocoder
-        static const int chatterbox[] = { VS_STAGE_MEL, VS_STAGE_SPEAKER, VS_STAGE_TOKENS, VS_STAGE_GENERATOR };
+    if (model->arch == "chatterbox") {  // a voice's speaker embedding (vs_embed), tokens, S3Gen
+        static const int chatterbox[] = { VS_STAGE_MEL,     VS_STAGE_SPEAKER, VS_STAGE_TOKENS,
+                                          VS_STAGE_ENCODER, VS_STAGE_FLOW,    VS_STAGE_GENERATOR };
         for (int i = 0; stages && i < (int) std::size(chatterbox) && i < max_stages; ++i) {
             stages[i] = chatterbox[i];
         }
@@ -314,6 +315,8 @@ struct vs_synth_params vs_synth_default_params(void) {
     p.n_f0                = 0;
     p.speech_tokens       = nullptr;  // drawn
     p.n_speech_tokens     = 0;
+    p.flow_noise          = nullptr;  // drawn
+    p.n_flow_noise        = 0;
     return p;
 }
 
@@ -447,6 +450,33 @@ int vs_vocode(vs_context * ctx, const float * mel, size_t n_frames, struct vs_sy
         ctx->timings.n_samples      = (int64_t) out->samples.size();
         ctx->timings.total_ms       = vs::ms_since(t0);
         *audio                      = out.release();
+    });
+}
+
+int vs_decode_tokens(vs_context * ctx, const int32_t * speech_tokens, size_t n_speech_tokens,
+                     struct vs_synth_params params, vs_audio ** audio) {
+    if (ctx) {
+        ctx->clear_results();
+    }
+    return vs::guarded([&] {
+        if (!ctx || (!speech_tokens && n_speech_tokens) || !audio) {
+            throw vs::error(VS_ERR_INVALID_ARG, "vs_decode_tokens: ctx, speech_tokens and audio are required");
+        }
+        *audio = nullptr;
+        if (ctx->model->arch != "chatterbox") {
+            throw vs::error(VS_ERR_INVALID_ARG, "'" + ctx->model->path + "' is a " + ctx->model->arch +
+                                                    " model, which has no speech-token decoder");
+        }
+        const auto              t0 = std::chrono::steady_clock::now();
+        vs_context::active_call call(ctx, &params);
+        auto                    out = std::make_unique<vs_audio>();
+        out->samples =
+            vs::chatterbox_decode(*ctx, std::vector<int32_t>(speech_tokens, speech_tokens + n_speech_tokens), params);
+        out->sample_rate       = ctx->model->sample_rate;
+        ctx->timings.n_chunks  = 1;
+        ctx->timings.n_samples = (int64_t) out->samples.size();
+        ctx->timings.total_ms  = vs::ms_since(t0);
+        *audio                 = out.release();
     });
 }
 

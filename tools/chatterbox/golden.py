@@ -28,6 +28,13 @@ and a teacher-forced run of speech tokens. Outputs:
   ``hift_audio``, ``hift_source``: HiFTGenerator.inference's audio and excitation with its
   noise and random phases off; ``hift_f0_in`` [40] a voiced contour, and ``hift_audio_f0``,
   ``hift_source_f0`` the same with the predictor's F0 replaced by it;
+- ``flow_tokens`` [40]: speech tokens, decoded in the voice of conds.pt (its S3Gen part: prompt
+  tokens, prompt mel, x-vector) by S3Gen's flow (CausalMaskedDiffWithXvec.inference, mean-flow,
+  2 steps) from ``flow_noise`` [80, frames] (its randn_like replaced by it): ``flow_mu`` [80,
+  frames], the encoder's projection (prompt and tokens); ``flow_v.<step>`` [80, frames], the
+  estimator's output at each step; ``flow_mel`` [80, 2 x tokens], the mel after the prompt's
+  frames; ``s3gen_audio``: HiFT on that mel with its noise and random phases off, the first
+  40 ms faded in as S3Token2Wav.inference does;
 - ``punc_in`` and ``punc_out``: texts and what the reference's punc_norm makes of them;
 - ``text_in`` and ``text_ids``: texts (the tokenizer's tags among them) and their ids by the
   reference's tokenizer (transformers' AutoTokenizer on the folder, as ChatterboxTurboTTS
@@ -175,20 +182,13 @@ def hift_golden(ckpt: Path) -> dict[str, np.ndarray]:
     hift.load_state_dict({k[len("mel2wav.") :]: v for k, v in state.items() if k.startswith("mel2wav.")})
     hift.eval()
 
-    class NoPhase:  # SineGen's random phases off
-        def __init__(self, low, high):
-            pass
-
-        def sample(self, sample_shape):
-            return torch.zeros(sample_shape)
-
     rng = np.random.default_rng(11)
     mel = torch.from_numpy((rng.standard_normal((1, 80, 40)) * 1.5 - 4.0).astype(np.float32))
     f0_in = np.zeros(40, np.float32)
     f0_in[5:31] = 120 + 60 * np.sin(np.arange(26) / 6.0)
     out = {"hift_mel": mel[0].numpy(), "hift_f0_in": f0_in}
     randn_like, uniform = torch.randn_like, hifigan.Uniform
-    torch.randn_like, hifigan.Uniform = torch.zeros_like, NoPhase
+    torch.randn_like, hifigan.Uniform = torch.zeros_like, _NoPhase
     try:
         out["hift_f0"] = hift.f0_predictor(mel)[0].numpy()
         wav, src = hift.inference(speech_feat=mel)
@@ -198,6 +198,64 @@ def hift_golden(ckpt: Path) -> dict[str, np.ndarray]:
         out["hift_audio_f0"], out["hift_source_f0"] = wav[0].numpy(), src[0, 0].numpy()
     finally:
         torch.randn_like, hifigan.Uniform = randn_like, uniform
+    return out
+
+
+class _NoPhase:  # SineGen's random phases off
+    def __init__(self, low, high):
+        pass
+
+    def sample(self, sample_shape):
+        return torch.zeros(sample_shape)
+
+
+@torch.inference_mode()
+def flow_golden(ckpt: Path) -> dict[str, np.ndarray]:
+    from chatterbox.models.s3gen import S3Gen, hifigan
+    from chatterbox.tts_turbo import Conditionals
+
+    s3 = S3Gen(meanflow=True)
+    s3.load_state_dict(load_file(ckpt / "turbo" / "s3gen_meanflow.safetensors"))
+    s3.eval()
+    gen = Conditionals.load(OUT.parent / "conds.pt").gen
+    rng = np.random.default_rng(17)
+    tokens = rng.integers(0, 6561, 40)
+    frames = 2 * (gen["prompt_token"].shape[1] + tokens.size)
+    noise = rng.standard_normal((80, frames)).astype(np.float32)
+    out = {"flow_tokens": tokens.astype(np.int32), "flow_noise": noise}
+
+    mu, velocities = [], []
+    hook = s3.flow.encoder_proj.register_forward_hook(lambda m, i, o: mu.append(o[0].T.numpy()))
+    estimator = s3.flow.decoder.estimator
+    forward = estimator.forward  # called directly by the solver, so no hook sees it
+
+    def record(*args, **kwargs):
+        v = forward(*args, **kwargs)
+        velocities.append(v[0].numpy())
+        return v
+
+    estimator.forward = record
+    randn_like = torch.randn_like
+    torch.randn_like = lambda x: torch.from_numpy(noise)[None].to(x.dtype)
+    try:
+        mel = s3.flow_inference(torch.from_numpy(tokens)[None], ref_dict=dict(gen), finalize=True)
+    finally:
+        torch.randn_like = randn_like
+        hook.remove()
+        estimator.forward = forward
+    out["flow_mu"] = mu[0]
+    for i, v in enumerate(velocities):
+        out[f"flow_v.{i}"] = v
+    out["flow_mel"] = mel[0].numpy()
+
+    uniform = hifigan.Uniform
+    torch.randn_like, hifigan.Uniform = torch.zeros_like, _NoPhase
+    try:
+        wav, _ = s3.hift_inference(mel)
+    finally:
+        torch.randn_like, hifigan.Uniform = randn_like, uniform
+    wav[:, : len(s3.trim_fade)] *= s3.trim_fade
+    out["s3gen_audio"] = wav[0].numpy()
     return out
 
 
@@ -225,13 +283,22 @@ def write_conds(path: Path) -> None:
     Conditionals(t3, gen).save(path)
 
 
+STAGES = {"t3": t3_golden, "ve": ve_golden, "text": text_golden, "hift": hift_golden, "flow": flow_golden}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--weights", type=Path, default=Path("/tmp/chatterbox-weights"))
+    ap.add_argument("--stages", nargs="*", choices=sorted(STAGES), help="remake these only (default: all)")
     args = ap.parse_args()
     weights.write(args.weights)
     write_conds(OUT.parent / "conds.pt")
-    out = t3_golden(args.weights) | ve_golden(args.weights) | text_golden(args.weights) | hift_golden(args.weights)
+    out = {}
+    if args.stages:  # the others' values kept
+        with np.load(OUT) as old:
+            out = {k: old[k] for k in old.files}
+    for stage in args.stages or STAGES:
+        out |= STAGES[stage](args.weights)
     np.savez_compressed(OUT, **out)
     for k, v in out.items():
         print(k, v.shape, v.dtype)

@@ -39,6 +39,18 @@ Hann-windowed DFT, cos then -sin rows) and ``hift.istft`` [18, 1, 16] (the windo
 real DFT of cos and sin parts, as a transposed convolution's taps). Its hyperparameters
 (S3Token2Wav's HiFTGenerator) are ``chatterbox.hift.*`` metadata.
 
+S3Gen's flow (speech tokens to a mel) is under ``flow.``: ``flow.token_emb`` [512, 6561],
+``flow.spk_affine`` (the x-vector's projection), the conformer encoder ``flow.enc.*`` (input
+projections ``embed``/``up_embed`` with their norms, ``lookahead.conv{1,2}``, ``blk.{i}`` and
+``up_blk.{i}`` with ``attn_{q,k,v,out,pos}``, ``pos_bias_{u,v}`` [64 x 8], ``attn_norm``,
+``ffn_norm``, ``ffn_up``, ``ffn_down``; ``up`` the upsampling convolution, ``out_norm``,
+``proj`` to 80 bands) and the U-Net estimator ``flow.dec.*`` (``time.linear_{1,2}``,
+``time_mixer``; ``down.``, ``mid.{i}.``, ``up.``: a causal residual block's ``block{1,2}.conv``,
+``block{1,2}.norm``, ``time``, ``res_conv`` and its transformer blocks ``tfm.{j}.*``;
+``down.conv``, ``up.conv``, ``final.conv``, ``final.norm``, ``proj``). Linear weights are
+[in, out] (PyTorch's [out, in] as stored), convolutions [IC, K, OC], pointwise ones [IC, OC];
+the hyperparameters and the variant's solver are ``chatterbox.flow.*`` metadata.
+
 Where the folder has ``conds.pt`` (the built-in voice's conditionals, Conditionals.save), it
 becomes the model's stock voice: ``voice.speaker_emb`` [256], ``voice.prompt_tokens`` (the token
 model's prompt), and for S3Gen ``voice.gen_prompt_tokens``, ``voice.prompt_feat`` [80, frames]
@@ -264,6 +276,128 @@ def _hift(st: SafetensorsFile) -> dict[str, np.ndarray]:
     return t
 
 
+# S3Token2Mel's flow (chatterbox/models/s3gen/s3gen.py, flow.py, flow_matching.py, decoder.py):
+# speech tokens embedded, an upsampling conformer encoder (espnet relative positions), a
+# projection to the mel's bands, and a conditional flow-matching U-Net decoder.
+FLOW = {
+    "vocab": 6561,
+    "n_embd": 512,
+    "n_head": 8,
+    "ffn": 2048,
+    "n_layer": 6,
+    "n_up_layer": 4,
+    "lookahead": 3,
+    "token_mel_ratio": 2,
+    "n_mels": 80,
+    "xvector": 192,
+    "dec_channels": 256,
+    "dec_n_head": 8,
+    "dec_head_dim": 64,
+    "dec_n_tfm": 4,
+    "dec_n_mid": 12,
+    "dec_time_embed": 1024,
+    "dec_time_sinusoid": 320,
+}
+# The variant's solver: Turbo's decoder is distilled to mean-flow steps (no guidance); the
+# time span is linear there, cosine-warped otherwise.
+FLOW_SOLVER = {"turbo": {"meanflow": 1, "steps": 2, "cfg_rate": 0.0}}
+
+
+def _flow(st: SafetensorsFile) -> dict[str, tuple[np.ndarray, bool]]:
+    """S3Gen's flow tensors (``flow.*``) laid out for the engine: linear weights [in, out] (as
+    stored), convolutions [IC, K, OC], pointwise convolutions as matrices [IC, OC]; values
+    with ``reduce`` where a matmul reads them."""
+    C, H, F, M, D = FLOW["n_embd"], FLOW["n_head"], FLOW["ffn"], FLOW["n_mels"], FLOW["dec_channels"]
+    TE, inner = FLOW["dec_time_embed"], FLOW["dec_n_head"] * FLOW["dec_head_dim"]
+    t: dict[str, tuple[np.ndarray, bool]] = {}
+
+    def get(name: str, shape: tuple[int, ...]) -> np.ndarray:
+        name = "flow." + name
+        if name not in st:
+            raise ConversionError(f"'{st.path.name}' lacks tensor '{name}': not S3Gen's flow")
+        if st.shape(name) != shape:
+            raise ConversionError(f"'{st.path.name}': tensor '{name}' is {st.shape(name)}, expected {shape}")
+        return np.ascontiguousarray(st.tensor(name), dtype=np.float32)
+
+    def linear(out: str, module: str, n_in: int, n_out: int, bias: bool = True) -> None:
+        t[out + ".weight"] = (get(module + ".weight", (n_out, n_in)), True)
+        if bias:
+            t[out + ".bias"] = (get(module + ".bias", (n_out,)), False)
+
+    def norm(out: str, module: str, n: int) -> None:
+        t[out + ".weight"] = (get(module + ".weight", (n,)), False)
+        t[out + ".bias"] = (get(module + ".bias", (n,)), False)
+
+    def conv(out: str, module: str, n_in: int, n_out: int, k: int) -> None:
+        w = get(module + ".weight", (n_out, n_in, k))
+        if k == 1:
+            t[out + ".weight"] = (np.ascontiguousarray(w[:, :, 0]), True)
+        else:
+            t[out + ".weight"] = (np.ascontiguousarray(w.transpose(0, 2, 1)), False)  # [IC, K, OC] in ggml
+        t[out + ".bias"] = (get(module + ".bias", (n_out,)), False)
+
+    t["flow.token_emb"] = (get("input_embedding.weight", (FLOW["vocab"], C)), True)
+    linear("flow.spk_affine", "spk_embed_affine_layer", FLOW["xvector"], M)
+    e = "encoder."
+    conv("flow.enc.lookahead.conv1", e + "pre_lookahead_layer.conv1", C, C, FLOW["lookahead"] + 1)
+    conv("flow.enc.lookahead.conv2", e + "pre_lookahead_layer.conv2", C, C, 3)
+    conv("flow.enc.up", e + "up_layer.conv", C, C, 5)
+    norm("flow.enc.out_norm", e + "after_norm", C)
+    linear("flow.enc.proj", "encoder_proj", C, M)
+    for embed in ("embed", "up_embed"):
+        linear(f"flow.enc.{embed}", f"{e}{embed}.out.0", C, C)
+        norm(f"flow.enc.{embed}_norm", f"{e}{embed}.out.1", C)
+    for stack, n in (("encoders", FLOW["n_layer"]), ("up_encoders", FLOW["n_up_layer"])):
+        for i in range(n):
+            p, q = f"{e}{stack}.{i}.", f"flow.enc.{'up_blk' if stack == 'up_encoders' else 'blk'}.{i}."
+            for name in ("q", "k", "v", "out"):
+                linear(q + "attn_" + name, p + "self_attn.linear_" + name, C, C)
+            linear(q + "attn_pos", p + "self_attn.linear_pos", C, C, bias=False)
+            for bias in ("pos_bias_u", "pos_bias_v"):
+                t[q + bias] = (get(p + "self_attn." + bias, (H, C // H)).reshape(-1), False)
+            norm(q + "attn_norm", p + "norm_mha", C)
+            norm(q + "ffn_norm", p + "norm_ff", C)
+            linear(q + "ffn_up", p + "feed_forward.w_1", C, F)
+            linear(q + "ffn_down", p + "feed_forward.w_2", F, C)
+
+    d = "decoder.estimator."
+    linear("flow.dec.time.linear_1", d + "time_mlp.linear_1", FLOW["dec_time_sinusoid"], TE)
+    linear("flow.dec.time.linear_2", d + "time_mlp.linear_2", TE, TE)
+    linear("flow.dec.time_mixer", d + "time_embed_mixer", 2 * TE, TE, bias=False)
+
+    def block(out: str, module: str, n_in: int) -> None:  # CausalResnetBlock1D, its transformer blocks
+        r = module + "0."
+        conv(out + "block1.conv", r + "block1.block.0", n_in, D, 3)
+        norm(out + "block1.norm", r + "block1.block.2", D)
+        conv(out + "block2.conv", r + "block2.block.0", D, D, 3)
+        norm(out + "block2.norm", r + "block2.block.2", D)
+        linear(out + "time", r + "mlp.1", TE, D)
+        conv(out + "res_conv", r + "res_conv", n_in, D, 1)
+        for j in range(FLOW["dec_n_tfm"]):
+            p, q = f"{module}1.{j}.", f"{out}tfm.{j}."
+            norm(q + "norm1", p + "norm1", D)
+            for name in ("q", "k", "v"):
+                linear(q + "attn_" + name, p + "attn1.to_" + name, D, inner, bias=False)
+            linear(q + "attn_out", p + "attn1.to_out.0", inner, D)
+            norm(q + "norm3", p + "norm3", D)
+            linear(q + "ffn_up", p + "ff.net.0.proj", D, 4 * D)
+            linear(q + "ffn_down", p + "ff.net.2", 4 * D, D)
+
+    block("flow.dec.down.", d + "down_blocks.0.", 4 * M)  # the state, encoder output, speaker, prompt mel
+    conv("flow.dec.down.conv", d + "down_blocks.0.2", D, D, 3)
+    for i in range(FLOW["dec_n_mid"]):
+        block(f"flow.dec.mid.{i}.", f"{d}mid_blocks.{i}.", D)
+    block("flow.dec.up.", d + "up_blocks.0.", 2 * D)
+    conv("flow.dec.up.conv", d + "up_blocks.0.2", D, D, 3)
+    conv("flow.dec.final.conv", d + "final_block.block.0", D, D, 3)
+    norm("flow.dec.final.norm", d + "final_block.block.2", D)
+    conv("flow.dec.proj", d + "final_proj", D, M, 1)
+    for name in ("down_blocks.1.", f"mid_blocks.{FLOW['dec_n_mid']}.", "up_blocks.1."):
+        if any(k.startswith("flow." + d + name) for k in st.names()):
+            raise ConversionError(f"'{st.path.name}': its flow decoder has more levels than S3Gen's")
+    return t
+
+
 def _stock_voice(path: Path, hp: dict[str, int]) -> dict[str, np.ndarray]:
     """The built-in voice of conds.pt (Conditionals.save: {"t3": T3Cond's fields, "gen": S3Gen's
     reference dict}) as the GGUF's voice.* tensors."""
@@ -355,7 +489,8 @@ def convert(
     if not s3gen_path.is_file():
         raise ConversionError(f"'{checkpoint}' has no '{S3GEN_FILES[variant]}' (S3Gen: speech tokens to audio)")
     try:
-        hift = _hift(SafetensorsFile(s3gen_path))
+        s3gen = SafetensorsFile(s3gen_path)
+        hift, flow = _hift(s3gen), _flow(s3gen)
     except SafetensorsError as e:
         raise ConversionError(str(e)) from None
 
@@ -399,6 +534,13 @@ def convert(
                 writer.add_uint32(p + "hift." + key, value)
         for name, data in hift.items():
             writer.add_tensor(name, data)
+        for key, value in (FLOW | FLOW_SOLVER[variant]).items():
+            if isinstance(value, float):
+                writer.add_float32(p + "flow." + key, value)
+            else:
+                writer.add_uint32(p + "flow." + key, value)
+        for name, (data, reduce) in flow.items():
+            add_weight(writer, name, data, weights, reduce=reduce)
         for name, data in voice.items():
             writer.add_tensor(name, data)
         writer.write_header_to_file()

@@ -1,4 +1,7 @@
-// Attention over a key/value cache: a token model's prompt and its steps one at a time.
+// Attention: over a key/value cache (a token model's prompt and its steps one at a time), over a
+// whole sequence, and with relative positions (Transformer-XL's, as espnet computes them).
+#include <cmath>
+
 #include "graph.h"
 
 namespace vs {
@@ -21,6 +24,46 @@ ggml_tensor * cached_attention(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor
     ggml_tensor * kq = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, K, Q), mask, scale, 0.0f);  // [n_kv, n, h]
     ggml_tensor * o  = ggml_mul_mat(ctx, V, kq);                                            // [d, n, h]
     return ggml_reshape_2d(ctx, ggml_cont(ctx, ggml_permute(ctx, o, 0, 2, 1, 3)), C, n);
+}
+
+namespace {
+
+// [C, T] -> [d, T, h]: a head's features, then time, then heads.
+ggml_tensor * heads(ggml_context * ctx, ggml_tensor * x, int64_t n_head) {
+    const int64_t C = x->ne[0], T = x->ne[1];
+    return ggml_permute(ctx, ggml_reshape_3d(ctx, ggml_cont(ctx, x), C / n_head, n_head, T), 0, 2, 1, 3);
+}
+
+// The weights kq [T_k, T_q, h] applied to v [C, T_k]: [C, T_q].
+ggml_tensor * weighted_values(ggml_context * ctx, ggml_tensor * kq, ggml_tensor * v, int64_t n_head) {
+    const int64_t C = v->ne[0], T = v->ne[1];
+    ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, ggml_cont(ctx, v), C / n_head, n_head, T),
+                                                   1, 2, 0, 3));  // [T_k, d, h]
+    ggml_tensor * o  = ggml_mul_mat(ctx, vt, kq);                 // [d, T_q, h]
+    return ggml_reshape_2d(ctx, ggml_cont(ctx, ggml_permute(ctx, o, 0, 2, 1, 3)), C, kq->ne[1]);
+}
+
+}  // namespace
+
+ggml_tensor * self_attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, int64_t n_head,
+                             float scale) {
+    ggml_tensor * kq = ggml_mul_mat(ctx, heads(ctx, k, n_head), heads(ctx, q, n_head));  // [T_k, T_q, h]
+    return weighted_values(ctx, ggml_soft_max_ext(ctx, kq, nullptr, scale, 0.0f), v, n_head);
+}
+
+ggml_tensor * rel_pos_attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * p,
+                                ggml_tensor * bias_u, ggml_tensor * bias_v, int64_t n_head) {
+    const int64_t C = q->ne[0], T = q->ne[1], d = C / n_head;
+    ggml_tensor * qu = ggml_add(ctx, q, bias_u);
+    ggml_tensor * qv = ggml_add(ctx, q, bias_v);
+    ggml_tensor * ac = ggml_mul_mat(ctx, heads(ctx, k, n_head), heads(ctx, qu, n_head));  // [T, T, h]
+    ggml_tensor * bd = ggml_mul_mat(ctx, heads(ctx, p, n_head), heads(ctx, qv, n_head));  // [2T - 1, T, h]
+    // The shift: query i's score for key j is column j + T - 1 - i of its row (relative position
+    // i - j), a view whose rows step one value less than bd's.
+    bd               = ggml_view_3d(ctx, bd, T, T, n_head, bd->nb[1] - ggml_element_size(bd), bd->nb[2],
+                                    (size_t) (T - 1) * ggml_element_size(bd));
+    ggml_tensor * kq = ggml_add(ctx, ac, ggml_cont(ctx, bd));
+    return weighted_values(ctx, ggml_soft_max_ext(ctx, kq, nullptr, 1.0f / std::sqrt((float) d), 0.0f), v, n_head);
 }
 
 }  // namespace vs

@@ -158,6 +158,18 @@ ggml_tensor * cached_attention(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor
                                ggml_tensor * k_cache, ggml_tensor * v_cache, int64_t pos, int64_t n_head,
                                ggml_tensor * mask, float scale);
 
+// Self-attention over a whole sequence: q [C, T_q], k and v [C, T_k] (n_head heads of C / n_head),
+// no mask. Returns [C, T_q].
+ggml_tensor * self_attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, int64_t n_head,
+                             float scale);
+
+// Self-attention with relative positions (Transformer-XL's, espnet's RelPositionMultiHeadedAttention):
+// scores (q + bias_u) . k + rel_shift((q + bias_v) . p) over sqrt(d), where p [C, 2T - 1] holds the
+// projected encodings of relative positions T - 1 down to 1 - T; q, k, v [C, T]; bias_u, bias_v
+// [C]. Returns [C, T].
+ggml_tensor * rel_pos_attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * p,
+                                ggml_tensor * bias_u, ggml_tensor * bias_v, int64_t n_head);
+
 // n rounded up to one of eight lengths an octave (a multiple of 16 below 256, of 32 below
 // 512, ...): at most 1/8 more, and few enough shapes that graphs kept by their shapes
 // (vs_context::stage_graph) recur.

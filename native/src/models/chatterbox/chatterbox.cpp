@@ -9,12 +9,158 @@ namespace vs {
 void chatterbox_validate(const vs_model & model) {
     check_tensors(model, chatterbox::t3_layout(chatterbox::read_t3_hparams(model)));
     check_tensors(model, chatterbox::hift_layout(chatterbox::read_hift_hparams(model)));
+    check_tensors(model, chatterbox::flow_layout(chatterbox::read_flow_hparams(model)));
     ge2e_validate(model);  // the voice encoder, under "ve."
     const int64_t ve = ge2e_embedding_size(model), t3 = chatterbox::read_t3_hparams(model).speaker_embed_size;
     if (ve != t3) {
         model.bad("the voice encoder makes embeddings of " + std::to_string(ve) + " values; the token model takes " +
                   std::to_string(t3));
     }
+}
+
+namespace {
+
+// The model's stock voice's values under `name` (voice.*), or a clear error where it has none.
+std::vector<float> stock_values(const vs_model & m, const char * name) {
+    auto it = m.host.tensors.find(name);
+    if (it == m.host.tensors.end()) {
+        throw error(VS_ERR_INVALID_ARG,
+                    "'" + m.path + "' carries no stock voice: give the conditionals of one (vs_conditionals)");
+    }
+    return host_floats(it->second);
+}
+
+// Token ids stored as whole numbers in F32 (the loader takes no integer tensors).
+std::vector<int32_t> stock_ids(const vs_model & m, const char * name) {
+    std::vector<int32_t> ids;
+    for (float id : stock_values(m, name)) {
+        if (!(std::fabs(id) < 1e9f) || id != std::floor(id)) {
+            m.bad(std::string("its stock voice's '") + name + "' are not token ids");
+        }
+        ids.push_back((int32_t) id);
+    }
+    return ids;
+}
+
+// S3Token2Wav's fade-in against spillover from the prompt: the first 20 ms silent, the next
+// 20 ms rising as half a cosine.
+void trim_fade(std::vector<float> & audio, int64_t sample_rate) {
+    const int64_t n = sample_rate / 50;
+    for (int64_t i = 0; i < 2 * n && i < (int64_t) audio.size(); ++i) {
+        const float ramp =
+            i < n ? 0.0f : (std::cos((float) M_PI - (float) (i - n) * ((float) M_PI / (float) (n - 1))) + 1.0f) * 0.5f;
+        audio[(size_t) i] *= ramp;
+    }
+}
+
+}  // namespace
+
+std::vector<float> chatterbox_decode(vs_context & c, const std::vector<int32_t> & tokens, const vs_synth_params & p) {
+    const chatterbox::flow_hparams h = chatterbox::read_flow_hparams(*c.model);
+    const int64_t                  M = h.n_mels;
+    if (tokens.empty()) {
+        throw error(VS_ERR_INVALID_ARG, "no speech tokens to decode");
+    }
+    if (tokens.size() > 15000) {  // 10 minutes
+        throw error(VS_ERR_INVALID_ARG,
+                    std::to_string(tokens.size()) + " speech tokens: at most 15000 (10 minutes) a call");
+    }
+    // The voice: the conditionals' S3Gen part, or the stock voice's.
+    std::vector<int32_t> prompt;
+    std::vector<float>   prompt_mel, xvector;
+    if (const vs_conditionals * cond = p.conditionals) {
+        if (!cond->xvector) {
+            throw error(VS_ERR_INVALID_ARG, "the conditionals have no x-vector (S3Gen's speaker embedding)");
+        }
+        if ((int64_t) cond->n_xvector != h.xvector) {
+            throw error(VS_ERR_INVALID_ARG, "the x-vector has " + std::to_string(cond->n_xvector) +
+                                                " values; the model takes " + std::to_string(h.xvector));
+        }
+        if ((cond->n_gen_prompt_tokens && !cond->gen_prompt_tokens) || (cond->n_prompt_frames && !cond->prompt_mel)) {
+            throw error(VS_ERR_INVALID_ARG, "the conditionals count S3Gen prompt tokens or mel frames but hold none");
+        }
+        prompt.assign(cond->gen_prompt_tokens, cond->gen_prompt_tokens + cond->n_gen_prompt_tokens);
+        prompt_mel.assign(cond->prompt_mel, cond->prompt_mel + cond->n_prompt_frames * (size_t) M);
+        xvector.assign(cond->xvector, cond->xvector + h.xvector);
+    } else {
+        prompt     = stock_ids(*c.model, "voice.gen_prompt_tokens");
+        prompt_mel = stock_values(*c.model, "voice.prompt_feat");
+        xvector    = stock_values(*c.model, "voice.xvector");
+        if ((int64_t) xvector.size() != h.xvector || prompt_mel.size() % (size_t) M) {
+            c.model->bad("its stock voice's S3Gen conditionals are not of the flow's sizes");
+        }
+    }
+    const int64_t n_prompt_frames = (int64_t) (prompt_mel.size() / (size_t) M);
+    const int64_t P = (int64_t) prompt.size(), N = (int64_t) tokens.size();
+    if (n_prompt_frames != h.token_mel_ratio * P && n_prompt_frames != h.token_mel_ratio * P + 1) {
+        throw error(VS_ERR_INVALID_ARG, "the prompt's mel has " + std::to_string(n_prompt_frames) + " frames for " +
+                                            std::to_string(P) + " prompt tokens: two a token (or one more)");
+    }
+    double norm = 0.0;
+    for (float v : xvector) {
+        if (!std::isfinite(v)) {
+            throw error(VS_ERR_INVALID_ARG, "the x-vector holds a NaN or infinite value");
+        }
+        norm += (double) v * v;
+    }
+    for (float v : prompt_mel) {
+        if (!std::isfinite(v)) {
+            throw error(VS_ERR_INVALID_ARG, "the prompt's mel holds a NaN or infinite value");
+        }
+    }
+    for (float & v : xvector) {  // F.normalize
+        v = (float) (v / std::max(std::sqrt(norm), 1e-12));
+    }
+    const int64_t T = h.token_mel_ratio * (P + N);
+    if (p.flow_noise && p.n_flow_noise != (size_t) (T * M)) {
+        throw error(VS_ERR_INVALID_ARG, "flow noise of " + std::to_string(p.n_flow_noise) + " values; " +
+                                            std::to_string(T) + " frames of " + std::to_string(M) + " take " +
+                                            std::to_string(T * M));
+    }
+
+    std::vector<int32_t> ids(prompt);
+    ids.insert(ids.end(), tokens.begin(), tokens.end());
+    std::vector<float> mu;
+    c.timed_stage(VS_STAGE_ENCODER, 0, p, [&] { mu = chatterbox::flow_encode(c, h, ids); });
+    c.set_output("flow_mu", mu, T, M);
+
+    std::vector<float> x((size_t) (T * M)), cond((size_t) (T * M), 0.0f);
+    std::copy(prompt_mel.begin(), prompt_mel.end(), cond.begin());
+    if (p.flow_noise) {
+        std::copy(p.flow_noise, p.flow_noise + T * M, x.begin());
+        for (float v : x) {
+            if (!std::isfinite(v)) {
+                throw error(VS_ERR_INVALID_ARG, "the flow noise holds a NaN or infinite value");
+            }
+        }
+    } else {
+        for (int64_t i = 0; i < T * M; i += 2) {
+            float a, b;
+            gaussian_pair(p.seed ^ 0xf10e5eedull, (uint64_t) (i / 2), 1.0f, a, b);
+            x[(size_t) i] = a;
+            if (i + 1 < T * M) {
+                x[(size_t) i + 1] = b;
+            }
+        }
+    }
+    c.timed_stage(VS_STAGE_FLOW, 0, p, [&] {
+        for (int64_t s = 0; s < h.steps; ++s) {  // Euler steps over a linear span from 0 to 1
+            c.check_abort();
+            const float        t = (float) s / (float) h.steps, r = (float) (s + 1) / (float) h.steps;
+            std::vector<float> v = chatterbox::flow_velocity(c, h, x, mu, xvector, cond, t, r);
+            for (size_t i = 0; i < x.size(); ++i) {
+                x[i] += (r - t) * v[i];
+            }
+            c.set_output("flow_v." + std::to_string(s), std::move(v), T, M);
+        }
+    });
+    const int64_t      F = T - n_prompt_frames;
+    std::vector<float> mel(x.begin() + n_prompt_frames * M, x.end());
+    std::vector<float> audio = chatterbox_vocode(c, mel.data(), (size_t) F, p);
+    c.set_output("mel", std::move(mel), F, M);
+    trim_fade(audio, c.model->sample_rate);
+    c.timings.n_frames = (int32_t) F;
+    return audio;
 }
 
 std::vector<float> chatterbox_vocode(vs_context & c, const float * mel, size_t n_frames, const vs_synth_params & p) {
@@ -72,25 +218,15 @@ std::vector<int32_t> chatterbox_generate(vs_context & c, const std::vector<int32
     std::vector<int32_t>    stock_prompt;
     vs_conditionals         stock{};
     if (!cond) {  // the model's stock voice
-        auto it = c.model->host.tensors.find("voice.speaker_emb");
-        auto jt = c.model->host.tensors.find("voice.prompt_tokens");
-        if (it == c.model->host.tensors.end() || jt == c.model->host.tensors.end()) {
-            throw error(
-                VS_ERR_INVALID_ARG,
-                "'" + c.model->path + "' carries no stock voice: give the conditionals of one (vs_conditionals)");
-        }
-        stock_speaker = host_floats(it->second);
+        stock_speaker = stock_values(*c.model, "voice.speaker_emb");
         if ((int64_t) stock_speaker.size() != chatterbox_speaker_size(*c.model)) {
             c.model->bad("its stock voice's speaker embedding is not of the token model's size");
         }
-        for (float id : host_floats(jt->second)) {  // whole numbers, checked by the token model
-            if (!(std::fabs(id) < 1e9f) || id != std::floor(id)) {
-                c.model->bad("its stock voice's prompt tokens are not token ids");
-            }
-            stock_prompt.push_back((int32_t) id);
-        }
-        stock = { stock_speaker.data(), stock_prompt.data(), stock_prompt.size() };
-        cond  = &stock;
+        stock_prompt            = stock_ids(*c.model, "voice.prompt_tokens");
+        stock.speaker_embedding = stock_speaker.data();
+        stock.prompt_tokens     = stock_prompt.data();
+        stock.n_prompt_tokens   = stock_prompt.size();
+        cond                    = &stock;
     }
     if (!cond->speaker_embedding) {
         throw error(VS_ERR_INVALID_ARG, "the conditionals have no speaker embedding");
@@ -107,10 +243,13 @@ void chatterbox_prewarm(vs_context & c) {
     const chatterbox::t3_hparams h = chatterbox::read_t3_hparams(*c.model);
     const std::vector<float>     speaker((size_t) h.speaker_embed_size, 0.0f);
     std::vector<int32_t>         prompt((size_t) h.prompt_tokens, 0);
-    vs_conditionals              cond{ speaker.data(), prompt.data(), prompt.size() };
-    vs_synth_params              p = vs_synth_default_params();
-    p.conditionals                 = &cond;
-    p.temperature                  = 0.0f;
+    vs_conditionals              cond{};
+    cond.speaker_embedding = speaker.data();
+    cond.prompt_tokens     = prompt.data();
+    cond.n_prompt_tokens   = prompt.size();
+    vs_synth_params p      = vs_synth_default_params();
+    p.conditionals         = &cond;
+    p.temperature          = 0.0f;
     chatterbox_generate(c, { 0, 1, 2, 3, 4, 5, 6, 7 }, p, 8);
 }
 

@@ -59,6 +59,29 @@ std::vector<float> hift_source(vs_context & c, const hift_hparams & h, const std
 std::vector<float> hift_vocode(vs_context & c, const hift_hparams & h, const float * mel, int64_t T,
                                const std::vector<float> & source);
 
+// S3Gen's flow (flow.cpp): speech tokens to a mel.
+struct flow_hparams {
+    int64_t vocab = 0, n_embd = 0, n_head = 0, ffn = 0, n_layer = 0, n_up_layer = 0, lookahead = 0;
+    int64_t token_mel_ratio = 2, n_mels = 80, xvector = 0;
+    int64_t dec_channels = 0, dec_n_head = 0, dec_head_dim = 0, dec_n_tfm = 0, dec_n_mid = 0;
+    int64_t dec_time_embed = 0, dec_time_sinusoid = 0;
+    bool    meanflow = true;  // mean-flow steps over a linear time span (Turbo's distilled decoder)
+    int64_t steps    = 2;
+    float   cfg_rate = 0.0f;
+};
+
+flow_hparams             read_flow_hparams(const vs_model & m);
+std::vector<tensor_spec> flow_layout(const flow_hparams & h);
+// The encoder's projection mu [n_mels, token_mel_ratio * tokens] of the prompt's tokens and the
+// new ones, in that order.
+std::vector<float> flow_encode(vs_context & c, const flow_hparams & h, const std::vector<int32_t> & tokens);
+// The estimator's velocity [n_mels, T] at flow state `state` [n_mels, T] from time t towards r,
+// given mu, the speaker's normalized x-vector and the condition `cond` (the prompt's mel over its
+// frames, zeros after).
+std::vector<float> flow_velocity(vs_context & c, const flow_hparams & h, const std::vector<float> & state,
+                                 const std::vector<float> & mu, const std::vector<float> & spk,
+                                 const std::vector<float> & cond, float t, float r);
+
 // T3's state in one context: its key/value cache on the context's device.
 class t3_state : public model_state {
   public:
