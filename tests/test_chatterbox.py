@@ -512,3 +512,77 @@ def test_text_is_spoken_chunk_by_chunk(t3):
     np.testing.assert_array_equal(audio, again)
     with pytest.raises(NothingToSpeakError):
         t3.synthesize("  ")
+
+
+def test_the_cli_installs_lists_speaks_and_benches_chatterbox(checkpoint, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    import soundfile
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, VOICESTUDIO_DATA_DIR=str(tmp_path / "data"), VOICESTUDIO_CONFIG_DIR=str(tmp_path / "cfg"))
+
+    def run(*args, check=True):
+        result = subprocess.run(
+            [sys.executable, str(root / "main.py"), *args], capture_output=True, text=True, cwd=root, env=env
+        )
+        if check:
+            assert result.returncode == 0, result.stderr
+        return result
+
+    def listed():
+        return {v["id"]: v for v in json.loads(run("voices", "--json").stdout)}["chatterbox-turbo:default"]
+
+    assert listed()["installed"] is False
+    refused = run("synth", "--voice", "chatterbox-turbo:default", "--text", "Hi.", "--out", "x.wav", check=False)
+    assert refused.returncode == 1 and "models install chatterbox-turbo --from" in refused.stderr
+    bare = run("models", "install", "chatterbox-turbo", check=False)
+    assert bare.returncode == 1 and "give --from <folder>" in bare.stderr
+    run("models", "install", "chatterbox-turbo", "--from", str(checkpoint), "--weights", "f16")
+    info = listed()
+    assert info["installed"] and info["family"] == "chatterbox" and info["sample_rate"] == 24000
+
+    out = tmp_path / "hi.wav"
+    run("synth", "--voice", "chatterbox-turbo:default", "--text", "Hi.", "--out", str(out), "--threads", "2")
+    assert soundfile.info(str(out)).samplerate == 24000 and soundfile.info(str(out)).frames > 24000 * 0.5
+    speed = run("synth", "--voice", "chatterbox-turbo:default", "--text", "Hi.", "--out", str(out), "--speed", "2",
+                check=False)  # fmt: skip
+    assert speed.returncode == 1 and "its own pace" in speed.stderr
+
+    (tmp_path / "lines.txt").write_text("Hi.\n")
+    run("bench", "--voice", "chatterbox-turbo:default", "--text-file", str(tmp_path / "lines.txt"), "--runs", "1",
+        "--warmup", "0", "--threads", "2", "--json-out", str(tmp_path / "bench.json"))  # fmt: skip
+    report = json.loads((tmp_path / "bench.json").read_text())
+    stages = report["items"][0]["stages_ms"]
+    assert list(stages) == ["tokens", "encoder", "flow", "generator"] and min(stages.values()) > 0
+    assert report["total_audio_s"] > 0.5
+
+
+@pytest.mark.parametrize("clip", ["kokoro_jf_alpha", "kokoro_jm_kumo", "piper_joe"])
+def test_the_speech_tokenizer_matches_the_reference(t3, golden, clip):
+    import soundfile as sf
+
+    wav, rate = sf.read(Path(__file__).parent / "data" / "speaker" / f"{clip}.flac", dtype="float32")
+    tokens = t3.speech_tokens(wav)
+    mel, ref_mel = t3.output("s3tok_mel"), golden[f"s3tok_mel.{clip}"].T
+    assert mel.shape == ref_mel.shape
+    assert np.abs(mel - ref_mel).max() <= 1e-4
+    assert cosines(t3.output("s3tok_fsq"), golden[f"s3tok_proj.{clip}"]).min() >= 0.999
+    ref = golden[f"s3tok.{clip}"]
+    assert tokens.shape == ref.shape
+    assert (tokens == ref).mean() >= 0.99
+    assert [s for s, ms in t3.timings()["stages_ms"].items() if ms > 0] == ["mel", "encoder"]
+    np.testing.assert_array_equal(t3.speech_tokens(wav, max_tokens=10), tokens[:10])
+
+
+def test_the_speech_tokenizer_refuses_what_it_cannot_read(t3):
+    with pytest.raises(InvalidArgumentError, match="no audio"):
+        t3.speech_tokens(np.zeros(0, np.float32))
+    with pytest.raises(InvalidArgumentError, match="too short for the speech tokenizer"):
+        t3.speech_tokens(np.zeros(300, np.float32))
+    with pytest.raises(InvalidArgumentError, match="NaN"):
+        t3.speech_tokens(np.full(16000, np.nan, np.float32))
+    with pytest.raises(InvalidArgumentError, match="at most 60 s"):
+        t3.speech_tokens(np.zeros(16000 * 61, np.float32))

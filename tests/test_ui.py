@@ -397,3 +397,16 @@ def test_an_uncaught_exception_is_logged_and_shown_naming_the_log(window):
     assert str(window.log_path) in window._error_box.informativeText()
     logged = window.log_path.read_text(encoding="utf-8")
     assert "uncaught ValueError" in logged and "Traceback" in logged and "nobody caught this" in logged
+
+
+def test_a_chatterbox_voice_turns_off_the_controls_it_has_none_of(window):
+    inspector = window.inspector
+    inspector.speed.setValue(1.3)
+    inspector.noise_w.setValue(0.5)
+    inspector.voice.setCurrentText("chatterbox-turbo:default")
+    assert not inspector.speed.isEnabled() and not inspector.noise_w.isEnabled()
+    assert inspector.noise_scale.isEnabled()  # its vocoder's noise
+    settings = inspector.settings()
+    assert settings["speed"] == 1.0 and settings["noise_w"] is None
+    inspector.voice.setCurrentText("piper:joe")
+    assert inspector.speed.isEnabled() and inspector.settings()["speed"] == 1.3

@@ -26,6 +26,7 @@ def _peak_rss_mb() -> float:
 
 
 def cmd_bench(args) -> int:
+    from app.engine.engine import STAGES_BY_FAMILY
     from app.profiles.voices import open_engine
 
     phonemes_input = args.phonemes_file is not None
@@ -35,8 +36,18 @@ def cmd_bench(args) -> int:
     rss_before_engine = _peak_rss_mb()  # the interpreter and the app's imports
     engine = open_engine(args.voice, device=args.device, threads=args.threads, workers=args.workers)
     with engine:
+        # Chatterbox reads text (its comparison with the reference: tools/chatterbox/bench_*.py).
+        chatterbox = engine.stages == STAGES_BY_FAMILY["chatterbox"]
+        if chatterbox and (phonemes_input or args.compare or args.batch > 1 or args.streams > 1):
+            raise VoiceStudioError("Chatterbox is benchmarked on text, one call a line, without --compare")
+
+        def synthesize(item: str):
+            if chatterbox:  # the same seed each run: the same tokens, so runs compare
+                return engine.synthesize(text=item, seed=0)
+            return engine.synthesize(phonemes=item, noise_scale=0.0, noise_w=0.0, batch=args.batch)
+
         # Both runtimes get identical phonemes: text is phonemized once, up front.
-        ipa = items if phonemes_input else ["\n".join(engine.phonemize(t)) for t in items]
+        ipa = items if phonemes_input or chatterbox else ["\n".join(engine.phonemize(t)) for t in items]
         if args.batch > 1:  # each call takes `batch` sentences (a line can hold several), synthesized together
             sentences = [s for item in ipa for s in item.split("\n")]
             ipa = ["\n".join(sentences[i : i + args.batch]) for i in range(0, len(sentences), args.batch)]
@@ -44,10 +55,10 @@ def cmd_bench(args) -> int:
         for i, item in enumerate(ipa):
             runs = []
             for r in range(args.warmup + args.runs):
-                take = engine.synthesize(phonemes=item, noise_scale=0.0, noise_w=0.0, batch=args.batch)
+                take = synthesize(item)
                 if r >= args.warmup:
                     runs.append(take)
-            compute = [t.timings["total_ms"] - t.timings["stages_ms"]["phonemize"] for t in runs]
+            compute = [t.timings["total_ms"] - t.timings["stages_ms"].get("phonemize", 0.0) for t in runs]
             results.append(
                 {
                     "index": i,
@@ -70,7 +81,7 @@ def cmd_bench(args) -> int:
         if args.profile_ops:
             engine.set_op_profiling(True)
             for item in ipa:
-                engine.synthesize(phonemes=item, noise_scale=0.0, noise_w=0.0, batch=args.batch)
+                synthesize(item)
             engine.set_op_profiling(False)
             profile = engine.op_profile()
         device, threads, workers, load_ms = engine.device, engine.threads, engine.workers, engine.load_ms

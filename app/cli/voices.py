@@ -183,11 +183,12 @@ def cmd_voices(args) -> int:
     for r in rows:
         state = "installed" if r["installed"] else "not installed"
         rate = r["sample_rate"] or "-"
-        print(f"{r['id']:<20} {r['family']:<6} {r['language']:<6} {rate:>6} Hz  {r['source_package']}  ({state})")
+        print(f"{r['id']:<26} {r['family']:<10} {r['language']:<6} {rate:>6} Hz  {r['source_package']}  ({state})")
     return 0
 
 
 def cmd_models(args) -> int:
+    from app.engine.errors import ModelFileError
     from app.models import manager as models
 
     def progress(fraction: float, message: str) -> None:
@@ -196,7 +197,11 @@ def cmd_models(args) -> int:
     for voice_id in args.voices or [*sorted(models.STOCK_VOICES), "kokoro", "speaker-encoder"]:
         options = {"weights": args.weights, "force": args.force, "progress": progress}
         # "kokoro": Kokoro-82M with all its voice packs; "speaker-encoder": the GE2E encoder of profiles.
-        if voice_id == "kokoro":
+        if voice_id in models.CHATTERBOX_MODELS:
+            if args.source is None:
+                raise ModelFileError(f"{voice_id} is converted from its official files: give --from <folder>")
+            path = models.install_chatterbox(voice_id, args.source, **options)
+        elif voice_id == "kokoro":
             path = models.install_kokoro(**options)
         elif voice_id == "speaker-encoder":
             path = models.install_speaker_encoder(force=args.force, progress=progress)

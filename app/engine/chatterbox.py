@@ -214,6 +214,17 @@ class ChatterboxModel:
             raise InvalidArgumentError("no audio to embed")
         return self._context.embed(audio)
 
+    def speech_tokens(self, audio: np.ndarray, *, max_tokens: int = 1500) -> np.ndarray:
+        """S3Gen's speech tokens (int32, 0 to 6560, 25 a second) of mono ``audio`` at 16 kHz (at
+        most 60 s), at most ``max_tokens`` of them: a voice's prompt tokens. Outputs afterwards:
+        "s3tok_mel" ([frames, 128]) and "s3tok_fsq" ([tokens, 8])."""
+        audio = np.ascontiguousarray(audio, dtype=np.float32).reshape(-1)
+        if audio.size == 0:
+            raise InvalidArgumentError("no audio to tokenize")
+        if not 1 <= max_tokens <= 1500:
+            raise InvalidArgumentError(f"max_tokens must be from 1 to 1500, not {max_tokens}")
+        return self._context.speech_tokens(audio, max_tokens=max_tokens)
+
     def vocode(
         self,
         mel: np.ndarray,
@@ -352,10 +363,12 @@ class ChatterboxModel:
         length), the ones S3Gen lacks dropped and three silent ones appended, then S3Gen
         (``decode``, its vocoder's noise scaled by ``noise_scale``). ``on_chunk(i, audio)`` gets
         each chunk's audio as soon as it is made. Returns the audio and the timings summed over
-        the chunks (``stages_ms``, ``total_ms``, ``first_audio_ms``, ``n_chunks``, ``n_tokens``)."""
+        the chunks (``stages_ms``, ``total_ms``, ``first_audio_ms``, ``n_chunks``, ``n_tokens``,
+        ``graphs_built``, ``graphs_reused``, ``captures_replayed``)."""
         t0 = time.perf_counter()
         chunks = self.text_chunks(text)
         stages: dict[str, float] = {}
+        graphs = {"graphs_built": 0, "graphs_reused": 0, "captures_replayed": 0}
         first_audio_ms, n_tokens, pieces = 0.0, 0, []
         for i, ids in enumerate(chunks):
             speech = self.generate(
@@ -370,7 +383,7 @@ class ChatterboxModel:
                 on_stage=None if on_stage is None else lambda s, _c, ms, i=i: on_stage(s, i, ms),
                 cancelled=cancelled,
             )
-            self._add_stages(stages)
+            self._add_stages(stages, graphs)
             speech = speech[speech < S3_VOCAB]
             n_tokens += speech.size
             speech = np.concatenate([speech, np.full(SILENCE_TOKENS, SILENCE_TOKEN, np.int32)])
@@ -382,7 +395,7 @@ class ChatterboxModel:
                 on_stage=None if on_stage is None else lambda s, _c, ms, i=i: on_stage(s, i, ms),
                 cancelled=cancelled,
             )
-            self._add_stages(stages)
+            self._add_stages(stages, graphs)
             if i == 0:
                 first_audio_ms = (time.perf_counter() - t0) * 1000.0
             if on_chunk is not None:
@@ -394,13 +407,17 @@ class ChatterboxModel:
             "first_audio_ms": first_audio_ms,
             "n_chunks": len(chunks),
             "n_tokens": n_tokens,
+            **graphs,
         }
         return np.concatenate(pieces), timings
 
-    def _add_stages(self, stages: dict[str, float]) -> None:
-        for name, ms in self._context.timings()["stages_ms"].items():
+    def _add_stages(self, stages: dict[str, float], graphs: dict[str, int]) -> None:
+        t = self._context.timings()
+        for name, ms in t["stages_ms"].items():
             if ms > 0:
                 stages[name] = stages.get(name, 0.0) + ms
+        for key in graphs:
+            graphs[key] += t[key]
 
     def timings(self) -> dict:
         return self._context.timings()

@@ -27,6 +27,7 @@ from app.models import manager as models
 STAGES_BY_FAMILY = {
     "piper": ("phonemize", "encoder", "duration", "flow", "decoder"),
     "kokoro": ("phonemize", "bert", "duration", "prosody", "text_encoder", "decoder", "generator"),
+    "chatterbox": ("tokens", "encoder", "flow", "generator"),
 }
 
 
@@ -129,7 +130,7 @@ class Engine:
         self.load_ms = load_ms
         self.style = models.style_name(voice_id)  # the stock style pack it speaks with (Kokoro)
         self.pack: np.ndarray | None = None  # a profile's own pack ([510, 256]), used unless a style is given
-        self.stages = tuple(model.stages)
+        self.stages = STAGES_BY_FAMILY["chatterbox"] if model.arch == "chatterbox" else tuple(model.stages)
 
     @classmethod
     def open(
@@ -168,7 +169,12 @@ class Engine:
         model = native.Model(str(path), progress)
         load_ms = (time.perf_counter() - t0) * 1000.0
         try:
-            expected = "kokoro" if pack is not None or models.is_kokoro(voice) else models.lookup(voice).family
+            if pack is not None or models.is_kokoro(voice):
+                expected = "kokoro"
+            elif models.is_chatterbox(voice):
+                expected = "chatterbox"
+            else:
+                expected = models.lookup(voice).family
             if model.arch != expected:
                 raise ModelFileError(f"{path.name} holds a {model.arch} model, not the {expected} voice '{voice}'")
             library, data = espeak_paths()
@@ -278,6 +284,14 @@ class Engine:
             raise InvalidArgumentError("give either text or phonemes")
         source = text if text is not None else phonemes
         _check_input(source)
+        if self._model.arch == "chatterbox":
+            if phonemes is not None or style is not None or durations is not None or noise_w is not None:
+                raise InvalidArgumentError("Chatterbox reads text: it takes no phonemes, style, durations or noise_w")
+            if length_scale is not None and length_scale != 1.0:
+                raise InvalidArgumentError("Chatterbox speaks at its own pace: only speed 1 (length_scale 1)")
+            return self._chatterbox_take(
+                text, _checked("noise_scale", noise_scale, *NOISE_RANGE), seed, on_stage, on_chunk, cancelled
+            )
         audio, warnings = self._collecting_warnings(
             lambda: self._context.synthesize(
                 source,
@@ -309,12 +323,50 @@ class Engine:
             raise InvalidArgumentError("no texts to synthesize")
         for text in texts:
             _check_input(text)
+        if self._model.arch == "chatterbox":  # one text after another (its token model has no batch)
+            params = {"noise_scale": noise_scale, "length_scale": length_scale, "noise_w": noise_w, "seed": seed}
+            return [self.synthesize(text=t, on_stage=on_stage, cancelled=cancelled, **params) for t in texts]
         if sum(len(t) for t in texts) > MAX_INPUT_CHARS:
             raise InvalidArgumentError(f"the texts have more than {MAX_INPUT_CHARS:,} characters together")
         params = self._call_params(noise_scale, length_scale, noise_w, seed, on_stage, cancelled, None, batch)
         audio, warnings = self._collecting_warnings(lambda: self._context.synthesize_many(list(texts), **params))
         timings = self._context.timings()
         return [Take(a, self.sample_rate, dict(timings), self.device, self.threads, list(warnings)) for a in audio]
+
+    def _chatterbox_take(self, text, noise_scale, seed, on_stage, on_chunk, cancelled) -> Take:
+        """Chatterbox's take of ``text``: its chunks through the token model and S3Gen, one after
+        another (app.engine.chatterbox), in the stock voice."""
+        from app.engine.chatterbox import ChatterboxModel
+
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+            raise InvalidArgumentError(f"the seed must be a whole number from 0 to 2**64 - 1, not {seed!r}")
+        model = ChatterboxModel(self._model, self._context)
+        (audio, t), warnings = self._collecting_warnings(
+            lambda: model.synthesize(
+                text,
+                seed=seed,
+                noise_scale=None if noise_scale < 0 else noise_scale,
+                on_chunk=on_chunk,
+                on_stage=on_stage,
+                cancelled=cancelled,
+            )  # fmt: skip
+        )
+        timings = {
+            "stages_ms": {stage: t["stages_ms"].get(stage, 0.0) for stage in self.stages},
+            "total_ms": t["total_ms"],
+            "first_audio_ms": t["first_audio_ms"],
+            "chunks": t["n_chunks"],
+            "phoneme_ids": 0,
+            "frames": 2 * t["n_tokens"],
+            "samples": int(audio.size),
+            "skipped_symbols": 0,
+            "speech_tokens": t["n_tokens"],
+            "graphs_built": t["graphs_built"],
+            "graphs_reused": t["graphs_reused"],
+            "captures_replayed": t["captures_replayed"],
+            "workers_ms": [t["total_ms"]],  # one context, the calls one after another
+        }
+        return Take(audio, self.sample_rate, timings, self.device, self.threads, warnings)
 
     def _call_params(self, noise_scale, length_scale, noise_w, seed, on_stage, cancelled, style, batch) -> dict:
         own = style if style is not None else self.pack

@@ -266,6 +266,9 @@ def _manifest_path(voice_id: str) -> Path:
 
 
 def is_installed(voice_id: str) -> bool:
+    if is_chatterbox(voice_id):
+        check_voice(voice_id)
+        return chatterbox_installed(voice_id.split(":", 1)[0])
     if is_kokoro(voice_id):
         check_voice(voice_id)
         return kokoro_installed()
@@ -324,6 +327,8 @@ def _gguf_sample_rate(path: Path, family: str) -> int:
 
 def sample_rate(voice_id: str) -> int | None:
     """The installed voice's sample rate (from its manifest), or None when not installed."""
+    if is_chatterbox(voice_id):
+        return voice_info(voice_id).sample_rate
     if is_kokoro(voice_id):
         return KOKORO_SAMPLE_RATE if is_installed(voice_id) else None
     if not is_installed(voice_id):
@@ -332,6 +337,76 @@ def sample_rate(voice_id: str) -> int | None:
     if isinstance(info.get("sample_rate"), int):
         return info["sample_rate"]
     return _gguf_sample_rate(gguf_path(voice_id), lookup(voice_id).family)
+
+
+# Chatterbox (Resemble AI, MIT): converted from a folder holding the official checkpoint files
+# (as the Hugging Face Hub's ResembleAI/chatterbox-turbo holds them). Its stock voice is the
+# checkpoint's conds.pt: voice id "<model>:default".
+CHATTERBOX_MODELS = {"chatterbox-turbo": "turbo"}
+CHATTERBOX_DEFAULT_WEIGHTS = "q8_0"
+CHATTERBOX_VOICE = "default"
+
+
+def is_chatterbox(voice_id: str) -> bool:
+    return voice_id.split(":", 1)[0] in CHATTERBOX_MODELS
+
+
+def chatterbox_path(model: str = "chatterbox-turbo") -> Path:
+    return paths.models_dir() / f"{model}.gguf"
+
+
+def chatterbox_installed(model: str = "chatterbox-turbo") -> bool:
+    path, info = chatterbox_path(model), _manifest(chatterbox_path(model).with_suffix(".json"))
+    return (
+        info is not None
+        and path.is_file()
+        and "gguf_digest" in info
+        and info.get("converter_version") == CONVERTER_VERSION
+        and info.get("gguf_size") == path.stat().st_size
+    )
+
+
+def install_chatterbox(
+    model: str,
+    source: Path,
+    *,
+    weights: str | None = None,
+    force: bool = False,
+    progress: Progress = _quiet,
+) -> Path:
+    """Convert the official checkpoint folder ``source`` of Chatterbox ``model``
+    ("chatterbox-turbo") into the user's models, atomically. Default weights Q8_0: the token
+    model's steps read every weight, and Q8_0 halves F16's bytes (docs/performance.md)."""
+    from app.models.convert import chatterbox as convert_chatterbox
+
+    if model not in CHATTERBOX_MODELS:
+        raise ModelFileError(f"unknown Chatterbox model '{model}' (known: {', '.join(CHATTERBOX_MODELS)})")
+    weights = weights or CHATTERBOX_DEFAULT_WEIGHTS
+    target = chatterbox_path(model)
+    if not force and chatterbox_installed(model) and _installed_weights(target.with_suffix(".json")) == weights:
+        progress(1.0, f"{model} is installed")
+        return target
+    source = Path(source)
+    if not source.is_dir():
+        raise ModelFileError(f"'{source}' is not a folder holding {model}'s official files")
+    progress(0.0, f"converting {source} ({weights})")
+    try:
+        convert_chatterbox.convert(
+            source, target, variant=CHATTERBOX_MODELS[model], weights=weights, source=str(source.resolve())
+        )
+    except convert_chatterbox.ConversionError as e:
+        raise ModelFileError(str(e)) from None
+    manifest = {
+        "model": model,
+        "source": str(source.resolve()),
+        "converter_version": CONVERTER_VERSION,
+        "weights": weights,
+        **_identity(target, "chatterbox"),
+        "sample_rate": convert_chatterbox.SAMPLE_RATE,
+    }
+    write_bytes_atomic(target.with_suffix(".json"), json.dumps(manifest, indent=2).encode())
+    progress(1.0, f"{model} ready")
+    return target
 
 
 def kokoro_path() -> Path:
@@ -370,6 +445,8 @@ def assemble_kokoro_onnx(dest: Path, progress: Progress = _quiet) -> tuple[Path,
 
 def installed_weights(voice_id: str) -> str | None:
     """The weight type an installed voice was converted with ("f32", "f16", "q8_0"), if known."""
+    if is_chatterbox(voice_id):
+        return _installed_weights(chatterbox_path(voice_id.split(":", 1)[0]).with_suffix(".json"))
     return _installed_weights(kokoro_path().with_suffix(".json") if is_kokoro(voice_id) else _manifest_path(voice_id))
 
 
@@ -435,6 +512,15 @@ def kokoro_packs(path: Path | None = None) -> dict:
 
 def installed_path(voice_id: str) -> Path:
     """The GGUF of an installed voice, or a clear error naming the command that installs it."""
+    if is_chatterbox(voice_id):
+        check_voice(voice_id)
+        model = voice_id.split(":", 1)[0]
+        if not chatterbox_path(model).is_file():
+            raise ModelFileError(
+                f"voice '{voice_id}' is not installed; run: python main.py models install {model} "
+                f"--from <a folder with {model}'s official files>"
+            )
+        return verified(chatterbox_path(model), "chatterbox", f"{model} --from <folder>")
     if is_kokoro(voice_id):
         check_voice(voice_id)
         if not kokoro_path().is_file():
@@ -455,8 +541,12 @@ def is_kokoro(voice_id: str) -> bool:
 
 
 def voice_ids() -> list[str]:
-    """Every stock voice: each Piper package, and each Kokoro voice pack."""
-    return sorted(STOCK_VOICES) + [f"kokoro:{name}" for name in KOKORO_VOICES]
+    """Every stock voice: each Piper package, each Kokoro voice pack, each Chatterbox model's."""
+    return (
+        sorted(STOCK_VOICES)
+        + [f"kokoro:{name}" for name in KOKORO_VOICES]
+        + [f"{model}:{CHATTERBOX_VOICE}" for model in CHATTERBOX_MODELS]
+    )
 
 
 def check_voice(voice_id: str) -> None:
@@ -482,6 +572,11 @@ class VoiceInfo:
 
 
 def voice_info(voice_id: str) -> VoiceInfo:
+    if is_chatterbox(voice_id):
+        check_voice(voice_id)
+        installed = chatterbox_installed(voice_id.split(":", 1)[0])
+        source = (_manifest(chatterbox_path(voice_id.split(":", 1)[0]).with_suffix(".json")) or {}).get("source", "")
+        return VoiceInfo(voice_id, "chatterbox", "en", source, "MIT", installed, 24000 if installed else None)
     if is_kokoro(voice_id):
         check_voice(voice_id)
         installed = kokoro_installed()

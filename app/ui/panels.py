@@ -193,6 +193,7 @@ class Inspector(QWidget):
         for w in (self.speed, self.noise_scale, self.noise_w):
             w.valueChanged.connect(self.settings_changed)
         self.seed.valueChanged.connect(self.settings_changed)
+        self.voice.currentTextChanged.connect(self._family_controls)
         self.voice.currentTextChanged.connect(self.settings_changed)
         self.apply_device.clicked.connect(
             lambda: self.device_apply.emit(self.device.currentData(), self.threads.value())
@@ -214,12 +215,19 @@ class Inspector(QWidget):
             self.voice.setCurrentText(current)
         self.voice.blockSignals(False)
 
+    def _family_controls(self, voice: str) -> None:
+        """Chatterbox speaks at its own pace and has no duration noise: those controls are off."""
+        own_pace = models.is_chatterbox(voice)
+        for w in (self.speed, self.noise_w):
+            w.setEnabled(not own_pace)
+            w.setToolTip("Chatterbox speaks at its own pace" if own_pace else "")
+
     def settings(self) -> dict:
         def optional(box):
-            return None if box.value() < 0 else round(box.value(), 3)
+            return None if box.value() < 0 or not box.isEnabled() else round(box.value(), 3)
 
         return {
-            "speed": round(self.speed.value(), 2),
+            "speed": round(self.speed.value(), 2) if self.speed.isEnabled() else 1.0,
             "noise_scale": optional(self.noise_scale),
             "noise_w": optional(self.noise_w),
             "seed": self.seed.value(),
@@ -239,6 +247,7 @@ class Inspector(QWidget):
         self.noise_w.setValue(-0.01 if nw is None else nw)
         for w in widgets:
             w.blockSignals(False)
+        self._family_controls(voice)
 
     def show_sentence(self, index: int, sentence) -> None:
         self.takes.clear()

@@ -393,6 +393,14 @@ VS_API int vs_vocode(vs_context * ctx, const float * mel, size_t n_frames, struc
 VS_API int vs_decode_tokens(vs_context * ctx, const int32_t * speech_tokens, size_t n_speech_tokens,
                             struct vs_synth_params params, vs_audio ** audio);
 
+// Chatterbox's speech tokenizer (S3Gen's S3TokenizerV2): the speech tokens (0 to 6560, 25 a
+// second) of mono `samples` at 16 kHz (at most 60 s), at most max_tokens of them written to
+// `tokens`, their number to *n_tokens: what a voice's conditionals take as prompt tokens.
+// Timings: stages mel and encoder. Outputs "s3tok_mel" ([frames, 128], the log-mel) and
+// "s3tok_fsq" ([tokens, 8], its quantizer's projections before rounding).
+VS_API int vs_speech_tokens(vs_context * ctx, const float * samples, size_t n_samples, int32_t * tokens,
+                            size_t max_tokens, size_t * n_tokens);
+
 // Named intermediate of the last chunk synthesized, for comparison with a reference
 // runtime, row-major [time, channels]. Piper: "m_p", "logs_p" ([T, C]), "logw" ([T]),
 // "z" ([F, C]). Kokoro: "bert" ([T, 512]), "duration_logits" ([T, 50]), "durations"

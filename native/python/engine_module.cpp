@@ -148,6 +148,8 @@ NB_MODULE(_engine, m) {
              "seed"_a = 0, "on_stage"_a = nb::none(), "abort"_a = nb::none(),
              "Chatterbox's S3Gen on speech tokens (its flow's mel, then its vocoder) in the voice of an x-vector, "
              "prompt tokens and prompt mel [frames, 80]: 24 kHz audio.")
+        .def("speech_tokens", &Context::speech_tokens, "audio"_a, "max_tokens"_a = 1500,
+             "Chatterbox's speech tokens (25 a second) of mono 16 kHz audio.")
         .def("embed", &Context::embed, "audio"_a,
              "The L2-normalized speaker embedding of mono audio at the model's rate (speaker encoders).")
         .def("phonemize", &Context::phonemize)

@@ -338,6 +338,22 @@ class Context {
         return to_array(std::move(out));
     }
 
+    tokens_array speech_tokens(nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> audio,
+                               size_t                                                               max_tokens) {
+        busy_guard   busy = guard();
+        vs_context * c    = get();
+        auto *       out  = new int32_t[std::max<size_t>(max_tokens, 1)];
+        nb::capsule  owner(out, [](void * ptr) noexcept { delete[] (int32_t *) ptr; });
+        size_t       n = 0;
+        int          status;
+        {
+            nb::gil_scoped_release release;
+            status = vs_speech_tokens(c, audio.data(), audio.shape(0), out, max_tokens, &n);
+        }
+        check(status);
+        return tokens_array(out, { n }, owner);
+    }
+
     using mel_array = nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 
     audio_array decode_tokens(durations_array speech_tokens, std::optional<durations_array> prompt_tokens,

@@ -480,6 +480,32 @@ int vs_decode_tokens(vs_context * ctx, const int32_t * speech_tokens, size_t n_s
     });
 }
 
+int vs_speech_tokens(vs_context * ctx, const float * samples, size_t n_samples, int32_t * tokens, size_t max_tokens,
+                     size_t * n_tokens) {
+    if (ctx) {
+        ctx->clear_results();
+    }
+    return vs::guarded([&] {
+        if (!ctx || (!samples && n_samples) || !tokens || !n_tokens) {
+            throw vs::error(VS_ERR_INVALID_ARG, "vs_speech_tokens: ctx, samples, tokens and n_tokens are required");
+        }
+        *n_tokens = 0;
+        if (ctx->model->arch != "chatterbox") {
+            throw vs::error(VS_ERR_INVALID_ARG, "'" + ctx->model->path + "' is a " + ctx->model->arch +
+                                                    " model, which has no speech tokenizer");
+        }
+        const auto                 t0     = std::chrono::steady_clock::now();
+        const vs_synth_params      params = vs_synth_default_params();
+        vs_context::active_call    call(ctx, &params);
+        const std::vector<int32_t> out = vs::chatterbox_speech_tokens(*ctx, samples, n_samples, params);
+        const size_t               n   = std::min(out.size(), max_tokens);
+        std::copy(out.begin(), out.begin() + (std::ptrdiff_t) n, tokens);
+        *n_tokens              = n;
+        ctx->timings.n_samples = (int64_t) n_samples;
+        ctx->timings.total_ms  = vs::ms_since(t0);
+    });
+}
+
 int vs_model_embedding_size(const vs_model * model) {
     if (model && model->arch == "chatterbox") {
         return (int) vs::chatterbox_speaker_size(*model);

@@ -430,6 +430,9 @@ std::unique_ptr<model_state> make_chatterbox_state(const vs_model & model);
 std::vector<float> chatterbox_vocode(vs_context & ctx, const float * mel, size_t n_frames, const vs_synth_params & p);
 // Chatterbox's S3Gen on speech tokens: its flow's mel, then the vocoder's audio (vs_decode_tokens).
 std::vector<float> chatterbox_decode(vs_context & ctx, const std::vector<int32_t> & tokens, const vs_synth_params & p);
+// Chatterbox's speech tokens of 16 kHz audio (vs_speech_tokens).
+std::vector<int32_t> chatterbox_speech_tokens(vs_context & ctx, const float * samples, size_t n_samples,
+                                              const vs_synth_params & p);
 // Values in the speaker embedding of Chatterbox's conditionals.
 int64_t chatterbox_speaker_size(const vs_model & model);
 // A few tokens of a short text in a voice of zeros (vs_context::prewarm).

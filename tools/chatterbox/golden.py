@@ -35,6 +35,9 @@ and a teacher-forced run of speech tokens. Outputs:
   estimator's output at each step; ``flow_mel`` [80, 2 x tokens], the mel after the prompt's
   frames; ``s3gen_audio``: HiFT on that mel with its noise and random phases off, the first
   40 ms faded in as S3Token2Wav.inference does;
+- ``s3tok_mel.<clip>`` [128, frames], ``s3tok_proj.<clip>`` [tokens, 8] and ``s3tok.<clip>``
+  [tokens]: S3Gen's speech tokenizer (S3Tokenizer.forward) on each clip of tests/data/speaker:
+  its log-mel, the FSQ projection before rounding, the codes;
 - ``punc_in`` and ``punc_out``: texts and what the reference's punc_norm makes of them;
 - ``text_in`` and ``text_ids``: texts (the tokenizer's tags among them) and their ids by the
   reference's tokenizer (transformers' AutoTokenizer on the folder, as ChatterboxTurboTTS
@@ -259,6 +262,29 @@ def flow_golden(ckpt: Path) -> dict[str, np.ndarray]:
     return out
 
 
+@torch.inference_mode()
+def s3tok_golden(ckpt: Path) -> dict[str, np.ndarray]:
+    import soundfile as sf
+
+    from chatterbox.models.s3gen import S3Gen
+
+    s3 = S3Gen(meanflow=True)
+    s3.load_state_dict(load_file(ckpt / "turbo" / "s3gen_meanflow.safetensors"))
+    s3.eval()
+    tok = s3.tokenizer
+    out, projected = {}, []
+    hook = tok.quantizer._codebook.project_down.register_forward_hook(lambda m, i, o: projected.append(o))
+    for path in sorted(SPEAKER.glob("*.flac")):
+        wav, rate = sf.read(path, dtype="float32")
+        assert rate == 16000, path
+        tokens, _ = tok.forward([wav])
+        out[f"s3tok_mel.{path.stem}"] = tok.log_mel_spectrogram(torch.from_numpy(wav)[None])[0].numpy()
+        out[f"s3tok_proj.{path.stem}"] = projected[-1].numpy()
+        out[f"s3tok.{path.stem}"] = tokens[0].numpy().astype(np.int32)
+    hook.remove()
+    return out
+
+
 def write_conds(path: Path) -> None:
     """A voice's conditionals in the official conds.pt layout (Conditionals.save), drawn from a
     fixed seed: what the converter turns into the model's stock voice."""
@@ -283,7 +309,14 @@ def write_conds(path: Path) -> None:
     Conditionals(t3, gen).save(path)
 
 
-STAGES = {"t3": t3_golden, "ve": ve_golden, "text": text_golden, "hift": hift_golden, "flow": flow_golden}
+STAGES = {
+    "t3": t3_golden,
+    "ve": ve_golden,
+    "text": text_golden,
+    "hift": hift_golden,
+    "flow": flow_golden,
+    "s3tok": s3tok_golden,
+}
 
 
 def main() -> None:

@@ -5,7 +5,8 @@ modules) names every tensor of each official file with its shape, dtype and the 
 spread of the module's own initialisation. Each tensor is drawn from a normal distribution of
 that mean and spread, seeded by the file's seed and the tensor's name; tensors the module
 initialises to a constant (norm gains, biases) get that constant plus a little noise, so that a
-converter or an engine that drops one is caught. Same shapes as the real checkpoints, so the
+converter or an engine that drops one is caught; buffers the reference computes (the speech
+tokenizer's mel filters and window) hold their real values. Same shapes as the real checkpoints, so the
 same cost. The text tokenizer (``turbo/tokenizer.json``) is a byte-level BPE of GPT-2's kind
 trained by Hugging Face's ``tokenizers`` on the repository's English test texts, with
 Chatterbox-Turbo's paralinguistic tags as added tokens (its ids fit the token model's text
@@ -17,6 +18,7 @@ vocabulary; the real one is GPT-2's).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import struct
 import zlib
@@ -26,6 +28,7 @@ import numpy as np
 
 LAYOUT = Path(__file__).resolve().parents[2] / "tests" / "data" / "chatterbox" / "layout.json"
 SEED = 20251204
+VERSION = 2  # of the drawing: files written by another are drawn again
 DTYPES = {"float32": ("F32", np.float32), "int64": ("I64", np.int64), "int32": ("I32", np.int32)}
 
 
@@ -33,8 +36,25 @@ def layout() -> dict[str, list[dict]]:
     return json.loads(LAYOUT.read_text())
 
 
+@functools.cache
+def _constants() -> dict[str, np.ndarray]:
+    """Buffers the reference computes rather than learns, with their real values: S3Gen's speech
+    tokenizer's front end (librosa's Slaney mel filters for 16 kHz, n_fft 400, 128 bands; a
+    periodic Hann window of 400)."""
+    from app.models.convert.ge2e import slaney_mel_filterbank
+
+    n = np.arange(400)
+    return {
+        "tokenizer._mel_filters": slaney_mel_filterbank(16000, 400, 128),
+        "tokenizer.window": (0.5 - 0.5 * np.cos(2 * np.pi * n / 400)).astype(np.float32),
+    }
+
+
 def draw(entry: dict, seed: int = SEED) -> np.ndarray:
     shape = tuple(entry["shape"])
+    constant = _constants().get(entry["name"])
+    if constant is not None:
+        return constant.reshape(shape)
     rng = np.random.default_rng([seed, zlib.crc32(entry["name"].encode())])
     if entry["dtype"] != "float32":
         return np.zeros(shape, DTYPES[entry["dtype"]][1])
@@ -105,7 +125,7 @@ def write(out_dir: Path, files: list[str] | None = None, seed: int = SEED) -> li
     """Write the official files (all of the layout's, or ``files``) under ``out_dir``; a file
     already there from the same layout and seed is kept."""
     spec = layout()
-    stamp = f"{zlib.crc32(LAYOUT.read_bytes()):08x}-{seed}"
+    stamp = f"{zlib.crc32(LAYOUT.read_bytes()):08x}-{seed}-{VERSION}"
     written = []
     for name in files or [*spec, TOKENIZER]:
         path = out_dir / name

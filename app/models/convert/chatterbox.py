@@ -51,6 +51,12 @@ projections ``embed``/``up_embed`` with their norms, ``lookahead.conv{1,2}``, ``
 [in, out] (PyTorch's [out, in] as stored), convolutions [IC, K, OC], pointwise ones [IC, OC];
 the hyperparameters and the variant's solver are ``chatterbox.flow.*`` metadata.
 
+S3Gen's speech tokenizer is under ``s3tok.``: ``s3tok.dft`` [400, 402] (the periodic-Hann-
+windowed DFT, cos then -sin rows), ``s3tok.mel`` [201, 128] (Slaney mel filters), ``conv1``,
+``conv2``, ``blk.{i}.`` (``attn_norm``, ``attn_{q,k,v,out}``, ``fsmn`` [1280, 31] the depthwise
+FSMN taps, ``ffn_norm``, ``ffn_up``, ``ffn_down``) and ``fsq`` (the quantizer's projection to
+its 8 digits); its hyperparameters are ``chatterbox.s3tok.*`` metadata.
+
 Where the folder has ``conds.pt`` (the built-in voice's conditionals, Conditionals.save), it
 becomes the model's stock voice: ``voice.speaker_emb`` [256], ``voice.prompt_tokens`` (the token
 model's prompt), and for S3Gen ``voice.gen_prompt_tokens``, ``voice.prompt_feat`` [80, frames]
@@ -398,6 +404,70 @@ def _flow(st: SafetensorsFile) -> dict[str, tuple[np.ndarray, bool]]:
     return t
 
 
+# S3Gen's speech tokenizer (S3TokenizerV2, speech_tokenizer_v2_25hz; chatterbox/models/s3tokenizer).
+S3TOK = {
+    "sample_rate": 16000,
+    "n_fft": 400,
+    "hop": 160,
+    "n_mels": 128,
+    "n_state": 1280,
+    "n_head": 20,
+    "n_layer": 6,
+    "fsmn_kernel": 31,
+    "levels": 3,
+    "digits": 8,
+}
+S3TOK_ROPE_BASE = 10000.0
+
+
+def _speech_tokenizer(st: SafetensorsFile) -> dict[str, tuple[np.ndarray, bool]]:
+    """The speech tokenizer's tensors (``tokenizer.*``) laid out for the engine; its front end
+    (librosa's Slaney mel filters, a periodic Hann window folded into a DFT) computed here, as
+    the reference computes it where the file lacks those buffers."""
+    C, M, K = S3TOK["n_state"], S3TOK["n_mels"], S3TOK["fsmn_kernel"]
+    t: dict[str, tuple[np.ndarray, bool]] = {}
+
+    def get(name: str, shape: tuple[int, ...]) -> np.ndarray:
+        name = "tokenizer." + name
+        if name not in st:
+            raise ConversionError(f"'{st.path.name}' lacks tensor '{name}': not S3Gen's speech tokenizer")
+        if st.shape(name) != shape:
+            raise ConversionError(f"'{st.path.name}': tensor '{name}' is {st.shape(name)}, expected {shape}")
+        return np.ascontiguousarray(st.tensor(name), dtype=np.float32)
+
+    def linear(out: str, module: str, n_in: int, n_out: int, bias: bool = True) -> None:
+        t[out + ".weight"] = (get(module + ".weight", (n_out, n_in)), True)
+        if bias:
+            t[out + ".bias"] = (get(module + ".bias", (n_out,)), False)
+
+    n_fft = S3TOK["n_fft"]
+    n, k = np.arange(n_fft), np.arange(n_fft // 2 + 1)
+    window = 0.5 - 0.5 * np.cos(2 * np.pi * n / n_fft)
+    angle = 2 * np.pi * np.outer(k, n) / n_fft
+    t["s3tok.dft"] = (np.concatenate([np.cos(angle) * window, -np.sin(angle) * window]).astype(np.float32), False)
+    t["s3tok.mel"] = (np.ascontiguousarray(ge2e.slaney_mel_filterbank(S3TOK["sample_rate"], n_fft, M)), False)
+    for n_in, name in ((M, "conv1"), (C, "conv2")):
+        w = get(f"encoder.{name}.weight", (C, n_in, 3))
+        t[f"s3tok.{name}.weight"] = (np.ascontiguousarray(w.transpose(0, 2, 1)), False)
+        t[f"s3tok.{name}.bias"] = (get(f"encoder.{name}.bias", (C,)), False)
+    for i in range(S3TOK["n_layer"]):
+        p, q = f"encoder.blocks.{i}.", f"s3tok.blk.{i}."
+        for norm, module in (("attn_norm", "attn_ln"), ("ffn_norm", "mlp_ln")):
+            t[q + norm + ".weight"] = (get(p + module + ".weight", (C,)), False)
+            t[q + norm + ".bias"] = (get(p + module + ".bias", (C,)), False)
+        linear(q + "attn_q", p + "attn.query", C, C)
+        linear(q + "attn_k", p + "attn.key", C, C, bias=False)
+        linear(q + "attn_v", p + "attn.value", C, C)
+        linear(q + "attn_out", p + "attn.out", C, C)
+        t[q + "fsmn"] = (np.ascontiguousarray(get(p + "attn.fsmn_block.weight", (C, 1, K))[:, 0, :].T), False)
+        linear(q + "ffn_up", p + "mlp.0", C, 4 * C)
+        linear(q + "ffn_down", p + "mlp.2", 4 * C, C)
+    fsq = "quantizer._codebook.project_down"
+    t["s3tok.fsq.weight"] = (get(fsq + ".weight", (S3TOK["digits"], C)), False)
+    t["s3tok.fsq.bias"] = (get(fsq + ".bias", (S3TOK["digits"],)), False)
+    return t
+
+
 def _stock_voice(path: Path, hp: dict[str, int]) -> dict[str, np.ndarray]:
     """The built-in voice of conds.pt (Conditionals.save: {"t3": T3Cond's fields, "gen": S3Gen's
     reference dict}) as the GGUF's voice.* tensors."""
@@ -490,7 +560,7 @@ def convert(
         raise ConversionError(f"'{checkpoint}' has no '{S3GEN_FILES[variant]}' (S3Gen: speech tokens to audio)")
     try:
         s3gen = SafetensorsFile(s3gen_path)
-        hift, flow = _hift(s3gen), _flow(s3gen)
+        hift, flow, s3tok = _hift(s3gen), _flow(s3gen), _speech_tokenizer(s3gen)
     except SafetensorsError as e:
         raise ConversionError(str(e)) from None
 
@@ -540,6 +610,11 @@ def convert(
             else:
                 writer.add_uint32(p + "flow." + key, value)
         for name, (data, reduce) in flow.items():
+            add_weight(writer, name, data, weights, reduce=reduce)
+        for key, value in S3TOK.items():
+            writer.add_uint32(p + "s3tok." + key, value)
+        writer.add_float32(p + "s3tok.rope_base", S3TOK_ROPE_BASE)
+        for name, (data, reduce) in s3tok.items():
             add_weight(writer, name, data, weights, reduce=reduce)
         for name, data in voice.items():
             writer.add_tensor(name, data)

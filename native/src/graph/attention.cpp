@@ -28,10 +28,12 @@ ggml_tensor * cached_attention(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor
 
 namespace {
 
-// [C, T] -> [d, T, h]: a head's features, then time, then heads.
+// [C, T] -> [d, T, h]: a head's features, then time, then heads; contiguous, so that the CPU's
+// tiled matmul kernels take it.
 ggml_tensor * heads(ggml_context * ctx, ggml_tensor * x, int64_t n_head) {
     const int64_t C = x->ne[0], T = x->ne[1];
-    return ggml_permute(ctx, ggml_reshape_3d(ctx, ggml_cont(ctx, x), C / n_head, n_head, T), 0, 2, 1, 3);
+    return ggml_cont(ctx,
+                     ggml_permute(ctx, ggml_reshape_3d(ctx, ggml_cont(ctx, x), C / n_head, n_head, T), 0, 2, 1, 3));
 }
 
 // The weights kq [T_k, T_q, h] applied to v [C, T_k]: [C, T_q].

@@ -82,6 +82,20 @@ std::vector<float> flow_velocity(vs_context & c, const flow_hparams & h, const s
                                  const std::vector<float> & mu, const std::vector<float> & spk,
                                  const std::vector<float> & cond, float t, float r);
 
+// S3Gen's speech tokenizer (s3tok.cpp): 16 kHz audio to speech tokens.
+struct s3tok_hparams {
+    int64_t sample_rate = 16000, n_fft = 400, hop = 160, n_mels = 128;
+    int64_t n_state = 1280, n_head = 20, n_layer = 6, fsmn_kernel = 31, levels = 3, digits = 8;
+    float   rope_base = 10000.0f;
+};
+
+s3tok_hparams            read_s3tok_hparams(const vs_model & m);
+std::vector<tensor_spec> s3tok_layout(const s3tok_hparams & h);
+// The speech tokens of L samples of 16 kHz audio (25 a second); outputs "s3tok_mel" (the log-mel,
+// [frames, bands]) and "s3tok_fsq" (the projections before rounding, [tokens, digits]).
+std::vector<int32_t> s3tok_tokens(vs_context & c, const s3tok_hparams & h, const float * audio, int64_t L,
+                                  const vs_synth_params & p);
+
 // T3's state in one context: its key/value cache on the context's device.
 class t3_state : public model_state {
   public:
