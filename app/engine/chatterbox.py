@@ -27,6 +27,18 @@ from app.engine.bpe import ByteLevelBPE
 from app.engine.errors import InvalidArgumentError, ModelFileError, NothingToSpeakError
 
 MAX_SPEECH_TOKENS = 4096
+# A voice's recording, as ChatterboxTurboTTS.prepare_conditionals takes it: more than 5 s, its
+# loudness brought to -27 LUFS; S3Gen's prompt from its first 10 s, the token model's from its
+# first 15 s (at most 375 tokens).
+MIN_PROMPT_S = 5.0
+MAX_RECORDING_S = 60
+TARGET_LUFS = -27.0
+SILENT_LUFS = -70.0
+GEN_PROMPT_S = 10
+T3_PROMPT_S = 15
+T3_PROMPT_TOKENS = 375
+S3GEN_RATE = 24000
+S3_RATE = 16000
 # S3Gen's vocabulary (the S3 tokenizer's codes): T3's start and stop tokens lie past it.
 S3_VOCAB = 6561
 # What the reference appends to each run's tokens before S3Gen (S3GEN_SIL, three of them): a
@@ -56,6 +68,17 @@ _PUNCTUATION = [
     ("’", "'"),
 ]
 _ENDERS = (".", "!", "?", "-", ",")
+
+
+def _integrated_loudness(audio: np.ndarray, rate: int) -> float:
+    """ITU-R BS.1770-4 integrated loudness (pyloudnorm), -inf where nothing passes its gates."""
+    import warnings
+
+    import pyloudnorm
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # its note on clipping: the gain is applied regardless
+        return float(pyloudnorm.Meter(rate).integrated_loudness(audio.astype(np.float64)))
 
 
 def normalize_punctuation(text: str) -> str:
@@ -224,6 +247,59 @@ class ChatterboxModel:
         if not 1 <= max_tokens <= 1500:
             raise InvalidArgumentError(f"max_tokens must be from 1 to 1500, not {max_tokens}")
         return self._context.speech_tokens(audio, max_tokens=max_tokens)
+
+    def xvector(self, audio: np.ndarray) -> np.ndarray:
+        """S3Gen's x-vector (its CAMPPlus speaker encoder, 192 values) of mono ``audio`` at 16 kHz
+        (at most 60 s). Output afterwards: "xvec_fbank" ([frames, 80])."""
+        audio = np.ascontiguousarray(audio, dtype=np.float32).reshape(-1)
+        if audio.size == 0:
+            raise InvalidArgumentError("no audio for the x-vector")
+        return self._context.xvector(audio)
+
+    def prompt_mel(self, audio: np.ndarray) -> np.ndarray:
+        """S3Gen's log-mel [80, frames] (50 a second) of mono ``audio`` at 24 kHz (at most 60 s):
+        a voice's prompt mel."""
+        audio = np.ascontiguousarray(audio, dtype=np.float32).reshape(-1)
+        if audio.size == 0:
+            raise InvalidArgumentError("no audio for the prompt mel")
+        return np.ascontiguousarray(self._context.prompt_mel(audio).T)
+
+    def conditionals(self, audio: np.ndarray, sample_rate: int, *, normalize_loudness: bool = True) -> Conditionals:
+        """A voice's conditionals from a recording of the speaker, as the reference's
+        prepare_conditionals makes them: the audio at 24 kHz, its loudness brought to -27 LUFS;
+        S3Gen's part from its first 10 s (prompt mel, and at 16 kHz its speech tokens and
+        x-vector); the token model's prompt tokens from its first 15 s at 16 kHz (at most
+        375); the voice encoder's speaker embedding of all of it. The recording must hold more
+        than 5 s and not be silent; at most 60 s are taken."""
+        from app.core.export import resample
+
+        if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or not 8000 <= sample_rate <= 192000:
+            raise InvalidArgumentError(f"the sample rate must be from 8000 to 192000 Hz, not {sample_rate!r}")
+        audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+        if not np.all(np.isfinite(audio)):
+            raise InvalidArgumentError("the recording holds a NaN or infinite sample")
+        seconds = audio.size / sample_rate
+        if seconds <= MIN_PROMPT_S:
+            raise InvalidArgumentError(
+                f"the recording is {seconds:.1f} s; a voice needs more than {MIN_PROMPT_S:g} s of speech"
+            )
+        audio = audio[: MAX_RECORDING_S * sample_rate]
+        wav24 = resample(audio, sample_rate, S3GEN_RATE)
+        loudness = _integrated_loudness(wav24, S3GEN_RATE)
+        if not np.isfinite(loudness) or loudness < SILENT_LUFS:
+            raise InvalidArgumentError(
+                f"the recording is silent (its loudness {loudness:.0f} LUFS is below {SILENT_LUFS:g})"
+            )
+        if normalize_loudness:
+            wav24 = (wav24 * 10.0 ** ((TARGET_LUFS - loudness) / 20.0)).astype(np.float32)
+        wav16 = resample(wav24, S3GEN_RATE, S3_RATE)
+        ref24 = wav24[: GEN_PROMPT_S * S3GEN_RATE]
+        ref16 = resample(ref24, S3GEN_RATE, S3_RATE)
+        mel = self.prompt_mel(ref24)
+        gen_tokens = self.speech_tokens(ref16)
+        gen_tokens = gen_tokens[: mel.shape[1] // 2]  # two mel frames a token (the reference trims so)
+        prompt = self.speech_tokens(wav16[: T3_PROMPT_S * S3_RATE], max_tokens=T3_PROMPT_TOKENS)
+        return Conditionals(self.speaker_embedding(wav16), prompt, gen_tokens, mel, self.xvector(ref16))
 
     def vocode(
         self,

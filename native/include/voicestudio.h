@@ -268,7 +268,11 @@ struct vs_timings {
     double worker_ms[VS_MAX_WORKERS];
 };
 
-// A voice as Chatterbox takes it, computed from a recording of the speaker.
+// A voice as Chatterbox takes it, computed from a recording of the speaker: its speaker embedding
+// (vs_embed, at 16 kHz), its speech tokens (vs_speech_tokens: of its first 15 s for the token
+// model, at most 375; of its first 10 s for S3Gen), S3Gen's mel of those 10 s at 24 kHz
+// (vs_prompt_mel) and their x-vector (vs_xvector). app/engine/chatterbox.py's
+// ChatterboxModel.conditionals makes them from a recording as the reference does.
 struct vs_conditionals {
     // The voice encoder's speaker embedding: vs_model_meta's "chatterbox.t3.speaker_embed_size"
     // values (256), L2-normalized.
@@ -400,6 +404,18 @@ VS_API int vs_decode_tokens(vs_context * ctx, const int32_t * speech_tokens, siz
 // "s3tok_fsq" ([tokens, 8], its quantizer's projections before rounding).
 VS_API int vs_speech_tokens(vs_context * ctx, const float * samples, size_t n_samples, int32_t * tokens,
                             size_t max_tokens, size_t * n_tokens);
+
+// Chatterbox's x-vector (S3Gen's CAMPPlus speaker encoder) of mono `samples` at 16 kHz (at most
+// 60 s), written to `xvector` (n_xvector values, 192): what a voice's conditionals take for S3Gen.
+// Timings: stages mel and speaker. Output "xvec_fbank" ([frames, 80], its Kaldi fbank less its
+// mean over time).
+VS_API int vs_xvector(vs_context * ctx, const float * samples, size_t n_samples, float * xvector, size_t n_xvector);
+
+// Chatterbox's S3Gen log-mel of mono `samples` at 24 kHz (at most 60 s), 50 frames a second: a
+// voice's prompt mel. At most max_frames frames ([frames, 80], row-major) written to `mel`, their
+// number to *n_frames. Timings: stage mel.
+VS_API int vs_prompt_mel(vs_context * ctx, const float * samples, size_t n_samples, float * mel, size_t max_frames,
+                         size_t * n_frames);
 
 // Named intermediate of the last chunk synthesized, for comparison with a reference
 // runtime, row-major [time, channels]. Piper: "m_p", "logs_p" ([T, C]), "logw" ([T]),

@@ -150,6 +150,10 @@ NB_MODULE(_engine, m) {
              "prompt tokens and prompt mel [frames, 80]: 24 kHz audio.")
         .def("speech_tokens", &Context::speech_tokens, "audio"_a, "max_tokens"_a = 1500,
              "Chatterbox's speech tokens (25 a second) of mono 16 kHz audio.")
+        .def("xvector", &Context::xvector, "audio"_a, "size"_a = 192,
+             "Chatterbox's x-vector (S3Gen's speaker encoder) of mono 16 kHz audio.")
+        .def("prompt_mel", &Context::prompt_mel, "audio"_a,
+             "Chatterbox's S3Gen log-mel [frames, 80] of mono 24 kHz audio (a voice's prompt mel).")
         .def("embed", &Context::embed, "audio"_a,
              "The L2-normalized speaker embedding of mono audio at the model's rate (speaker encoders).")
         .def("phonemize", &Context::phonemize)

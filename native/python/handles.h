@@ -354,6 +354,38 @@ class Context {
         return tokens_array(out, { n }, owner);
     }
 
+    audio_array xvector(nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> audio, size_t size) {
+        busy_guard   busy = guard();
+        vs_context * c    = get();
+        auto *       out  = new float[std::max<size_t>(size, 1)];
+        nb::capsule  owner(out, [](void * ptr) noexcept { delete[] (float *) ptr; });
+        int          status;
+        {
+            nb::gil_scoped_release release;
+            status = vs_xvector(c, audio.data(), audio.shape(0), out, size);
+        }
+        check(status);
+        return audio_array(out, { size }, owner);
+    }
+
+    nb::ndarray<nb::numpy, float, nb::ndim<2>> prompt_mel(
+        nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> audio) {
+        busy_guard   busy = guard();
+        vs_context * c    = get();
+        // 50 frames a second of 24 kHz audio, and a frame more for the reflected edges
+        const size_t max_frames = audio.shape(0) / 480 + 2;
+        auto *       out        = new float[max_frames * 80];
+        nb::capsule  owner(out, [](void * ptr) noexcept { delete[] (float *) ptr; });
+        size_t       n = 0;
+        int          status;
+        {
+            nb::gil_scoped_release release;
+            status = vs_prompt_mel(c, audio.data(), audio.shape(0), out, max_frames, &n);
+        }
+        check(status);
+        return nb::ndarray<nb::numpy, float, nb::ndim<2>>(out, { n, 80 }, owner);
+    }
+
     using mel_array = nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 
     audio_array decode_tokens(durations_array speech_tokens, std::optional<durations_array> prompt_tokens,

@@ -506,6 +506,58 @@ int vs_speech_tokens(vs_context * ctx, const float * samples, size_t n_samples, 
     });
 }
 
+int vs_xvector(vs_context * ctx, const float * samples, size_t n_samples, float * xvector, size_t n_xvector) {
+    if (ctx) {
+        ctx->clear_results();
+    }
+    return vs::guarded([&] {
+        if (!ctx || (!samples && n_samples) || !xvector) {
+            throw vs::error(VS_ERR_INVALID_ARG, "vs_xvector: ctx, samples and xvector are required");
+        }
+        if (ctx->model->arch != "chatterbox") {
+            throw vs::error(VS_ERR_INVALID_ARG, "'" + ctx->model->path + "' is a " + ctx->model->arch +
+                                                    " model, which has no x-vector encoder");
+        }
+        const auto               t0     = std::chrono::steady_clock::now();
+        const vs_synth_params    params = vs_synth_default_params();
+        vs_context::active_call  call(ctx, &params);
+        const std::vector<float> e = vs::chatterbox_xvector(*ctx, samples, n_samples, params);
+        if (n_xvector != e.size()) {
+            throw vs::error(VS_ERR_INVALID_ARG, "vs_xvector: room for " + std::to_string(n_xvector) +
+                                                    " values; the x-vector has " + std::to_string(e.size()));
+        }
+        std::copy(e.begin(), e.end(), xvector);
+        ctx->timings.n_samples = (int64_t) n_samples;
+        ctx->timings.total_ms  = vs::ms_since(t0);
+    });
+}
+
+int vs_prompt_mel(vs_context * ctx, const float * samples, size_t n_samples, float * mel, size_t max_frames,
+                  size_t * n_frames) {
+    if (ctx) {
+        ctx->clear_results();
+    }
+    return vs::guarded([&] {
+        if (!ctx || (!samples && n_samples) || !mel || !n_frames) {
+            throw vs::error(VS_ERR_INVALID_ARG, "vs_prompt_mel: ctx, samples, mel and n_frames are required");
+        }
+        *n_frames = 0;
+        if (ctx->model->arch != "chatterbox") {
+            throw vs::error(VS_ERR_INVALID_ARG,
+                            "'" + ctx->model->path + "' is a " + ctx->model->arch + " model, which has no S3Gen mel");
+        }
+        const auto               t0     = std::chrono::steady_clock::now();
+        const vs_synth_params    params = vs_synth_default_params();
+        vs_context::active_call  call(ctx, &params);
+        const std::vector<float> out = vs::chatterbox_prompt_mel(*ctx, samples, n_samples, params);
+        const size_t             n   = std::min(out.size() / 80, max_frames);
+        std::copy(out.begin(), out.begin() + (std::ptrdiff_t) (n * 80), mel);
+        *n_frames              = n;
+        ctx->timings.n_samples = (int64_t) n_samples;
+        ctx->timings.total_ms  = vs::ms_since(t0);
+    });
+}
+
 int vs_model_embedding_size(const vs_model * model) {
     if (model && model->arch == "chatterbox") {
         return (int) vs::chatterbox_speaker_size(*model);

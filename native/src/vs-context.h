@@ -433,6 +433,12 @@ std::vector<float> chatterbox_decode(vs_context & ctx, const std::vector<int32_t
 // Chatterbox's speech tokens of 16 kHz audio (vs_speech_tokens).
 std::vector<int32_t> chatterbox_speech_tokens(vs_context & ctx, const float * samples, size_t n_samples,
                                               const vs_synth_params & p);
+// Chatterbox's x-vector (S3Gen's speaker encoder) of 16 kHz audio (vs_xvector).
+std::vector<float> chatterbox_xvector(vs_context & ctx, const float * samples, size_t n_samples,
+                                      const vs_synth_params & p);
+// S3Gen's log-mel [frames, 80] of 24 kHz audio (vs_prompt_mel).
+std::vector<float> chatterbox_prompt_mel(vs_context & ctx, const float * samples, size_t n_samples,
+                                         const vs_synth_params & p);
 // Values in the speaker embedding of Chatterbox's conditionals.
 int64_t chatterbox_speaker_size(const vs_model & model);
 // A few tokens of a short text in a voice of zeros (vs_context::prewarm).

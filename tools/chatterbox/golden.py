@@ -38,6 +38,13 @@ and a teacher-forced run of speech tokens. Outputs:
 - ``s3tok_mel.<clip>`` [128, frames], ``s3tok_proj.<clip>`` [tokens, 8] and ``s3tok.<clip>``
   [tokens]: S3Gen's speech tokenizer (S3Tokenizer.forward) on each clip of tests/data/speaker:
   its log-mel, the FSQ projection before rounding, the codes;
+- ``fbank.<clip>`` [frames, 80], ``xvector_head.<clip>`` [320, frames] and ``xvector.<clip>``
+  [192]: S3Gen's speaker encoder (CAMPPlus.inference) on each clip: its Kaldi fbank with the
+  mean over time taken off, its convolutional head's output, the x-vector;
+- ``prompt_wav`` [samples] and ``prompt_mel`` [80, frames]: S3Gen's mel (mel_spectrogram) of 3 s
+  of a clip at 24 kHz; ``conds.*``: ChatterboxTurboTTS.prepare_conditionals's steps on two
+  clips end to end (CONDS_CLIPS; librosa's resampling, loudness to -27 LUFS): the speaker
+  embedding, the token model's prompt tokens, and S3Gen's prompt tokens, prompt mel and x-vector;
 - ``punc_in`` and ``punc_out``: texts and what the reference's punc_norm makes of them;
 - ``text_in`` and ``text_ids``: texts (the tokenizer's tags among them) and their ids by the
   reference's tokenizer (transformers' AutoTokenizer on the folder, as ChatterboxTurboTTS
@@ -285,6 +292,77 @@ def s3tok_golden(ckpt: Path) -> dict[str, np.ndarray]:
     return out
 
 
+@torch.inference_mode()
+def xvector_golden(ckpt: Path) -> dict[str, np.ndarray]:
+    import soundfile as sf
+
+    from chatterbox.models.s3gen import S3Gen
+    from chatterbox.models.s3gen.xvector import extract_feature
+
+    s3 = S3Gen(meanflow=True)
+    s3.load_state_dict(load_file(ckpt / "turbo" / "s3gen_meanflow.safetensors"))
+    s3.eval()
+    campplus, out, head = s3.speaker_encoder, {}, []
+    hook = campplus.head.register_forward_hook(lambda m, i, o: head.append(o[0]))
+    for path in sorted(SPEAKER.glob("*.flac")):
+        wav, rate = sf.read(path, dtype="float32")
+        assert rate == 16000, path
+        feats, _, _ = extract_feature([torch.from_numpy(wav)])
+        out[f"fbank.{path.stem}"] = feats[0].numpy()
+        out[f"xvector.{path.stem}"] = campplus.inference(torch.from_numpy(wav)[None])[0].numpy()
+        out[f"xvector_head.{path.stem}"] = head[-1].numpy()
+    hook.remove()
+    return out
+
+
+CONDS_CLIPS = ("kokoro_jf_alpha", "piper_joe")  # together past the reference's 5 s minimum
+
+
+def conds_input() -> Path:
+    """A recording for the conditionals: two speaker clips end to end, written as a 16 kHz WAV."""
+    import soundfile as sf
+
+    wav = np.concatenate([sf.read(SPEAKER / f"{c}.flac", dtype="float32")[0] for c in CONDS_CLIPS])
+    path = Path("/tmp/chatterbox-conds-input.wav")
+    sf.write(path, wav, 16000, subtype="FLOAT")
+    return path
+
+
+@torch.inference_mode()
+def conds_golden(ckpt: Path) -> dict[str, np.ndarray]:
+    import librosa
+    import pyloudnorm
+
+    from chatterbox.models.s3gen import S3Gen
+    from chatterbox.models.s3gen.utils.mel import mel_spectrogram
+    from chatterbox.models.voice_encoder import VoiceEncoder
+
+    s3 = S3Gen(meanflow=True)
+    s3.load_state_dict(load_file(ckpt / "turbo" / "s3gen_meanflow.safetensors"))
+    s3.eval()
+    ve = VoiceEncoder()
+    ve.load_state_dict(load_file(ckpt / "turbo" / "ve.safetensors"))
+    ve.eval()
+    out = {}
+    # S3Gen's mel on a given 24 kHz signal.
+    wav24 = librosa.resample(librosa.load(SPEAKER / "piper_joe.flac", sr=16000)[0], orig_sr=16000, target_sr=24000)
+    out["prompt_wav"] = wav24[: 3 * 24000].astype(np.float32)
+    out["prompt_mel"] = mel_spectrogram(torch.from_numpy(out["prompt_wav"]))[0].numpy()
+    # ChatterboxTurboTTS.prepare_conditionals on a recording, step by step.
+    wav, sr = librosa.load(conds_input(), sr=24000)
+    meter = pyloudnorm.Meter(sr)
+    wav = wav * 10.0 ** ((-27 - meter.integrated_loudness(wav)) / 20.0)
+    ref16 = librosa.resample(wav, orig_sr=24000, target_sr=16000)
+    gen = s3.embed_ref(wav[: 10 * 24000], 24000)
+    tokens, _ = s3.tokenizer.forward([ref16[: 15 * 16000]], max_len=375)
+    out["conds.speaker_emb"] = ve.embeds_from_wavs([ref16], sample_rate=16000).mean(0)
+    out["conds.prompt_tokens"] = tokens[0].numpy().astype(np.int32)
+    out["conds.gen_prompt_tokens"] = gen["prompt_token"][0].numpy().astype(np.int32)
+    out["conds.prompt_mel"] = gen["prompt_feat"][0].T.numpy()
+    out["conds.xvector"] = gen["embedding"][0].numpy()
+    return out
+
+
 def write_conds(path: Path) -> None:
     """A voice's conditionals in the official conds.pt layout (Conditionals.save), drawn from a
     fixed seed: what the converter turns into the model's stock voice."""
@@ -316,6 +394,8 @@ STAGES = {
     "hift": hift_golden,
     "flow": flow_golden,
     "s3tok": s3tok_golden,
+    "xvector": xvector_golden,
+    "conds": conds_golden,
 }
 
 

@@ -57,6 +57,11 @@ windowed DFT, cos then -sin rows), ``s3tok.mel`` [201, 128] (Slaney mel filters)
 FSMN taps, ``ffn_norm``, ``ffn_up``, ``ffn_down``) and ``fsq`` (the quantizer's projection to
 its 8 digits); its hyperparameters are ``chatterbox.s3tok.*`` metadata.
 
+S3Gen's speaker encoder (CAMPPlus) is under ``xvec.``, its batch norms folded: ``head.*`` (the
+2-D convolutions), ``tdnn``, ``block{1,2,3}.{j}.`` (``bn1`` as scale and shift, ``linear1``,
+``local``, ``cam1``, ``cam2``), ``transit{i}``, ``out_bn``, ``dense``; its Kaldi fbank front end
+``xvec.dft``, ``xvec.mel`` and ``xvec.window``; its hyperparameters ``chatterbox.xvec.*``.
+
 Where the folder has ``conds.pt`` (the built-in voice's conditionals, Conditionals.save), it
 becomes the model's stock voice: ``voice.speaker_emb`` [256], ``voice.prompt_tokens`` (the token
 model's prompt), and for S3Gen ``voice.gen_prompt_tokens``, ``voice.prompt_feat`` [80, frames]
@@ -304,6 +309,10 @@ FLOW = {
     "dec_time_embed": 1024,
     "dec_time_sinusoid": 320,
 }
+# S3Gen's mel of a voice's recording (s3gen/utils/mel.py, Matcha-TTS's): 24 kHz, its edges
+# reflected by (n_fft - hop) / 2, a Hann window of n_fft, magnitude, Slaney mel filters up to fmax,
+# natural log floored at 1e-5.
+FLOW_MEL = {"mel_sample_rate": 24000, "mel_n_fft": 1920, "mel_hop": 480, "mel_fmax": 8000}
 # The variant's solver: Turbo's decoder is distilled to mean-flow steps (no guidance); the
 # time span is linear there, cosine-warped otherwise.
 FLOW_SOLVER = {"turbo": {"meanflow": 1, "steps": 2, "cfg_rate": 0.0}}
@@ -342,6 +351,15 @@ def _flow(st: SafetensorsFile) -> dict[str, tuple[np.ndarray, bool]]:
             t[out + ".weight"] = (np.ascontiguousarray(w.transpose(0, 2, 1)), False)  # [IC, K, OC] in ggml
         t[out + ".bias"] = (get(module + ".bias", (n_out,)), False)
 
+    n_fft = FLOW_MEL["mel_n_fft"]
+    angle = 2 * np.pi * np.outer(np.arange(n_fft // 2 + 1), np.arange(n_fft)) / n_fft
+    window = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n_fft) / n_fft)
+    dft = np.concatenate([np.cos(angle) * window, -np.sin(angle) * window]).astype(np.float32)
+    t["flow.mel_dft"] = (dft, False)  # [n_fft, 2 bins] in ggml: cos rows, then -sin rows
+    t["flow.mel_filters"] = (
+        ge2e.slaney_mel_filterbank(FLOW_MEL["mel_sample_rate"], n_fft, M, fmax=FLOW_MEL["mel_fmax"]),
+        False,
+    )
     t["flow.token_emb"] = (get("input_embedding.weight", (FLOW["vocab"], C)), True)
     linear("flow.spk_affine", "spk_embed_affine_layer", FLOW["xvector"], M)
     e = "encoder."
@@ -468,6 +486,119 @@ def _speech_tokenizer(st: SafetensorsFile) -> dict[str, tuple[np.ndarray, bool]]
     return t
 
 
+# S3Gen's speaker encoder (CAMPPlus; chatterbox/models/s3gen/xvector.py) and its Kaldi fbank front
+# end (torchaudio.compliance.kaldi.fbank's defaults, 80 bins).
+XVEC = {
+    "sample_rate": 16000,
+    "frame": 400,
+    "hop": 160,
+    "n_fft": 512,
+    "n_mels": 80,
+    "head_channels": 32,
+    "init_channels": 128,
+    "growth": 32,
+    "bn_channels": 128,
+    "seg_len": 100,
+    "embedding": 192,
+    "block_layers": [12, 24, 16],
+    "block_dilations": [1, 2, 2],
+}
+XVEC_PREEMPHASIS = 0.97
+BN_EPS = 1e-5
+
+
+def kaldi_mel_banks(n_mels: int, n_fft: int, sample_rate: int, low: float = 20.0) -> np.ndarray:
+    """Kaldi's triangular mel banks [n_mels, n_fft // 2 + 1] (mel = 1127 ln(1 + f / 700), from
+    ``low`` to Nyquist; the last FFT bin's weight zero), as torchaudio's get_mel_banks."""
+
+    def mel(f):
+        return 1127.0 * np.log(1.0 + np.asarray(f, np.float64) / 700.0)
+
+    lo, hi = mel(low), mel(sample_rate / 2)
+    delta = (hi - lo) / (n_mels + 1)
+    b = np.arange(n_mels)[:, None]
+    left, center, right = lo + b * delta, lo + (b + 1) * delta, lo + (b + 2) * delta
+    freqs = mel(sample_rate / n_fft * np.arange(n_fft // 2))[None, :]
+    banks = np.maximum(0.0, np.minimum((freqs - left) / (center - left), (right - freqs) / (right - center)))
+    return np.pad(banks, ((0, 0), (0, 1))).astype(np.float32)
+
+
+def _speaker_encoder(st: SafetensorsFile) -> dict[str, np.ndarray]:
+    """CAMPPlus's tensors (``speaker_encoder.*``) for the engine: batch norms folded into the
+    convolution before them, or kept as a per-channel scale and shift where a ReLU stands
+    between; 2-D convolutions [KW, KH, IC, OC] with biases [1, 1, OC], 1-D ones [IC, K, OC],
+    pointwise ones as matrices [IC, OC]."""
+    t: dict[str, np.ndarray] = {}
+    pre = "speaker_encoder."
+
+    def get(name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
+        name = pre + name
+        if name not in st:
+            raise ConversionError(f"'{st.path.name}' lacks tensor '{name}': not S3Gen's speaker encoder")
+        if shape is not None and st.shape(name) != shape:
+            raise ConversionError(f"'{st.path.name}': tensor '{name}' is {st.shape(name)}, expected {shape}")
+        return np.asarray(st.tensor(name), dtype=np.float64)
+
+    def bn(module: str, affine: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        inv = 1.0 / np.sqrt(get(module + ".running_var") + BN_EPS)
+        scale = get(module + ".weight") * inv if affine else inv
+        shift = (get(module + ".bias") if affine else 0.0) - get(module + ".running_mean") * scale
+        return scale, shift
+
+    def f32(x: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(x, dtype=np.float32)
+
+    def conv2d(out: str, conv: str, norm: str) -> None:
+        scale, shift = bn(norm)
+        t[out + ".weight"] = f32(get(conv + ".weight") * scale[:, None, None, None])
+        t[out + ".bias"] = f32(shift[:, None, None])
+
+    def scale_shift(out: str, norm: str) -> None:
+        t[out + ".scale"], t[out + ".shift"] = (f32(v) for v in bn(norm))
+
+    conv2d("xvec.head.conv1", "head.conv1", "head.bn1")
+    for layer in (1, 2):
+        for b in (0, 1):
+            q, p = f"xvec.head.layer{layer}.{b}.", f"head.layer{layer}.{b}."
+            conv2d(q + "conv1", p + "conv1", p + "bn1")
+            conv2d(q + "conv2", p + "conv2", p + "bn2")
+            if b == 0:
+                conv2d(q + "shortcut", p + "shortcut.0", p + "shortcut.1")
+    conv2d("xvec.head.conv2", "head.conv2", "head.bn2")
+    x = "xvector."
+    scale, shift = bn(x + "tdnn.nonlinear.batchnorm")
+    w = get(x + "tdnn.linear.weight") * scale[:, None, None]  # [OC, IC, K]
+    t["xvec.tdnn.weight"], t["xvec.tdnn.bias"] = f32(w.transpose(0, 2, 1)), f32(shift)
+    channels, G = XVEC["init_channels"], XVEC["growth"]
+    for i, n in enumerate(XVEC["block_layers"], 1):
+        for j in range(n):
+            p, q = f"{x}block{i}.tdnnd{j + 1}.", f"xvec.block{i}.{j}."
+            scale_shift(q + "bn1", p + "nonlinear1.batchnorm")
+            scale, shift = bn(p + "nonlinear2.batchnorm")
+            t[q + "linear1.weight"] = f32(get(p + "linear1.weight")[:, :, 0] * scale[:, None])
+            t[q + "linear1.bias"] = f32(shift)
+            t[q + "local.weight"] = f32(get(p + "cam_layer.linear_local.weight").transpose(0, 2, 1))
+            for k in (1, 2):
+                t[q + f"cam{k}.weight"] = f32(get(p + f"cam_layer.linear{k}.weight")[:, :, 0])
+                t[q + f"cam{k}.bias"] = f32(get(p + f"cam_layer.linear{k}.bias"))
+        channels += n * G
+        scale_shift(f"xvec.transit{i}.bn", f"{x}transit{i}.nonlinear.batchnorm")
+        t[f"xvec.transit{i}.weight"] = f32(get(f"{x}transit{i}.linear.weight", (channels // 2, channels, 1))[:, :, 0])
+        channels //= 2
+    scale_shift("xvec.out_bn", x + "out_nonlinear.batchnorm")
+    scale, shift = bn(x + "dense.nonlinear.batchnorm", affine=False)
+    dense = get(x + "dense.linear.weight", (XVEC["embedding"], 2 * channels, 1))[:, :, 0]
+    t["xvec.dense.weight"], t["xvec.dense.bias"] = f32(dense * scale[:, None]), f32(shift)
+    # The front end: a DFT of n_fft points (no window: Povey's is applied before, on the host),
+    # Kaldi's mel banks, Povey's window (a symmetric Hann to the power 0.85).
+    n_fft, n = XVEC["n_fft"], np.arange(XVEC["frame"])
+    angle = 2 * np.pi * np.outer(np.arange(n_fft // 2 + 1), np.arange(n_fft)) / n_fft
+    t["xvec.dft"] = f32(np.concatenate([np.cos(angle), -np.sin(angle)]))
+    t["xvec.mel"] = kaldi_mel_banks(XVEC["n_mels"], n_fft, XVEC["sample_rate"])
+    t["xvec.window"] = f32((0.5 - 0.5 * np.cos(2 * np.pi * n / (XVEC["frame"] - 1))) ** 0.85)
+    return t
+
+
 def _stock_voice(path: Path, hp: dict[str, int]) -> dict[str, np.ndarray]:
     """The built-in voice of conds.pt (Conditionals.save: {"t3": T3Cond's fields, "gen": S3Gen's
     reference dict}) as the GGUF's voice.* tensors."""
@@ -561,6 +692,7 @@ def convert(
     try:
         s3gen = SafetensorsFile(s3gen_path)
         hift, flow, s3tok = _hift(s3gen), _flow(s3gen), _speech_tokenizer(s3gen)
+        xvec = _speaker_encoder(s3gen)
     except SafetensorsError as e:
         raise ConversionError(str(e)) from None
 
@@ -604,7 +736,7 @@ def convert(
                 writer.add_uint32(p + "hift." + key, value)
         for name, data in hift.items():
             writer.add_tensor(name, data)
-        for key, value in (FLOW | FLOW_SOLVER[variant]).items():
+        for key, value in (FLOW | FLOW_MEL | FLOW_SOLVER[variant]).items():
             if isinstance(value, float):
                 writer.add_float32(p + "flow." + key, value)
             else:
@@ -616,6 +748,14 @@ def convert(
         writer.add_float32(p + "s3tok.rope_base", S3TOK_ROPE_BASE)
         for name, (data, reduce) in s3tok.items():
             add_weight(writer, name, data, weights, reduce=reduce)
+        for key, value in XVEC.items():
+            if isinstance(value, list):
+                writer.add_array(p + "xvec." + key, value)
+            else:
+                writer.add_uint32(p + "xvec." + key, value)
+        writer.add_float32(p + "xvec.preemphasis", XVEC_PREEMPHASIS)
+        for name, data in xvec.items():
+            writer.add_tensor(name, data)
         for name, data in voice.items():
             writer.add_tensor(name, data)
         writer.write_header_to_file()

@@ -56,11 +56,13 @@ def _mel_to_hz_slaney(m: np.ndarray) -> np.ndarray:
     return np.where(m >= min_log_mel, min_log_hz * np.exp(logstep * (m - min_log_mel)), f_sp * m)
 
 
-def slaney_mel_filterbank(sample_rate: int, n_fft: int, n_mels: int) -> np.ndarray:
+def slaney_mel_filterbank(sample_rate: int, n_fft: int, n_mels: int, fmax: float | None = None) -> np.ndarray:
     """Triangular filters on the Slaney mel scale with Slaney area normalization,
-    [n_mels, n_fft // 2 + 1], as librosa.filters.mel(sr, n_fft, n_mels) computes them."""
+    [n_mels, n_fft // 2 + 1], as librosa.filters.mel(sr, n_fft, n_mels, fmax=fmax) computes them
+    (fmax None: half the sample rate)."""
+    top = sample_rate / 2 if fmax is None else fmax
     bins = np.linspace(0.0, sample_rate / 2, n_fft // 2 + 1)
-    edges = _mel_to_hz_slaney(np.linspace(_hz_to_mel_slaney(0.0), _hz_to_mel_slaney(sample_rate / 2), n_mels + 2))
+    edges = _mel_to_hz_slaney(np.linspace(_hz_to_mel_slaney(0.0), _hz_to_mel_slaney(top), n_mels + 2))
     fdiff = np.diff(edges)
     ramps = edges[:, None] - bins[None, :]
     lower = -ramps[:-2] / fdiff[:-1, None]

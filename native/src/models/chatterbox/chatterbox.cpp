@@ -11,6 +11,7 @@ void chatterbox_validate(const vs_model & model) {
     check_tensors(model, chatterbox::hift_layout(chatterbox::read_hift_hparams(model)));
     check_tensors(model, chatterbox::flow_layout(chatterbox::read_flow_hparams(model)));
     check_tensors(model, chatterbox::s3tok_layout(chatterbox::read_s3tok_hparams(model)));
+    check_tensors(model, chatterbox::xvector_layout(chatterbox::read_xvector_hparams(model)));
     ge2e_validate(model);  // the voice encoder, under "ve."
     const int64_t ve = ge2e_embedding_size(model), t3 = chatterbox::read_t3_hparams(model).speaker_embed_size;
     if (ve != t3) {
@@ -177,6 +178,38 @@ std::vector<int32_t> chatterbox_speech_tokens(vs_context & c, const float * samp
         }
     }
     return chatterbox::s3tok_tokens(c, h, samples, (int64_t) n_samples, p);
+}
+
+std::vector<float> chatterbox_xvector(vs_context & c, const float * samples, size_t n_samples,
+                                      const vs_synth_params & p) {
+    const chatterbox::xvector_hparams h = chatterbox::read_xvector_hparams(*c.model);
+    if ((int64_t) n_samples > 60 * h.sample_rate) {
+        throw error(VS_ERR_INVALID_ARG, "a recording of " + std::to_string(n_samples / h.sample_rate) +
+                                            " s: the speaker encoder takes at most 60 s");
+    }
+    for (size_t i = 0; i < n_samples; ++i) {
+        if (!std::isfinite(samples[i])) {
+            throw error(VS_ERR_INVALID_ARG, "the recording holds a NaN or infinite sample");
+        }
+    }
+    return chatterbox::xvector_embed(c, h, samples, (int64_t) n_samples, p);
+}
+
+std::vector<float> chatterbox_prompt_mel(vs_context & c, const float * samples, size_t n_samples,
+                                         const vs_synth_params & p) {
+    const chatterbox::flow_hparams h = chatterbox::read_flow_hparams(*c.model);
+    if ((int64_t) n_samples > 60 * h.mel_sample_rate) {
+        throw error(VS_ERR_INVALID_ARG, "a recording of " + std::to_string(n_samples / h.mel_sample_rate) +
+                                            " s: S3Gen's mel takes at most 60 s");
+    }
+    for (size_t i = 0; i < n_samples; ++i) {
+        if (!std::isfinite(samples[i])) {
+            throw error(VS_ERR_INVALID_ARG, "the recording holds a NaN or infinite sample");
+        }
+    }
+    std::vector<float> mel;
+    c.timed_stage(VS_STAGE_MEL, 0, p, [&] { mel = chatterbox::flow_prompt_mel(c, h, samples, (int64_t) n_samples); });
+    return mel;
 }
 
 std::vector<float> chatterbox_vocode(vs_context & c, const float * mel, size_t n_frames, const vs_synth_params & p) {

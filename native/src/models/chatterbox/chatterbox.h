@@ -65,13 +65,16 @@ struct flow_hparams {
     int64_t token_mel_ratio = 2, n_mels = 80, xvector = 0;
     int64_t dec_channels = 0, dec_n_head = 0, dec_head_dim = 0, dec_n_tfm = 0, dec_n_mid = 0;
     int64_t dec_time_embed = 0, dec_time_sinusoid = 0;
-    bool    meanflow = true;  // mean-flow steps over a linear time span (Turbo's distilled decoder)
-    int64_t steps    = 2;
-    float   cfg_rate = 0.0f;
+    bool    meanflow        = true;  // mean-flow steps over a linear time span (Turbo's distilled decoder)
+    int64_t steps           = 2;
+    float   cfg_rate        = 0.0f;
+    int64_t mel_sample_rate = 24000, mel_n_fft = 1920, mel_hop = 480;  // a voice's mel (its condition)
 };
 
 flow_hparams             read_flow_hparams(const vs_model & m);
 std::vector<tensor_spec> flow_layout(const flow_hparams & h);
+// S3Gen's log-mel [frames, n_mels] (row-major) of L samples at mel_sample_rate: a voice's prompt mel.
+std::vector<float> flow_prompt_mel(vs_context & c, const flow_hparams & h, const float * audio, int64_t L);
 // The encoder's projection mu [n_mels, token_mel_ratio * tokens] of the prompt's tokens and the
 // new ones, in that order.
 std::vector<float> flow_encode(vs_context & c, const flow_hparams & h, const std::vector<int32_t> & tokens);
@@ -95,6 +98,21 @@ std::vector<tensor_spec> s3tok_layout(const s3tok_hparams & h);
 // [frames, bands]) and "s3tok_fsq" (the projections before rounding, [tokens, digits]).
 std::vector<int32_t> s3tok_tokens(vs_context & c, const s3tok_hparams & h, const float * audio, int64_t L,
                                   const vs_synth_params & p);
+
+// S3Gen's speaker encoder (xvector.cpp): 16 kHz audio to an x-vector.
+struct xvector_hparams {
+    int64_t              sample_rate = 16000, frame = 400, hop = 160, n_fft = 512, n_mels = 80;
+    int64_t              channels = 32, init_channels = 128, growth = 32, bn_channels = 128, seg_len = 100;
+    int64_t              embedding   = 192;
+    float                preemphasis = 0.97f;
+    std::vector<int64_t> block_layers, block_dilations;
+};
+
+xvector_hparams          read_xvector_hparams(const vs_model & m);
+std::vector<tensor_spec> xvector_layout(const xvector_hparams & h);
+// The x-vector of L samples of 16 kHz audio; output "xvec_fbank" ([frames, n_mels]).
+std::vector<float> xvector_embed(vs_context & c, const xvector_hparams & h, const float * audio, int64_t L,
+                                 const vs_synth_params & p);
 
 // T3's state in one context: its key/value cache on the context's device.
 class t3_state : public model_state {

@@ -35,7 +35,11 @@ flow_hparams read_flow_hparams(const vs_model & m) {
     h.meanflow          = m.u32_in(k + "meanflow", 0, 1) == 1;
     h.steps             = m.u32_in(k + "steps", 1, 1000);
     h.cfg_rate          = m.f32_in(k + "cfg_rate", 0.0f, 100.0f);
-    if (h.n_embd % h.n_head || h.dec_time_sinusoid % 2 || h.token_mel_ratio != 2) {
+    h.mel_sample_rate   = m.u32_in(k + "mel_sample_rate", 1000, 192000);
+    h.mel_n_fft         = m.u32_in(k + "mel_n_fft", 16, 16384);
+    h.mel_hop           = m.u32_in(k + "mel_hop", 1, 16384);
+    if (h.n_embd % h.n_head || h.dec_time_sinusoid % 2 || h.token_mel_ratio != 2 || h.mel_n_fft % 2 ||
+        h.mel_hop > h.mel_n_fft) {
         m.bad("metadata 'chatterbox.flow.*' describes no flow this engine runs");
     }
     if (!h.meanflow || h.cfg_rate != 0.0f) {
@@ -65,6 +69,8 @@ std::vector<tensor_spec> flow_layout(const flow_hparams & h) {
         s.push_back({ p + ".bias", { out, 1, 1, 1 }, false });
     };
     s.push_back({ "flow.token_emb", { C, h.vocab, 1, 1 }, true });
+    s.push_back({ "flow.mel_dft", { h.mel_n_fft, 2 * (h.mel_n_fft / 2 + 1), 1, 1 }, false });
+    s.push_back({ "flow.mel_filters", { h.mel_n_fft / 2 + 1, M, 1, 1 }, false });
     linear("flow.spk_affine", h.xvector, M);
     for (const char * e : { "flow.enc.embed", "flow.enc.up_embed" }) {
         linear(e, C, C);
@@ -327,6 +333,41 @@ std::vector<float> flow_velocity(vs_context & c, const flow_hparams & h, const s
     c.compute(gb.gf);
     std::vector<float> out((size_t) (M * T));
     ggml_backend_tensor_get(v, out.data(), 0, ggml_nbytes(v));
+    return out;
+}
+
+std::vector<float> flow_prompt_mel(vs_context & c, const flow_hparams & h, const float * audio, int64_t L) {
+    const int64_t N = h.mel_n_fft, hop = h.mel_hop, pad = (N - hop) / 2, bins = N / 2 + 1;
+    if (L <= pad) {
+        throw error(VS_ERR_INVALID_ARG,
+                    "the recording is too short for S3Gen's mel: at least " + std::to_string(pad + 1) + " samples");
+    }
+    const int64_t      F = (L + 2 * pad - N) / hop + 1;
+    std::vector<float> frames((size_t) (N * F));  // the edges reflected by `pad`, no centring beyond
+    for (int64_t f = 0; f < F; ++f) {
+        for (int64_t n = 0; n < N; ++n) {
+            int64_t s                    = f * hop + n - pad;
+            s                            = s < 0 ? -s : s >= L ? 2 * (L - 1) - s : s;
+            frames[(size_t) (f * N + n)] = audio[s];
+        }
+    }
+    auto           gb = c.new_graph(64);
+    ggml_context * g  = gb.ctx.get();
+    ggml_tensor *  x  = ggml_new_tensor_2d(g, GGML_TYPE_F32, N, F);
+    ggml_set_input(x);
+    ggml_tensor * spec = ggml_mul_mat(g, c.w("flow.mel_dft"), x);  // [2 bins, F]
+    ggml_tensor * re   = ggml_cont(g, ggml_view_2d(g, spec, bins, F, spec->nb[1], 0));
+    ggml_tensor * im   = ggml_cont(g, ggml_view_2d(g, spec, bins, F, spec->nb[1], bins * sizeof(float)));
+    ggml_tensor * mag  = ggml_sqrt(g, ggml_scale_bias(g, ggml_add(g, ggml_sqr(g, re), ggml_sqr(g, im)), 1.0f, 1e-9f));
+    ggml_tensor * mel  = ggml_mul_mat(g, c.w("flow.mel_filters"), mag);  // [n_mels, F]
+    mel                = named(ggml_log(g, ggml_clamp(g, mel, 1e-5f, INFINITY)), "flow_prompt_mel");
+    ggml_set_output(mel);
+    ggml_build_forward_expand(gb.gf, mel);
+    c.alloc(VS_STAGE_MEL, gb.gf);
+    c.set_input(x, frames.data());
+    c.compute(gb.gf);
+    std::vector<float> out((size_t) (h.n_mels * F));
+    ggml_backend_tensor_get(mel, out.data(), 0, ggml_nbytes(mel));
     return out;
 }
 
