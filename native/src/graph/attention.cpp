@@ -48,7 +48,13 @@ ggml_tensor * weighted_values(ggml_context * ctx, ggml_tensor * kq, ggml_tensor 
 }  // namespace
 
 ggml_tensor * self_attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, int64_t n_head,
-                             float scale) {
+                             float scale, bool flash) {
+    if (flash) {  // ggml's fused kernel: keys and values in F16, the scores never stored
+        ggml_tensor * K = ggml_cast(ctx, heads(ctx, k, n_head), GGML_TYPE_F16);
+        ggml_tensor * V = ggml_cast(ctx, heads(ctx, v, n_head), GGML_TYPE_F16);
+        ggml_tensor * r = ggml_flash_attn_ext(ctx, heads(ctx, q, n_head), K, V, nullptr, scale, 0.0f, 0.0f);
+        return ggml_reshape_2d(ctx, r, q->ne[0], q->ne[1]);  // [d, h, T_q]: already [C, T_q]
+    }
     ggml_tensor * kq = ggml_mul_mat(ctx, heads(ctx, k, n_head), heads(ctx, q, n_head));  // [T_k, T_q, h]
     return weighted_values(ctx, ggml_soft_max_ext(ctx, kq, nullptr, scale, 0.0f), v, n_head);
 }

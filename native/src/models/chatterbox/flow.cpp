@@ -200,7 +200,8 @@ ggml_tensor * transformer_block(vs_context & c, ggml_context * g, ggml_tensor * 
                                 const std::string & p) {
     ggml_tensor * y = norm(c, g, x, p + "norm1", 1e-5f);
     y               = self_attention(g, linear(c, g, y, p + "attn_q", false), linear(c, g, y, p + "attn_k", false),
-                                     linear(c, g, y, p + "attn_v", false), h.dec_n_head, 1.0f / std::sqrt((float) h.dec_head_dim));
+                                     linear(c, g, y, p + "attn_v", false), h.dec_n_head, 1.0f / std::sqrt((float) h.dec_head_dim),
+                                     true);
     x               = ggml_add(g, x, linear(c, g, y, p + "attn_out"));
     y               = ggml_gelu_erf(g, linear(c, g, norm(c, g, x, p + "norm3", 1e-5f), p + "ffn_up"));
     return ggml_add(g, x, linear(c, g, y, p + "ffn_down"));
