@@ -219,14 +219,21 @@ class _NoPhase:  # SineGen's random phases off
         return torch.zeros(sample_shape)
 
 
-@torch.inference_mode()
-def flow_golden(ckpt: Path) -> dict[str, np.ndarray]:
-    from chatterbox.models.s3gen import S3Gen, hifigan
-    from chatterbox.tts_turbo import Conditionals
+def s3gen(ckpt: Path):
+    """The reference's S3Gen (Turbo's, mean-flow) on the weights of ``ckpt``, in eval mode."""
+    from chatterbox.models.s3gen import S3Gen
 
     s3 = S3Gen(meanflow=True)
     s3.load_state_dict(load_file(ckpt / "turbo" / "s3gen_meanflow.safetensors"))
-    s3.eval()
+    return s3.eval()
+
+
+@torch.inference_mode()
+def flow_golden(ckpt: Path) -> dict[str, np.ndarray]:
+    from chatterbox.models.s3gen import hifigan
+    from chatterbox.tts_turbo import Conditionals
+
+    s3 = s3gen(ckpt)
     gen = Conditionals.load(OUT.parent / "conds.pt").gen
     rng = np.random.default_rng(17)
     tokens = rng.integers(0, 6561, 40)
@@ -273,11 +280,7 @@ def flow_golden(ckpt: Path) -> dict[str, np.ndarray]:
 def s3tok_golden(ckpt: Path) -> dict[str, np.ndarray]:
     import soundfile as sf
 
-    from chatterbox.models.s3gen import S3Gen
-
-    s3 = S3Gen(meanflow=True)
-    s3.load_state_dict(load_file(ckpt / "turbo" / "s3gen_meanflow.safetensors"))
-    s3.eval()
+    s3 = s3gen(ckpt)
     tok = s3.tokenizer
     out, projected = {}, []
     hook = tok.quantizer._codebook.project_down.register_forward_hook(lambda m, i, o: projected.append(o))
@@ -296,12 +299,9 @@ def s3tok_golden(ckpt: Path) -> dict[str, np.ndarray]:
 def xvector_golden(ckpt: Path) -> dict[str, np.ndarray]:
     import soundfile as sf
 
-    from chatterbox.models.s3gen import S3Gen
     from chatterbox.models.s3gen.xvector import extract_feature
 
-    s3 = S3Gen(meanflow=True)
-    s3.load_state_dict(load_file(ckpt / "turbo" / "s3gen_meanflow.safetensors"))
-    s3.eval()
+    s3 = s3gen(ckpt)
     campplus, out, head = s3.speaker_encoder, {}, []
     hook = campplus.head.register_forward_hook(lambda m, i, o: head.append(o[0]))
     for path in sorted(SPEAKER.glob("*.flac")):
@@ -333,13 +333,10 @@ def conds_golden(ckpt: Path) -> dict[str, np.ndarray]:
     import librosa
     import pyloudnorm
 
-    from chatterbox.models.s3gen import S3Gen
     from chatterbox.models.s3gen.utils.mel import mel_spectrogram
     from chatterbox.models.voice_encoder import VoiceEncoder
 
-    s3 = S3Gen(meanflow=True)
-    s3.load_state_dict(load_file(ckpt / "turbo" / "s3gen_meanflow.safetensors"))
-    s3.eval()
+    s3 = s3gen(ckpt)
     ve = VoiceEncoder()
     ve.load_state_dict(load_file(ckpt / "turbo" / "ve.safetensors"))
     ve.eval()

@@ -318,6 +318,21 @@ FLOW_MEL = {"mel_sample_rate": 24000, "mel_n_fft": 1920, "mel_hop": 480, "mel_fm
 FLOW_SOLVER = {"turbo": {"meanflow": 1, "steps": 2, "cfg_rate": 0.0}}
 
 
+def _getter(st: SafetensorsFile, prefix: str, what: str, dtype=np.float32):
+    """get(name, shape=None): tensor ``prefix + name`` of ``st`` as ``dtype``, refused with a clear
+    error where the file lacks it (naming ``what`` the file is not) or holds another shape."""
+
+    def get(name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
+        name = prefix + name
+        if name not in st:
+            raise ConversionError(f"'{st.path.name}' lacks tensor '{name}': not {what}")
+        if shape is not None and st.shape(name) != shape:
+            raise ConversionError(f"'{st.path.name}': tensor '{name}' is {st.shape(name)}, expected {shape}")
+        return np.ascontiguousarray(st.tensor(name), dtype=dtype)
+
+    return get
+
+
 def _flow(st: SafetensorsFile) -> dict[str, tuple[np.ndarray, bool]]:
     """S3Gen's flow tensors (``flow.*``) laid out for the engine: linear weights [in, out] (as
     stored), convolutions [IC, K, OC], pointwise convolutions as matrices [IC, OC]; values
@@ -326,13 +341,7 @@ def _flow(st: SafetensorsFile) -> dict[str, tuple[np.ndarray, bool]]:
     TE, inner = FLOW["dec_time_embed"], FLOW["dec_n_head"] * FLOW["dec_head_dim"]
     t: dict[str, tuple[np.ndarray, bool]] = {}
 
-    def get(name: str, shape: tuple[int, ...]) -> np.ndarray:
-        name = "flow." + name
-        if name not in st:
-            raise ConversionError(f"'{st.path.name}' lacks tensor '{name}': not S3Gen's flow")
-        if st.shape(name) != shape:
-            raise ConversionError(f"'{st.path.name}': tensor '{name}' is {st.shape(name)}, expected {shape}")
-        return np.ascontiguousarray(st.tensor(name), dtype=np.float32)
+    get = _getter(st, "flow.", "S3Gen's flow")
 
     def linear(out: str, module: str, n_in: int, n_out: int, bias: bool = True) -> None:
         t[out + ".weight"] = (get(module + ".weight", (n_out, n_in)), True)
@@ -445,13 +454,7 @@ def _speech_tokenizer(st: SafetensorsFile) -> dict[str, tuple[np.ndarray, bool]]
     C, M, K = S3TOK["n_state"], S3TOK["n_mels"], S3TOK["fsmn_kernel"]
     t: dict[str, tuple[np.ndarray, bool]] = {}
 
-    def get(name: str, shape: tuple[int, ...]) -> np.ndarray:
-        name = "tokenizer." + name
-        if name not in st:
-            raise ConversionError(f"'{st.path.name}' lacks tensor '{name}': not S3Gen's speech tokenizer")
-        if st.shape(name) != shape:
-            raise ConversionError(f"'{st.path.name}': tensor '{name}' is {st.shape(name)}, expected {shape}")
-        return np.ascontiguousarray(st.tensor(name), dtype=np.float32)
+    get = _getter(st, "tokenizer.", "S3Gen's speech tokenizer")
 
     def linear(out: str, module: str, n_in: int, n_out: int, bias: bool = True) -> None:
         t[out + ".weight"] = (get(module + ".weight", (n_out, n_in)), True)
@@ -529,15 +532,7 @@ def _speaker_encoder(st: SafetensorsFile) -> dict[str, np.ndarray]:
     between; 2-D convolutions [KW, KH, IC, OC] with biases [1, 1, OC], 1-D ones [IC, K, OC],
     pointwise ones as matrices [IC, OC]."""
     t: dict[str, np.ndarray] = {}
-    pre = "speaker_encoder."
-
-    def get(name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
-        name = pre + name
-        if name not in st:
-            raise ConversionError(f"'{st.path.name}' lacks tensor '{name}': not S3Gen's speaker encoder")
-        if shape is not None and st.shape(name) != shape:
-            raise ConversionError(f"'{st.path.name}': tensor '{name}' is {st.shape(name)}, expected {shape}")
-        return np.asarray(st.tensor(name), dtype=np.float64)
+    get = _getter(st, "speaker_encoder.", "S3Gen's speaker encoder", np.float64)  # batch norms folded in double
 
     def bn(module: str, affine: bool = True) -> tuple[np.ndarray, np.ndarray]:
         inv = 1.0 / np.sqrt(get(module + ".running_var") + BN_EPS)

@@ -44,6 +44,19 @@ std::vector<int32_t> stock_ids(const vs_model & m, const char * name) {
     return ids;
 }
 
+// A voice's recording as the encoders take it: at most 60 s at `rate`, every sample finite.
+void check_recording(const float * samples, size_t n, int64_t rate, const char * what) {
+    if ((int64_t) n > 60 * rate) {
+        throw error(VS_ERR_INVALID_ARG,
+                    "a recording of " + std::to_string(n / (size_t) rate) + " s: " + what + " takes at most 60 s");
+    }
+    for (size_t i = 0; i < n; ++i) {
+        if (!std::isfinite(samples[i])) {
+            throw error(VS_ERR_INVALID_ARG, "the recording holds a NaN or infinite sample");
+        }
+    }
+}
+
 // S3Token2Wav's fade-in against spillover from the prompt: the first 20 ms silent, the next
 // 20 ms rising as half a cosine.
 void trim_fade(std::vector<float> & audio, int64_t sample_rate) {
@@ -168,45 +181,21 @@ std::vector<float> chatterbox_decode(vs_context & c, const std::vector<int32_t> 
 std::vector<int32_t> chatterbox_speech_tokens(vs_context & c, const float * samples, size_t n_samples,
                                               const vs_synth_params & p) {
     const chatterbox::s3tok_hparams h = chatterbox::read_s3tok_hparams(*c.model);
-    if ((int64_t) n_samples > 60 * h.sample_rate) {
-        throw error(VS_ERR_INVALID_ARG, "a recording of " + std::to_string(n_samples / h.sample_rate) +
-                                            " s: the speech tokenizer takes at most 60 s");
-    }
-    for (size_t i = 0; i < n_samples; ++i) {
-        if (!std::isfinite(samples[i])) {
-            throw error(VS_ERR_INVALID_ARG, "the recording holds a NaN or infinite sample");
-        }
-    }
+    check_recording(samples, n_samples, h.sample_rate, "the speech tokenizer");
     return chatterbox::s3tok_tokens(c, h, samples, (int64_t) n_samples, p);
 }
 
 std::vector<float> chatterbox_xvector(vs_context & c, const float * samples, size_t n_samples,
                                       const vs_synth_params & p) {
     const chatterbox::xvector_hparams h = chatterbox::read_xvector_hparams(*c.model);
-    if ((int64_t) n_samples > 60 * h.sample_rate) {
-        throw error(VS_ERR_INVALID_ARG, "a recording of " + std::to_string(n_samples / h.sample_rate) +
-                                            " s: the speaker encoder takes at most 60 s");
-    }
-    for (size_t i = 0; i < n_samples; ++i) {
-        if (!std::isfinite(samples[i])) {
-            throw error(VS_ERR_INVALID_ARG, "the recording holds a NaN or infinite sample");
-        }
-    }
+    check_recording(samples, n_samples, h.sample_rate, "the speaker encoder");
     return chatterbox::xvector_embed(c, h, samples, (int64_t) n_samples, p);
 }
 
 std::vector<float> chatterbox_prompt_mel(vs_context & c, const float * samples, size_t n_samples,
                                          const vs_synth_params & p) {
     const chatterbox::flow_hparams h = chatterbox::read_flow_hparams(*c.model);
-    if ((int64_t) n_samples > 60 * h.mel_sample_rate) {
-        throw error(VS_ERR_INVALID_ARG, "a recording of " + std::to_string(n_samples / h.mel_sample_rate) +
-                                            " s: S3Gen's mel takes at most 60 s");
-    }
-    for (size_t i = 0; i < n_samples; ++i) {
-        if (!std::isfinite(samples[i])) {
-            throw error(VS_ERR_INVALID_ARG, "the recording holds a NaN or infinite sample");
-        }
-    }
+    check_recording(samples, n_samples, h.mel_sample_rate, "S3Gen's mel");
     std::vector<float> mel;
     c.timed_stage(VS_STAGE_MEL, 0, p, [&] { mel = chatterbox::flow_prompt_mel(c, h, samples, (int64_t) n_samples); });
     return mel;

@@ -34,6 +34,21 @@ struct sampling {
 };
 int32_t sample_token(std::vector<float> & logits, const std::vector<int32_t> & history, const sampling & s, double u);
 
+// A linear layer of `module`: its ".weight" [in, out] times x, plus its ".bias" where `bias`.
+ggml_tensor * linear(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & module, bool bias = true);
+
+// Spectral front ends (spectra.cpp). `frames` frames of n samples every hop from audio of L samples,
+// the first starting `pad` samples before it, the edges reflected (as torch.stft pads): [frames, n]
+// row-major.
+std::vector<float> reflected_frames(const float * audio, int64_t L, int64_t n, int64_t hop, int64_t pad,
+                                    int64_t frames);
+// The mel filterbank energies [frames, n_mels] (row-major) of `frames` ([F, N] row-major) as a graph
+// for `stage`: the model's DFT basis `dft` [N, 2 bins] (cos rows, then -sin rows), power, or with
+// magnitude_eps >= 0 the magnitude sqrt(power + magnitude_eps), then the filterbank `filters`
+// [bins, n_mels].
+std::vector<float> mel_energies(vs_context & c, int stage, const std::vector<float> & frames, const char * dft,
+                                const char * filters, float magnitude_eps = -1.0f);
+
 // HiFT, S3Gen's vocoder (hift.cpp).
 struct hift_hparams {
     int64_t              n_mels = 80, channels = 512, n_fft = 16, hop = 4, harmonics = 8, f0_layers = 5;

@@ -152,11 +152,6 @@ std::vector<float> rel_positions(int64_t d_model, int64_t T) {
     return pe;
 }
 
-ggml_tensor * linear(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & module, bool bias = true) {
-    ggml_tensor * y = ggml_mul_mat(g, c.w(module + ".weight"), x);
-    return bias ? ggml_add(g, y, c.w(module + ".bias")) : y;
-}
-
 ggml_tensor * norm(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & module, float eps) {
     return layer_norm(g, x, c.w(module + ".weight"), c.w(module + ".bias"), eps);
 }
@@ -338,37 +333,17 @@ std::vector<float> flow_velocity(vs_context & c, const flow_hparams & h, const s
 }
 
 std::vector<float> flow_prompt_mel(vs_context & c, const flow_hparams & h, const float * audio, int64_t L) {
-    const int64_t N = h.mel_n_fft, hop = h.mel_hop, pad = (N - hop) / 2, bins = N / 2 + 1;
+    const int64_t N = h.mel_n_fft, hop = h.mel_hop, pad = (N - hop) / 2;
     if (L <= pad) {
         throw error(VS_ERR_INVALID_ARG,
                     "the recording is too short for S3Gen's mel: at least " + std::to_string(pad + 1) + " samples");
     }
-    const int64_t      F = (L + 2 * pad - N) / hop + 1;
-    std::vector<float> frames((size_t) (N * F));  // the edges reflected by `pad`, no centring beyond
-    for (int64_t f = 0; f < F; ++f) {
-        for (int64_t n = 0; n < N; ++n) {
-            int64_t s                    = f * hop + n - pad;
-            s                            = s < 0 ? -s : s >= L ? 2 * (L - 1) - s : s;
-            frames[(size_t) (f * N + n)] = audio[s];
-        }
+    const int64_t      F   = (L + 2 * pad - N) / hop + 1;
+    std::vector<float> out = mel_energies(c, VS_STAGE_MEL, reflected_frames(audio, L, N, hop, pad, F), "flow.mel_dft",
+                                          "flow.mel_filters", 1e-9f);
+    for (float & v : out) {
+        v = std::log(std::max(v, 1e-5f));
     }
-    auto           gb = c.new_graph(64);
-    ggml_context * g  = gb.ctx.get();
-    ggml_tensor *  x  = ggml_new_tensor_2d(g, GGML_TYPE_F32, N, F);
-    ggml_set_input(x);
-    ggml_tensor * spec = ggml_mul_mat(g, c.w("flow.mel_dft"), x);  // [2 bins, F]
-    ggml_tensor * re   = ggml_cont(g, ggml_view_2d(g, spec, bins, F, spec->nb[1], 0));
-    ggml_tensor * im   = ggml_cont(g, ggml_view_2d(g, spec, bins, F, spec->nb[1], bins * sizeof(float)));
-    ggml_tensor * mag  = ggml_sqrt(g, ggml_scale_bias(g, ggml_add(g, ggml_sqr(g, re), ggml_sqr(g, im)), 1.0f, 1e-9f));
-    ggml_tensor * mel  = ggml_mul_mat(g, c.w("flow.mel_filters"), mag);  // [n_mels, F]
-    mel                = named(ggml_log(g, ggml_clamp(g, mel, 1e-5f, INFINITY)), "flow_prompt_mel");
-    ggml_set_output(mel);
-    ggml_build_forward_expand(gb.gf, mel);
-    c.alloc(VS_STAGE_MEL, gb.gf);
-    c.set_input(x, frames.data());
-    c.compute(gb.gf);
-    std::vector<float> out((size_t) (h.n_mels * F));
-    ggml_backend_tensor_get(mel, out.data(), 0, ggml_nbytes(mel));
     return out;
 }
 

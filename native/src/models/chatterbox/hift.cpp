@@ -211,14 +211,7 @@ std::vector<float> hift_vocode(vs_context & c, const hift_hparams & h, const flo
     const int64_t per = hift_samples_per_frame(h), L = T * per, N = h.n_fft, hop = h.hop, bins = N / 2 + 1;
     const int64_t F = L / hop + 1;  // STFT frames of the source (centred)
     // The source's frames, reflected at both ends, as torch.stft(center=True) pads them.
-    std::vector<float> frames((size_t) (N * F));
-    for (int64_t f = 0; f < F; ++f) {
-        for (int64_t n = 0; n < N; ++n) {
-            int64_t s                    = f * hop + n - N / 2;
-            s                            = s < 0 ? -s : s >= L ? 2 * (L - 1) - s : s;
-            frames[(size_t) (f * N + n)] = source[(size_t) std::min(std::max<int64_t>(s, 0), L - 1)];
-        }
-    }
+    const std::vector<float> frames = reflected_frames(source.data(), L, N, hop, N / 2, F);
     // The iSTFT's window envelope: 1 / the sum of the squared window over the frames at each
     // output sample (after the n_fft / 2 samples torch.istft drops).
     std::vector<float> inv_env((size_t) L);

@@ -61,41 +61,14 @@ std::vector<tensor_spec> s3tok_layout(const s3tok_hparams & h) {
 
 namespace {
 
-ggml_tensor * linear(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & module, bool bias = true) {
-    ggml_tensor * y = ggml_mul_mat(g, c.w(module + ".weight"), x);
-    return bias ? ggml_add(g, y, c.w(module + ".bias")) : y;
-}
-
 // The log-mel [n_mels, frames] of 16 kHz audio as S3Tokenizer.log_mel_spectrogram makes it: a
 // centred STFT (reflected edges, its last frame dropped), power, mel filters, log10 floored
 // 8 below its peak, then (x + 4) / 4.
 std::vector<float> log_mel(vs_context & c, const s3tok_hparams & h, const float * audio, int64_t L) {
-    const int64_t      N = h.n_fft, F = L / h.hop, bins = N / 2 + 1;  // frames after the last is dropped
-    std::vector<float> frames((size_t) (N * F));
-    for (int64_t f = 0; f < F; ++f) {
-        for (int64_t n = 0; n < N; ++n) {
-            int64_t s                    = f * h.hop + n - N / 2;
-            s                            = s < 0 ? -s : s >= L ? 2 * (L - 1) - s : s;
-            frames[(size_t) (f * N + n)] = audio[s];
-        }
-    }
-    auto           gb = c.new_graph(64);
-    ggml_context * g  = gb.ctx.get();
-    ggml_tensor *  x  = ggml_new_tensor_2d(g, GGML_TYPE_F32, N, F);
-    ggml_set_input(x);
-    ggml_tensor * spec = ggml_mul_mat(g, c.w("s3tok.dft"), x);  // [2 bins, F]: cos rows, then -sin rows
-    ggml_tensor * re   = ggml_view_2d(g, spec, bins, F, spec->nb[1], 0);
-    ggml_tensor * im   = ggml_view_2d(g, spec, bins, F, spec->nb[1], bins * sizeof(float));
-    ggml_tensor * pow  = ggml_add(g, ggml_sqr(g, ggml_cont(g, re)), ggml_sqr(g, ggml_cont(g, im)));
-    ggml_tensor * mel  = named(ggml_mul_mat(g, c.w("s3tok.mel"), pow), "s3tok_mel_power");  // [n_mels, F]
-    ggml_set_output(mel);
-    ggml_build_forward_expand(gb.gf, mel);
-    c.alloc(VS_STAGE_MEL, gb.gf);
-    c.set_input(x, frames.data());
-    c.compute(gb.gf);
-    std::vector<float> out((size_t) (h.n_mels * F));
-    ggml_backend_tensor_get(mel, out.data(), 0, ggml_nbytes(mel));
-    float peak = -INFINITY;
+    const int64_t      F    = L / h.hop;  // frames after the last is dropped
+    std::vector<float> out  = mel_energies(c, VS_STAGE_MEL, reflected_frames(audio, L, h.n_fft, h.hop, h.n_fft / 2, F),
+                                           "s3tok.dft", "s3tok.mel");
+    float              peak = -INFINITY;
     for (float & v : out) {
         v    = std::log10(std::max(v, 1e-10f));
         peak = std::max(peak, v);

@@ -68,14 +68,6 @@ std::vector<tensor_spec> t3_layout(const t3_hparams & h) {
     return s;
 }
 
-namespace {
-
-ggml_tensor * linear(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & module) {
-    return ggml_add(g, ggml_mul_mat(g, c.w(module + ".weight"), x), c.w(module + ".bias"));
-}
-
-}  // namespace
-
 void t3_state::reserve(vs_context & c, int64_t n_ctx) {
     if (n_ctx <= n_ctx_) {
         return;

@@ -115,7 +115,7 @@ namespace {
 // mel banks, natural log floored at float's epsilon), then its mean over time taken off:
 // [frames, n_mels] row-major.
 std::vector<float> fbank(vs_context & c, const xvector_hparams & h, const float * audio, int64_t L) {
-    const int64_t            N = h.n_fft, W = h.frame, F = 1 + (L - W) / h.hop, bins = N / 2 + 1;
+    const int64_t            N = h.n_fft, W = h.frame, F = 1 + (L - W) / h.hop;
     const std::vector<float> window = host_floats(c.model->tensor("xvec.window"));
     std::vector<float>       frames((size_t) (N * F), 0.0f);
     std::vector<double>      x((size_t) W);
@@ -133,22 +133,10 @@ std::vector<float> fbank(vs_context & c, const xvector_hparams & h, const float 
             row[n]         = (v - h.preemphasis * pv) * window[(size_t) n];
         }
     }
-    auto           gb = c.new_graph(64);
-    ggml_context * g  = gb.ctx.get();
-    ggml_tensor *  xf = ggml_new_tensor_2d(g, GGML_TYPE_F32, N, F);
-    ggml_set_input(xf);
-    ggml_tensor * spec = ggml_mul_mat(g, c.w("xvec.dft"), xf);  // [2 bins, F]
-    ggml_tensor * re   = ggml_cont(g, ggml_view_2d(g, spec, bins, F, spec->nb[1], 0));
-    ggml_tensor * im   = ggml_cont(g, ggml_view_2d(g, spec, bins, F, spec->nb[1], bins * sizeof(float)));
-    ggml_tensor * mel  = ggml_mul_mat(g, c.w("xvec.mel"), ggml_add(g, ggml_sqr(g, re), ggml_sqr(g, im)));
-    mel                = named(ggml_log(g, ggml_clamp(g, mel, FLT_EPSILON, FLT_MAX)), "xvec_fbank");  // [n_mels, F]
-    ggml_set_output(mel);
-    ggml_build_forward_expand(gb.gf, mel);
-    c.alloc(VS_STAGE_MEL, gb.gf);
-    c.set_input(xf, frames.data());
-    c.compute(gb.gf);
-    std::vector<float> out((size_t) (h.n_mels * F));
-    ggml_backend_tensor_get(mel, out.data(), 0, ggml_nbytes(mel));
+    std::vector<float> out = mel_energies(c, VS_STAGE_MEL, frames, "xvec.dft", "xvec.mel");
+    for (float & v : out) {
+        v = std::log(std::max(v, FLT_EPSILON));
+    }
     for (int64_t m = 0; m < h.n_mels; ++m) {
         double mean = 0.0;
         for (int64_t f = 0; f < F; ++f) {
