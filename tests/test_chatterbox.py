@@ -633,3 +633,20 @@ def test_conditionals_from_a_recording_follow_the_reference_and_speak(t3, golden
         t3.conditionals(np.zeros(16000 * 6, np.float32), 16000)
     with pytest.raises(InvalidArgumentError, match="sample rate"):
         t3.conditionals(wav, 100)
+
+
+def test_text_tokens_to_audio_match_the_reference_end_to_end(t3, golden):
+    """generate's path after the text: the reference's draws replaced by the most likely token and
+    its noise by the same noise, T3 then S3Gen agree with the reference's chain."""
+    from app.audio.dsp import log_mel_cosine
+    from app.engine import chatterbox as cb
+
+    stock = stock_conditionals()
+    voice = Conditionals(golden["speaker_emb"], golden["prompt_tokens"], stock.gen_prompt_tokens, stock.prompt_mel,
+                         stock.xvector)  # fmt: skip
+    tokens = t3.generate(golden["text_tokens"], voice, max_tokens=200, temperature=0)
+    speech = np.concatenate([tokens[tokens < cb.S3_VOCAB], np.full(cb.SILENCE_TOKENS, cb.SILENCE_TOKEN)])
+    np.testing.assert_array_equal(speech, golden["e2e_speech"])
+    audio = t3.decode(speech, voice, noise=golden["e2e_noise"], noise_scale=0)
+    assert audio.shape == golden["e2e_audio"].shape
+    assert log_mel_cosine(audio, golden["e2e_audio"], 24000) >= 0.99

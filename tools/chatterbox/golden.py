@@ -45,6 +45,8 @@ and a teacher-forced run of speech tokens. Outputs:
   of a clip at 24 kHz; ``conds.*``: ChatterboxTurboTTS.prepare_conditionals's steps on two
   clips end to end (CONDS_CLIPS; librosa's resampling, loudness to -27 LUFS): the speaker
   embedding, the token model's prompt tokens, and S3Gen's prompt tokens, prompt mel and x-vector;
+- ``e2e_speech``, ``e2e_noise`` [80, frames] and ``e2e_audio``: generate's path after the text,
+  T3's greedy tokens through S3Gen in conds.pt's voice (e2e_golden);
 - ``punc_in`` and ``punc_out``: texts and what the reference's punc_norm makes of them;
 - ``text_in`` and ``text_ids``: texts (the tokenizer's tags among them) and their ids by the
   reference's tokenizer (transformers' AutoTokenizer on the folder, as ChatterboxTurboTTS
@@ -315,6 +317,37 @@ def xvector_golden(ckpt: Path) -> dict[str, np.ndarray]:
     return out
 
 
+@torch.inference_mode()
+def e2e_golden(ckpt: Path) -> dict[str, np.ndarray]:
+    """ChatterboxTurboTTS.generate's path after the text: T3's greedy tokens (as t3_golden makes
+    them), those S3Gen lacks dropped and three silent ones appended, S3Token2Wav.inference in
+    conds.pt's voice with its noise given and HiFT's noise and random phases off."""
+    from chatterbox.models.s3gen import hifigan
+    from chatterbox.models.s3gen.const import S3GEN_SIL
+    from chatterbox.tts_turbo import Conditionals
+
+    tokens = t3_golden(ckpt)["greedy_tokens"]
+    speech = np.concatenate([tokens[tokens < 6561], [S3GEN_SIL] * 3]).astype(np.int32)
+    s3 = s3gen(ckpt)
+    gen = Conditionals.load(OUT.parent / "conds.pt").gen
+    frames = 2 * (gen["prompt_token"].shape[1] + speech.size)
+    noise = torch.from_numpy(np.random.default_rng(19).standard_normal((1, 80, frames)).astype(np.float32))
+
+    def randn_like(x, *args, **kwargs):  # the flow's noise; HiFT's excitation noise off
+        return noise.to(x.dtype) if tuple(x.shape) == tuple(noise.shape) else torch.zeros_like(x)
+
+    def randn(*shape, **kwargs):  # the noise of the new frames, which flow_inference draws itself
+        return noise[..., frames - shape[-1] :].clone()
+
+    saved = torch.randn_like, torch.randn, hifigan.Uniform
+    torch.randn_like, torch.randn, hifigan.Uniform = randn_like, randn, _NoPhase
+    try:
+        wav, _ = s3.inference(torch.from_numpy(speech)[None], ref_dict=dict(gen), n_cfm_timesteps=2)
+    finally:
+        torch.randn_like, torch.randn, hifigan.Uniform = saved
+    return {"e2e_speech": speech, "e2e_noise": noise[0].numpy(), "e2e_audio": wav[0].numpy()}
+
+
 CONDS_CLIPS = ("kokoro_jf_alpha", "piper_joe")  # together past the reference's 5 s minimum
 
 
@@ -393,6 +426,7 @@ STAGES = {
     "s3tok": s3tok_golden,
     "xvector": xvector_golden,
     "conds": conds_golden,
+    "e2e": e2e_golden,
 }
 
 
