@@ -429,6 +429,9 @@ def test_the_flow_matches_the_reference_stage_by_stage(t3, golden):
     mu = t3.output("flow_mu")
     assert mu.shape == golden["flow_mu"].T.shape == (180, 80)  # the prompt's 100 frames, then the tokens' 80
     assert cosines(mu, golden["flow_mu"].T).min() >= 0.999
+    # On these drawn weights attention is nearly uniform, so cosines barely feel the relative
+    # positions; the values do (a shift off by its offset moves mu by 3e-3).
+    assert np.abs(mu - golden["flow_mu"].T).max() <= 1e-4 * np.abs(golden["flow_mu"]).max()
     for step in (0, 1):  # each mean-flow step given the same state
         assert cosines(t3.output(f"flow_v.{step}"), golden[f"flow_v.{step}"].T).min() >= 0.999
     mel = t3.output("mel")
