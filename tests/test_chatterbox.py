@@ -220,7 +220,9 @@ def test_the_converter_refuses_what_is_not_the_official_file(checkpoint, tmp_pat
     (tmp_path / "tokenizer.json").symlink_to(checkpoint / "tokenizer.json")
     with pytest.raises(convert.ConversionError, match="has no 's3gen_meanflow.safetensors'"):
         convert.convert(tmp_path, tmp_path / "x.gguf")
-    with pytest.raises(convert.ConversionError, match="variant 'multilingual'"):
+    with pytest.raises(convert.ConversionError, match="variant 'nano'"):
+        convert.convert(checkpoint, tmp_path / "x.gguf", variant="nano")
+    with pytest.raises(convert.ConversionError, match="has no 't3_mtl23ls_v2.safetensors'"):
         convert.convert(checkpoint, tmp_path / "x.gguf", variant="multilingual")
     assert not (tmp_path / "x.gguf").exists()
 
@@ -271,8 +273,8 @@ def _gguf(path: Path, variant: str, **u32) -> Path:
 
 
 def test_a_model_of_another_variant_or_missing_tensors_is_refused(tmp_path):
-    with pytest.raises(ModelFileError, match="'chatterbox.variant' is 'multilingual'; this engine runs: turbo"):
-        ChatterboxModel.open(_gguf(tmp_path / "m.gguf", "multilingual"), device="cpu")
+    with pytest.raises(ModelFileError, match="'chatterbox.variant' is 'nano'; this engine runs: turbo, multilingual"):
+        ChatterboxModel.open(_gguf(tmp_path / "m.gguf", "nano"), device="cpu")
     hp = dict(n_layer=1, n_embd=64, n_head=1, n_positions=16, text_vocab=10, speech_vocab=6563)
     hp |= dict(start_speech=6561, stop_speech=6562, speaker_embed_size=4, prompt_tokens=4)
     with pytest.raises(ModelFileError, match="t3.text_emb"):

@@ -206,6 +206,20 @@ class ChatterboxModel:
         self._model.close()
 
     @property
+    def device(self) -> str:
+        return self._context.device
+
+    @property
+    def fallback_ops(self) -> dict[str, list[str]]:
+        """Per stage, the ops that ran on the CPU instead of the chosen device ("OP(type)"),
+        from the prewarm on open and every call since."""
+        return {stage: list(ops) for stage, ops in self._context.fallback_ops.items()}
+
+    @property
+    def prewarm_ms(self) -> float:
+        return self._context.prewarm_ms
+
+    @property
     def speaker_embedding_size(self) -> int:
         return self._model.embedding_size
 
@@ -339,6 +353,9 @@ class ChatterboxModel:
         top_k: int | None = None,
         top_p: float | None = None,
         repetition_penalty: float | None = None,
+        min_p: float | None = None,
+        cfg_weight: float | None = None,
+        exaggeration: float | None = None,
         seed: int = 0,
         speech_tokens: np.ndarray | None = None,
         on_stage: Callable[[str, int, float], None] | None = None,
@@ -348,14 +365,20 @@ class ChatterboxModel:
         the model's stock voice),
         drawn with the reference's sampling (None: the variant's default; ``temperature`` 0
         takes the most likely token) from ``seed``; the stop token ends them and is left out.
+        Multilingual: ``cfg_weight`` the classifier-free guidance (0: none), ``exaggeration``
+        the emotion conditioning; its text goes between the start and stop text tokens, and its
+        alignment guard ends a run that goes past the text or repeats.
         ``speech_tokens``: taken in place of the draws (teacher forcing); the logits at each
-        speech position are then ``output("t3_logits")``."""
+        speech position are then ``output("t3_logits")`` (with guidance, the unconditional
+        sequence's ``output("t3_logits_uncond")``)."""
         if not 1 <= max_tokens <= MAX_SPEECH_TOKENS:
             raise InvalidArgumentError(f"max_tokens must be from 1 to {MAX_SPEECH_TOKENS}, not {max_tokens}")
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
             raise InvalidArgumentError(f"the seed must be a whole number from 0 to 2**64 - 1, not {seed!r}")
-        checks = {"temperature": (temperature, 0.0, 10.0), "top_p": (top_p, 0.0, 1.0)}
+        checks = {"temperature": (temperature, 0.0, 10.0), "top_p": (top_p, 0.0, 1.0), "min_p": (min_p, 0.0, 1.0)}
         checks["repetition_penalty"] = (repetition_penalty, 1e-3, 100.0)
+        checks["cfg_weight"] = (cfg_weight, 0.0, 100.0)
+        checks["exaggeration"] = (exaggeration, 0.0, 100.0)
         for name, (value, low, high) in checks.items():
             if value is not None and not low <= value <= high:  # NaN fails too
                 raise InvalidArgumentError(f"{name} must be from {low} to {high}, not {value}")
@@ -371,6 +394,9 @@ class ChatterboxModel:
             top_k=-1 if top_k is None else int(top_k),
             top_p=-1.0 if top_p is None else float(top_p),
             repetition_penalty=-1.0 if repetition_penalty is None else float(repetition_penalty),
+            min_p=-1.0 if min_p is None else float(min_p),
+            cfg_weight=-1.0 if cfg_weight is None else float(cfg_weight),
+            exaggeration=-1.0 if exaggeration is None else float(exaggeration),
             seed=seed,
             speech_tokens=forced,
             on_stage=on_stage,

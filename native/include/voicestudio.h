@@ -322,13 +322,19 @@ struct vs_synth_params {
 
     // Chatterbox's token model: the voice (NULL: the model's stock voice), and the reference's
     // sampling, each < 0 for the variant's default (Turbo: temperature 0.8, top_k 1000, top_p
-    // 0.95, repetition_penalty 1.2). temperature 0 takes the most likely token after the
-    // penalty; top_k 0 and top_p 1 keep every token; seed picks the draws.
+    // 0.95, repetition_penalty 1.2; Multilingual: temperature 0.8, top_p 1, min_p 0.05,
+    // repetition_penalty 2, cfg_weight 0.5, exaggeration 0.5). temperature 0 takes the most
+    // likely token after the penalty; top_k 0, top_p 1 and min_p 0 keep every token; seed picks
+    // the draws. Multilingual: cfg_weight the classifier-free guidance (0: none), exaggeration
+    // the emotion conditioning; Turbo has neither.
     const struct vs_conditionals * conditionals;
     float                          temperature;
     int                            top_k;
     float                          top_p;
     float                          repetition_penalty;
+    float                          min_p;
+    float                          cfg_weight;
+    float                          exaggeration;
     // Chatterbox's vocoder (vs_vocode): F0 in Hz, one a mel frame, replacing its F0 predictor's,
     // for comparing with a reference runtime. NULL: predicted.
     const float * f0;

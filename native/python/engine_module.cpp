@@ -137,8 +137,9 @@ NB_MODULE(_engine, m) {
              "style"_a = nb::none(), "batch"_a = 1)
         .def("generate_tokens", &Context::generate_tokens, "text_tokens"_a, "speaker_embedding"_a = nb::none(),
              "prompt_tokens"_a = nb::none(), "max_tokens"_a = 1000, "temperature"_a = -1.0f, "top_k"_a = -1,
-             "top_p"_a = -1.0f, "repetition_penalty"_a = -1.0f, "seed"_a = 0, "speech_tokens"_a = nb::none(),
-             "on_stage"_a = nb::none(), "abort"_a = nb::none(),
+             "top_p"_a = -1.0f, "repetition_penalty"_a = -1.0f, "min_p"_a = -1.0f, "cfg_weight"_a = -1.0f,
+             "exaggeration"_a = -1.0f, "seed"_a = 0, "speech_tokens"_a = nb::none(), "on_stage"_a = nb::none(),
+             "abort"_a = nb::none(),
              "Chatterbox's speech tokens for text tokens in the voice of a speaker embedding and prompt tokens.")
         .def("vocode", &Context::vocode, "mel"_a, "f0"_a = nb::none(), "noise_scale"_a = -1.0f, "seed"_a = 0,
              "on_stage"_a = nb::none(), "abort"_a = nb::none(),

@@ -283,8 +283,9 @@ class Context {
 
     tokens_array generate_tokens(durations_array text_tokens, std::optional<vector_array> speaker_embedding,
                                  std::optional<durations_array> prompt_tokens, size_t max_tokens, float temperature,
-                                 int top_k, float top_p, float repetition_penalty, uint64_t seed,
-                                 std::optional<durations_array> speech_tokens, nb::object on_stage, nb::object abort) {
+                                 int top_k, float top_p, float repetition_penalty, float min_p, float cfg_weight,
+                                 float exaggeration, uint64_t seed, std::optional<durations_array> speech_tokens,
+                                 nb::object on_stage, nb::object abort) {
         vs_conditionals cond{};  // none given: the model's stock voice
         if (speaker_embedding) {
             cond.speaker_embedding = speaker_embedding->data();
@@ -310,6 +311,9 @@ class Context {
                 p.top_k              = top_k;
                 p.top_p              = top_p;
                 p.repetition_penalty = repetition_penalty;
+                p.min_p              = min_p;
+                p.cfg_weight         = cfg_weight;
+                p.exaggeration       = exaggeration;
                 if (speech_tokens) {
                     p.speech_tokens   = speech_tokens->data();
                     p.n_speech_tokens = speech_tokens->shape(0);

@@ -311,6 +311,9 @@ struct vs_synth_params vs_synth_default_params(void) {
     p.top_k               = -1;       // the variant's default
     p.top_p               = -1.0f;    // the variant's default
     p.repetition_penalty  = -1.0f;    // the variant's default
+    p.min_p               = -1.0f;    // the variant's default
+    p.cfg_weight          = -1.0f;    // the variant's default
+    p.exaggeration        = -1.0f;    // the variant's default
     p.f0                  = nullptr;  // predicted
     p.n_f0                = 0;
     p.speech_tokens       = nullptr;  // drawn

@@ -6,11 +6,13 @@ it in a separate environment (tools/chatterbox/README.md):
 
     /tmp/cbref/bin/python -m tools.chatterbox.golden [--weights DIR]
 
-Writes tests/data/chatterbox/golden_turbo.npz, and tests/data/chatterbox/conds.pt: a stock voice's
-conditionals in the official file's layout (the reference's Conditionals.save), from a fixed
-seed. Inputs, drawn from a fixed seed: a speaker
-embedding (L2-normalized, as the voice encoder gives), the prompt's speech tokens, text tokens
-and a teacher-forced run of speech tokens. Outputs:
+Writes tests/data/chatterbox/golden_turbo.npz (Chatterbox-Turbo's stages),
+tests/data/chatterbox/golden_multilingual.npz (Multilingual's: ``mtl_*``), and
+tests/data/chatterbox/conds.pt: a stock voice's conditionals in the official file's layout (the
+reference's Conditionals.save), from a fixed seed (conds_multilingual.pt: Multilingual's, with
+150 prompt tokens). Inputs, drawn from a fixed seed: a speaker embedding (L2-normalized, as the
+voice encoder gives), the prompt's speech tokens, text tokens and a teacher-forced run of speech
+tokens. Outputs:
 
 - ``t3_cond`` [8, dim]: the first rows of the conditioning encoder's output (T3.prepare_conditioning):
   the speaker projection, then the prompt's speech embeddings;
@@ -47,6 +49,16 @@ and a teacher-forced run of speech tokens. Outputs:
   embedding, the token model's prompt tokens, and S3Gen's prompt tokens, prompt mel and x-vector;
 - ``e2e_speech``, ``e2e_noise`` [80, frames] and ``e2e_audio``: generate's path after the text,
   T3's greedy tokens through S3Gen in conds.pt's voice (e2e_golden);
+- ``mtl_*``: Chatterbox Multilingual's T3 on drawn inputs (a speaker embedding, 150 prompt
+  tokens, 21 text tokens, 23 speech tokens, exaggeration 0.7, guidance 0.5): ``mtl_t3_cond``
+  [34, dim] the conditioning encoder's output (speaker, perceiver, emotion);
+  ``mtl_t3_logits`` and ``mtl_t3_logits_uncond`` [24, vocab] teacher forced, the two sequences
+  of guidance as generate batches them; ``mtl_greedy_tokens`` T3.inference's run with the most
+  likely token in place of its draw (the stop token included where it came), and
+  ``mtl_alignment`` [tokens, text] its AlignmentStreamAnalyzer's alignment; ``mtl_flow_*``:
+  its S3Gen's flow (10 Euler steps over a cosine span, guidance 0.7) on ``mtl_flow_tokens`` in
+  conds_multilingual.pt's voice from ``mtl_flow_noise``: ``mtl_flow_v.<step>`` the guided velocity of each
+  step, ``mtl_flow_mel`` the mel after the prompt's frames;
 - ``punc_in`` and ``punc_out``: texts and what the reference's punc_norm makes of them;
 - ``text_in`` and ``text_ids``: texts (the tokenizer's tags among them) and their ids by the
   reference's tokenizer (transformers' AutoTokenizer on the folder, as ChatterboxTurboTTS
@@ -69,6 +81,9 @@ from tools.chatterbox.layout import t3_turbo
 OUT = Path(__file__).resolve().parents[2] / "tests" / "data" / "chatterbox" / "golden_turbo.npz"
 SPEAKER = Path(__file__).resolve().parents[2] / "tests" / "data" / "speaker"
 GREEDY_STEPS = 200
+MTL_GREEDY_STEPS = 120
+OUT_MULTILINGUAL = OUT.with_name("golden_multilingual.npz")
+MULTILINGUAL_CONDS = OUT.with_name("conds_multilingual.pt")  # its stock voice's conds.pt
 
 
 def inputs(hp) -> dict[str, np.ndarray]:
@@ -393,9 +408,10 @@ def conds_golden(ckpt: Path) -> dict[str, np.ndarray]:
     return out
 
 
-def write_conds(path: Path) -> None:
+def write_conds(path: Path, prompt_tokens: int = 375) -> None:
     """A voice's conditionals in the official conds.pt layout (Conditionals.save), drawn from a
-    fixed seed: what the converter turns into the model's stock voice."""
+    fixed seed: what the converter turns into the model's stock voice (``prompt_tokens``: the
+    token model's prompt, Turbo's 375 or Multilingual's 150)."""
     from chatterbox.models.t3.modules.cond_enc import T3Cond
     from chatterbox.tts_turbo import Conditionals
 
@@ -403,7 +419,7 @@ def write_conds(path: Path) -> None:
     spk = rng.standard_normal((1, 256)).astype(np.float32)
     t3 = T3Cond(
         speaker_emb=torch.from_numpy(spk / np.linalg.norm(spk)),
-        cond_prompt_speech_tokens=torch.from_numpy(rng.integers(0, 6561, (1, 375))),
+        cond_prompt_speech_tokens=torch.from_numpy(rng.integers(0, 6561, (1, prompt_tokens))),
         emotion_adv=0.5 * torch.ones(1, 1, 1),
     )
     n = 50  # prompt tokens of S3Gen's conditioning (2 s), and twice as many mel frames
@@ -415,6 +431,71 @@ def write_conds(path: Path) -> None:
         "embedding": torch.from_numpy(rng.standard_normal((1, 192)).astype(np.float32)),
     }
     Conditionals(t3, gen).save(path)
+
+
+@torch.inference_mode()
+def t3_multilingual_golden(ckpt: Path) -> dict[str, np.ndarray]:
+    """Chatterbox Multilingual's T3 (Llama backbone, perceiver, emotion, guidance) on drawn inputs."""
+    from chatterbox.models.t3.modules.cond_enc import T3Cond
+    from tools.chatterbox.layout import t3_multilingual
+
+    t3 = t3_multilingual()
+    t3.load_state_dict(load_file(ckpt / "multilingual" / "t3_mtl23ls_v2.safetensors"))
+    t3.eval()
+    hp = t3.hp
+    rng = np.random.default_rng(11)
+    spk = rng.standard_normal(hp.speaker_embed_size).astype(np.float32)
+    x = {
+        "speaker_emb": spk / np.linalg.norm(spk),
+        "prompt_tokens": rng.integers(0, 6561, hp.speech_cond_prompt_len).astype(np.int32),
+        "text_tokens": rng.integers(1, hp.text_tokens_dict_size, 21).astype(np.int32),
+        "speech_tokens": rng.integers(0, 6561, 23).astype(np.int32),
+        "exaggeration": np.float32(0.7),
+        "cfg_weight": np.float32(0.5),
+    }
+
+    def cond():
+        return T3Cond(
+            speaker_emb=torch.from_numpy(x["speaker_emb"])[None],
+            cond_prompt_speech_tokens=torch.from_numpy(x["prompt_tokens"]).long()[None],
+            emotion_adv=float(x["exaggeration"]) * torch.ones(1, 1, 1),
+        )
+
+    # As ChatterboxMultilingualTTS.generate: two sequences for guidance, between [START] and [STOP].
+    text = torch.from_numpy(x["text_tokens"]).long()[None].repeat(2, 1)
+    text = torch.nn.functional.pad(text, (1, 0), value=hp.start_text_token)
+    text = torch.nn.functional.pad(text, (0, 1), value=hp.stop_text_token)
+    speech = torch.from_numpy(np.concatenate([[hp.start_speech_token], x["speech_tokens"]])).long()[None]
+    out = {f"mtl_{k}": v for k, v in x.items()}
+    out["mtl_t3_cond"] = t3.prepare_conditioning(cond())[0].numpy()
+    # Teacher forced, as T3HuggingfaceBackend.forward reads the last hidden states.
+    embeds, _ = t3.prepare_input_embeds(
+        t3_cond=cond(), text_tokens=text, speech_tokens=speech.repeat(2, 1), cfg_weight=float(x["cfg_weight"])
+    )
+    hidden = t3.tfmr(inputs_embeds=embeds, output_hidden_states=True, return_dict=True).hidden_states[-1]
+    logits = t3.speech_head(hidden[:, -speech.shape[1] :]).numpy()
+    out["mtl_t3_logits"], out["mtl_t3_logits_uncond"] = logits[0], logits[1]
+
+    # T3.inference, its draw replaced by the most likely token (its temperature, min-p and top-p
+    # leave that one as it is), its alignment guard on.
+    multinomial = torch.multinomial
+    torch.multinomial = lambda probs, num_samples: probs.argmax(-1, keepdim=True)
+    try:
+        tokens = t3.inference(
+            t3_cond=cond(),
+            text_tokens=text,
+            max_new_tokens=MTL_GREEDY_STEPS,
+            temperature=0.8,
+            cfg_weight=float(x["cfg_weight"]),
+            repetition_penalty=2.0,
+            min_p=0.05,
+            top_p=1.0,
+        )
+    finally:
+        torch.multinomial = multinomial
+    out["mtl_greedy_tokens"] = tokens[0].numpy().astype(np.int32)
+    out["mtl_alignment"] = t3.patched_model.alignment_stream_analyzer.alignment.numpy()
+    return out
 
 
 STAGES = {
@@ -430,22 +511,74 @@ STAGES = {
 }
 
 
+@torch.inference_mode()
+def flow_multilingual_golden(ckpt: Path) -> dict[str, np.ndarray]:
+    """Chatterbox Multilingual's S3Gen flow: 10 Euler steps over a cosine span, guided (0.7)."""
+    from chatterbox.models.s3gen import S3Gen
+    from chatterbox.tts_turbo import Conditionals
+
+    s3 = S3Gen()
+    s3.load_state_dict(load_file(ckpt / "multilingual" / "s3gen.safetensors"))
+    s3.eval()
+    gen = Conditionals.load(MULTILINGUAL_CONDS).gen
+    rng = np.random.default_rng(19)
+    tokens = rng.integers(0, 6561, 30)
+    frames = 2 * (gen["prompt_token"].shape[1] + tokens.size)
+    noise = rng.standard_normal((80, frames)).astype(np.float32)
+    out = {"mtl_flow_tokens": tokens.astype(np.int32), "mtl_flow_noise": noise}
+    velocities = []
+    estimator = s3.flow.decoder.estimator
+    forward = estimator.forward
+
+    def record(*args, **kwargs):
+        v = forward(*args, **kwargs)  # the conditional and the unconditional estimate
+        velocities.append((1.0 + 0.7) * v[0].numpy() - 0.7 * v[1].numpy())
+        return v
+
+    estimator.forward = record
+    randn_like = torch.randn_like
+    torch.randn_like = lambda x: torch.from_numpy(noise)[None].to(x.dtype)
+    try:
+        mel = s3.flow_inference(torch.from_numpy(tokens)[None], ref_dict=dict(gen), finalize=True)
+    finally:
+        torch.randn_like = randn_like
+        estimator.forward = forward
+    for i, v in enumerate(velocities):
+        out[f"mtl_flow_v.{i}"] = v
+    out["mtl_flow_mel"] = mel[0].numpy()
+    return out
+
+
+# Chatterbox Multilingual's stages, written to OUT_MULTILINGUAL.
+MULTILINGUAL_STAGES = {
+    "mtl_t3": t3_multilingual_golden,
+    "mtl_flow": flow_multilingual_golden,
+}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--weights", type=Path, default=Path("/tmp/chatterbox-weights"))
-    ap.add_argument("--stages", nargs="*", choices=sorted(STAGES), help="remake these only (default: all)")
+    ap.add_argument(
+        "--stages", nargs="*", choices=sorted(STAGES | MULTILINGUAL_STAGES), help="remake these only (default: all)"
+    )
     args = ap.parse_args()
     weights.write(args.weights)
     write_conds(OUT.parent / "conds.pt")
-    out = {}
-    if args.stages:  # the others' values kept
-        with np.load(OUT) as old:
-            out = {k: old[k] for k in old.files}
-    for stage in args.stages or STAGES:
-        out |= STAGES[stage](args.weights)
-    np.savez_compressed(OUT, **out)
-    for k, v in out.items():
-        print(k, v.shape, v.dtype)
+    write_conds(MULTILINGUAL_CONDS, prompt_tokens=150)
+    for path, stages in ((OUT, STAGES), (OUT_MULTILINGUAL, MULTILINGUAL_STAGES)):
+        chosen = [s for s in args.stages or stages if s in stages]
+        if not chosen:
+            continue
+        out = {}
+        if args.stages and path.exists():  # the others' values kept
+            with np.load(path) as old:
+                out = {k: old[k] for k in old.files}
+        for stage in chosen:
+            out |= stages[stage](args.weights)
+        np.savez_compressed(path, **out)
+        for k, v in out.items():
+            print(k, v.shape, v.dtype)
 
 
 if __name__ == "__main__":

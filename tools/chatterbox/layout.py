@@ -36,6 +36,13 @@ def t3_turbo():
     return T3(hp)
 
 
+def t3_multilingual():
+    from chatterbox.models.t3 import T3
+    from chatterbox.models.t3.modules.t3_config import T3Config
+
+    return T3(T3Config.multilingual())  # as ChatterboxMultilingualTTS.from_local
+
+
 def voice_encoder():
     from chatterbox.models.voice_encoder import VoiceEncoder
 
@@ -48,10 +55,19 @@ def s3gen_meanflow():
     return S3Gen(meanflow=True)
 
 
+def s3gen():
+    from chatterbox.models.s3gen import S3Gen
+
+    return S3Gen()  # the 10-step decoder with guidance (Multilingual's)
+
+
 FILES = {
     "turbo/t3_turbo_v1.safetensors": t3_turbo,
     "turbo/ve.safetensors": voice_encoder,
     "turbo/s3gen_meanflow.safetensors": s3gen_meanflow,
+    "multilingual/t3_mtl23ls_v2.safetensors": t3_multilingual,
+    "multilingual/ve.safetensors": voice_encoder,
+    "multilingual/s3gen.safetensors": s3gen,
 }
 
 

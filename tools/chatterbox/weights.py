@@ -97,6 +97,12 @@ TURBO = [
     "turbo/s3gen_meanflow.safetensors",
     TOKENIZER,
 ]
+# Chatterbox Multilingual's official files (its grapheme tokenizer aside).
+MULTILINGUAL = [
+    "multilingual/t3_mtl23ls_v2.safetensors",
+    "multilingual/ve.safetensors",
+    "multilingual/s3gen.safetensors",
+]
 TAGS = ["[laugh]", "[chuckle]", "[cough]", "[sigh]", "[gasp]"]
 
 

@@ -69,6 +69,20 @@ and ``voice.xvector`` [192]; all F32, token ids as whole numbers.
 
 The text head, and GPT-2's own token embedding (``tfmr.wte``), are not used to speak and are
 left out.
+
+Chatterbox Multilingual (variant "multilingual") reads ``t3_mtl23ls_v2.safetensors``,
+``ve.safetensors`` and ``s3gen.safetensors`` (S3Gen with the 10-step decoder: no time mixer; its
+solver Euler steps over a cosine span with guidance 0.7). Its T3 is Llama_520M: ``t3.blk.{i}.``
+``attn_norm``/``ffn_norm`` (RMS norm gains), ``attn_qkv`` (q, k and v stacked, no bias),
+``attn_out``, ``ffn_gate``, ``ffn_up``, ``ffn_down``; ``t3.rope_freqs`` [32] Llama 3's rotary
+scaling as frequency divisors; ``t3.text_pos_emb`` and ``t3.speech_pos_emb`` the learned
+positions added to the embeddings; ``t3.out_norm.weight``; ``t3.speech_head.weight`` (no bias);
+the conditioning encoder's ``t3.spkr_enc``, ``t3.emotion.weight`` [C] (the exaggeration's
+projection) and perceiver ``t3.perceiver.query`` [C, 32], ``.norm``, ``.attn_{q,k,v,out}``. Its
+metadata adds the text's start and stop tokens, the positions, the alignment guard's heads
+(``chatterbox.t3.alignment_heads``, layer and head pairs) and generate's defaults
+(``chatterbox.t3.default.*``: temperature, top-p, min-p, repetition penalty, guidance,
+exaggeration). Its grapheme tokenizer is not carried: the model takes text token ids.
 """
 
 from __future__ import annotations
@@ -86,8 +100,8 @@ from app.models.safetensors import SafetensorsError, SafetensorsFile
 
 ARCH = "chatterbox"
 SAMPLE_RATE = 24000
-VARIANTS = ("turbo",)
-T3_FILES = {"turbo": "t3_turbo_v1.safetensors"}
+VARIANTS = ("turbo", "multilingual")
+T3_FILES = {"turbo": "t3_turbo_v1.safetensors", "multilingual": "t3_mtl23ls_v2.safetensors"}
 VE_FILE = "ve.safetensors"
 # The voice encoder (chatterbox/models/voice_encoder/config.py, VoiceEncoder.embeds_from_wavs).
 VE_SAMPLE_RATE = 16000
@@ -101,6 +115,19 @@ START_SPEECH = 6561
 STOP_SPEECH = 6562
 # What ChatterboxTurboTTS.from_local sets: the prompt's speech tokens in the conditioning.
 TURBO_PROMPT_TOKENS = 375
+# Chatterbox Multilingual's T3 (T3Config.multilingual, LLAMA_520M_CONFIG_DICT, T3CondEnc): heads
+# of 64 with Llama 3's rotary scaling, text between [START] (255) and [STOP] (0), 150 prompt
+# tokens through a perceiver of 4 heads, and the alignment heads (layer, head) whose attention
+# over the text its AlignmentStreamAnalyzer watches (LLAMA_ALIGNED_HEADS).
+LLAMA_HEAD_DIM = 64
+LLAMA_ROPE_BASE = 500000.0
+MTL_START_TEXT, MTL_STOP_TEXT = 255, 0
+MTL_PROMPT_TOKENS = 150
+PERCEIVER_HEADS = 4
+ALIGNMENT_HEADS = [12, 15, 13, 11, 9, 2]
+# ChatterboxMultilingualTTS.generate's defaults.
+MTL_SAMPLING = {"temperature": 0.8, "top_p": 1.0, "min_p": 0.05, "repetition_penalty": 2.0}
+MTL_CFG_WEIGHT, MTL_EXAGGERATION = 0.5, 0.5
 
 
 class ConversionError(ValueError):
@@ -172,6 +199,97 @@ def _t3_gpt2(st: SafetensorsFile) -> tuple[dict[str, int], dict[str, tuple[np.nd
     return hp, t
 
 
+def _llama3_rope_factors(head_dim: int) -> np.ndarray:
+    """Per rotary pair, the divisor of its frequency under Llama 3's rope scaling (T3's Llama_520M
+    config: factor 8, low and high frequency factors 1 and 4, 8192 original positions), as
+    transformers' _compute_llama3_parameters scales it."""
+    factor, low, high, original = 8.0, 1.0, 4.0, 8192
+    freqs = 1.0 / LLAMA_ROPE_BASE ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    wavelen = 2 * np.pi / freqs
+    smooth = (original / wavelen - low) / (high - low)
+    scaled = np.where(wavelen > original / low, 1.0 / factor, (1 - smooth) / factor + smooth)
+    scaled = np.where(wavelen < original / high, 1.0, scaled)
+    return (1.0 / scaled).astype(np.float32)
+
+
+def _t3_llama(st: SafetensorsFile) -> tuple[dict[str, int], dict[str, tuple[np.ndarray, bool]]]:
+    """Hyperparameters and tensors (values, reducible) of a Llama T3 (Chatterbox Multilingual):
+    RMS-normed blocks with rotary positions, learned text and speech positions added to the
+    embeddings, and the conditioning encoder's perceiver resampler and emotion projection."""
+    for name in (
+        "tfmr.layers.0.self_attn.q_proj.weight",
+        "speech_emb.weight",
+        "cond_enc.perceiver.pre_attention_query",
+    ):
+        if name not in st:
+            raise ConversionError(f"'{st.path.name}' lacks tensor '{name}': not Chatterbox Multilingual's token model")
+    Vs, C = st.shape("speech_emb.weight")
+    Vt = st.shape("text_emb.weight")[0]
+    E = st.shape("cond_enc.spkr_enc.weight")[1]
+    F = st.shape("tfmr.layers.0.mlp.gate_proj.weight")[0]
+    n_text_pos = st.shape("text_pos_emb.emb.weight")[0]
+    n_speech_pos = st.shape("speech_pos_emb.emb.weight")[0]
+    n_query = st.shape("cond_enc.perceiver.pre_attention_query")[1]
+    n_layer = 0
+    while f"tfmr.layers.{n_layer}.input_layernorm.weight" in st:
+        n_layer += 1
+    if n_layer == 0 or C % LLAMA_HEAD_DIM or Vs < STOP_SPEECH + 1:
+        raise ConversionError(
+            f"'{st.path.name}': {n_layer} blocks of width {C} and {Vs} speech tokens: "
+            "not Chatterbox Multilingual's token model"
+        )
+    get = _getter(st, "", "Chatterbox Multilingual's token model")
+    hp = {
+        "n_layer": n_layer,
+        "n_embd": C,
+        "n_head": C // LLAMA_HEAD_DIM,
+        "ffn": F,
+        "n_positions": n_text_pos + n_speech_pos,
+        "text_positions": n_text_pos,
+        "speech_positions": n_speech_pos,
+        "text_vocab": Vt,
+        "speech_vocab": Vs,
+        "start_speech": START_SPEECH,
+        "stop_speech": STOP_SPEECH,
+        "start_text": MTL_START_TEXT,
+        "stop_text": MTL_STOP_TEXT,
+        "speaker_embed_size": E,
+        "prompt_tokens": MTL_PROMPT_TOKENS,
+        "perceiver_queries": n_query,
+        "perceiver_heads": PERCEIVER_HEADS,
+    }
+    t: dict[str, tuple[np.ndarray, bool]] = {
+        "t3.text_emb": (get("text_emb.weight", (Vt, C)), True),
+        "t3.speech_emb": (get("speech_emb.weight", (Vs, C)), True),
+        "t3.text_pos_emb": (get("text_pos_emb.emb.weight", (n_text_pos, C)), True),
+        "t3.speech_pos_emb": (get("speech_pos_emb.emb.weight", (n_speech_pos, C)), True),
+        "t3.rope_freqs": (_llama3_rope_factors(LLAMA_HEAD_DIM), False),
+    }
+    for i in range(n_layer):
+        p, q = f"tfmr.layers.{i}.", f"t3.blk.{i}."
+        t[q + "attn_norm.weight"] = (get(p + "input_layernorm.weight", (C,)), False)
+        qkv = [get(p + f"self_attn.{x}_proj.weight", (C, C)) for x in "qkv"]
+        t[q + "attn_qkv.weight"] = (np.concatenate(qkv), True)
+        t[q + "attn_out.weight"] = (get(p + "self_attn.o_proj.weight", (C, C)), True)
+        t[q + "ffn_norm.weight"] = (get(p + "post_attention_layernorm.weight", (C,)), False)
+        t[q + "ffn_gate.weight"] = (get(p + "mlp.gate_proj.weight", (F, C)), True)
+        t[q + "ffn_up.weight"] = (get(p + "mlp.up_proj.weight", (F, C)), True)
+        t[q + "ffn_down.weight"] = (get(p + "mlp.down_proj.weight", (C, F)), True)
+    t["t3.out_norm.weight"] = (get("tfmr.norm.weight", (C,)), False)
+    t["t3.speech_head.weight"] = (get("speech_head.weight", (Vs, C)), True)
+    t["t3.spkr_enc.weight"] = (get("cond_enc.spkr_enc.weight", (C, E)), True)
+    t["t3.spkr_enc.bias"] = (get("cond_enc.spkr_enc.bias", (C,)), False)
+    t["t3.emotion.weight"] = (get("cond_enc.emotion_adv_fc.weight", (C, 1)).reshape(C), False)
+    r = "cond_enc.perceiver."
+    t["t3.perceiver.query"] = (get(r + "pre_attention_query", (1, n_query, C))[0], False)
+    t["t3.perceiver.norm.weight"] = (get(r + "attn.norm.weight", (C,)), False)
+    t["t3.perceiver.norm.bias"] = (get(r + "attn.norm.bias", (C,)), False)
+    for x, name in (("q", "to_q"), ("k", "to_k"), ("v", "to_v"), ("out", "proj_out")):
+        t[f"t3.perceiver.attn_{x}.weight"] = (get(r + f"attn.{name}.weight", (C, C)), True)
+        t[f"t3.perceiver.attn_{x}.bias"] = (get(r + f"attn.{name}.bias", (C,)), False)
+    return hp, t
+
+
 def _voice_encoder(st: SafetensorsFile) -> dict[str, np.ndarray]:
     """The voice encoder's tensors as the "ge2e" architecture names them, under "ve."."""
     H, M = ge2e.HIDDEN, ge2e.N_MELS
@@ -201,7 +319,7 @@ def _voice_encoder(st: SafetensorsFile) -> dict[str, np.ndarray]:
     return t
 
 
-S3GEN_FILES = {"turbo": "s3gen_meanflow.safetensors"}
+S3GEN_FILES = {"turbo": "s3gen_meanflow.safetensors", "multilingual": "s3gen.safetensors"}
 # S3Token2Wav's HiFTGenerator (chatterbox/models/s3gen/s3gen.py, hifigan.py).
 HIFT = {
     "n_mels": 80,
@@ -315,7 +433,10 @@ FLOW = {
 FLOW_MEL = {"mel_sample_rate": 24000, "mel_n_fft": 1920, "mel_hop": 480, "mel_fmax": 8000}
 # The variant's solver: Turbo's decoder is distilled to mean-flow steps (no guidance); the
 # time span is linear there, cosine-warped otherwise.
-FLOW_SOLVER = {"turbo": {"meanflow": 1, "steps": 2, "cfg_rate": 0.0}}
+FLOW_SOLVER = {
+    "turbo": {"meanflow": 1, "steps": 2, "cfg_rate": 0.0},
+    "multilingual": {"meanflow": 0, "steps": 10, "cfg_rate": 0.7},
+}
 
 
 def _getter(st: SafetensorsFile, prefix: str, what: str, dtype=np.float32):
@@ -333,7 +454,7 @@ def _getter(st: SafetensorsFile, prefix: str, what: str, dtype=np.float32):
     return get
 
 
-def _flow(st: SafetensorsFile) -> dict[str, tuple[np.ndarray, bool]]:
+def _flow(st: SafetensorsFile, meanflow: bool) -> dict[str, tuple[np.ndarray, bool]]:
     """S3Gen's flow tensors (``flow.*``) laid out for the engine: linear weights [in, out] (as
     stored), convolutions [IC, K, OC], pointwise convolutions as matrices [IC, OC]; values
     with ``reduce`` where a matmul reads them."""
@@ -396,7 +517,10 @@ def _flow(st: SafetensorsFile) -> dict[str, tuple[np.ndarray, bool]]:
     d = "decoder.estimator."
     linear("flow.dec.time.linear_1", d + "time_mlp.linear_1", FLOW["dec_time_sinusoid"], TE)
     linear("flow.dec.time.linear_2", d + "time_mlp.linear_2", TE, TE)
-    linear("flow.dec.time_mixer", d + "time_embed_mixer", 2 * TE, TE, bias=False)
+    if meanflow:
+        linear("flow.dec.time_mixer", d + "time_embed_mixer", 2 * TE, TE, bias=False)
+    elif "flow." + d + "time_embed_mixer.weight" in st:
+        raise ConversionError(f"'{st.path.name}' is a mean-flow S3Gen (Turbo's), not the 10-step decoder")
 
     def block(out: str, module: str, n_in: int) -> None:  # CausalResnetBlock1D, its transformer blocks
         r = module + "0."
@@ -674,11 +798,12 @@ def convert(
     if not ve_path.is_file():
         raise ConversionError(f"'{checkpoint}' has no '{VE_FILE}' (Chatterbox's voice encoder)")
     try:
-        hp, tensors = _t3_gpt2(SafetensorsFile(path))
+        hp, tensors = (_t3_llama if variant == "multilingual" else _t3_gpt2)(SafetensorsFile(path))
         voice_encoder = _voice_encoder(SafetensorsFile(ve_path))
     except SafetensorsError as e:
         raise ConversionError(str(e)) from None
-    tokenizer = _tokenizer(Path(checkpoint), hp["text_vocab"])
+    # Multilingual's grapheme tokenizer is not carried yet: its GGUF speaks text tokens.
+    tokenizer = _tokenizer(Path(checkpoint), hp["text_vocab"]) if variant == "turbo" else ""
     stock = Path(checkpoint) / "conds.pt"
     voice = _stock_voice(stock, hp) if stock.is_file() else {}
     s3gen_path = Path(checkpoint) / S3GEN_FILES[variant]
@@ -686,7 +811,7 @@ def convert(
         raise ConversionError(f"'{checkpoint}' has no '{S3GEN_FILES[variant]}' (S3Gen: speech tokens to audio)")
     try:
         s3gen = SafetensorsFile(s3gen_path)
-        hift, flow, s3tok = _hift(s3gen), _flow(s3gen), _speech_tokenizer(s3gen)
+        hift, flow, s3tok = _hift(s3gen), _flow(s3gen, bool(FLOW_SOLVER[variant]["meanflow"])), _speech_tokenizer(s3gen)
         xvec = _speaker_encoder(s3gen)
     except SafetensorsError as e:
         raise ConversionError(str(e)) from None
@@ -700,8 +825,15 @@ def convert(
         p = f"{ARCH}."
         writer.add_string(p + "variant", variant)
         writer.add_uint32(p + "sample_rate", SAMPLE_RATE)
-        writer.add_string(p + "t3.backbone", "gpt2")
-        writer.add_string(p + "tokenizer", tokenizer)
+        writer.add_string(p + "t3.backbone", "gpt2" if variant == "turbo" else "llama")
+        if tokenizer:
+            writer.add_string(p + "tokenizer", tokenizer)
+        if variant == "multilingual":
+            writer.add_float32(p + "t3.rope_base", LLAMA_ROPE_BASE)
+            writer.add_array(p + "t3.alignment_heads", ALIGNMENT_HEADS)
+            for key, value in (MTL_SAMPLING | {"cfg_weight": MTL_CFG_WEIGHT, "exaggeration": MTL_EXAGGERATION}).items():
+                writer.add_float32(p + "t3.default." + key, value)
+            writer.add_uint32(p + "t3.default.top_k", 0)
         writer.add_float32(p + "t3.norm_eps", 1e-5)
         for key, value in hp.items():
             writer.add_uint32(p + "t3." + key, value)

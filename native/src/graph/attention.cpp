@@ -8,7 +8,7 @@ namespace vs {
 
 ggml_tensor * cached_attention(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v,
                                ggml_tensor * k_cache, ggml_tensor * v_cache, int64_t pos, int64_t n_head,
-                               ggml_tensor * mask, float scale) {
+                               ggml_tensor * mask, float scale, ggml_tensor ** scores) {
     const int64_t C = q->ne[0], n = q->ne[1], d = C / n_head, n_kv = pos + n;
     const size_t  es_k = ggml_element_size(k_cache), es_v = ggml_element_size(v_cache);
     // This call's keys and values into the caches, before the reads below.
@@ -23,6 +23,9 @@ ggml_tensor * cached_attention(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor
                                    1, 3);                                                   // [d, n, h]
     ggml_tensor * kq = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, K, Q), mask, scale, 0.0f);  // [n_kv, n, h]
     ggml_tensor * o  = ggml_mul_mat(ctx, V, kq);                                            // [d, n, h]
+    if (scores) {
+        *scores = kq;
+    }
     return ggml_reshape_2d(ctx, ggml_cont(ctx, ggml_permute(ctx, o, 0, 2, 1, 3)), C, n);
 }
 

@@ -153,10 +153,10 @@ ggml_tensor * concat_all(ggml_context * ctx, std::vector<ggml_tensor *> parts, i
 // k_cache [C, n_ctx], a row a position; v_cache [n_ctx, C], transposed so that the weighted sum
 // is one matmul. The copies of k and v into the caches at `pos` go into gf before the reads.
 // mask: [pos + n, n] (0, or -inf where a query may not look), or null to attend to all of them.
-// Returns [C, n].
+// Returns [C, n]; `scores`, where given, gets the attention weights [pos + n, n, n_head].
 ggml_tensor * cached_attention(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v,
                                ggml_tensor * k_cache, ggml_tensor * v_cache, int64_t pos, int64_t n_head,
-                               ggml_tensor * mask, float scale);
+                               ggml_tensor * mask, float scale, ggml_tensor ** scores = nullptr);
 
 // Self-attention over a whole sequence: q [C, T_q], k and v [C, T_k] (n_head heads of C / n_head),
 // no mask. Returns [C, T_q]. With `flash`, ggml's fused attention with keys and values in F16

@@ -158,11 +158,23 @@ std::vector<float> chatterbox_decode(vs_context & c, const std::vector<int32_t> 
             }
         }
     }
+    // Euler steps from 0 to 1: mean flow over a linear span; else over a cosine one
+    // (1 - cos(pi s / 2)), each velocity guided: (1 + rate) v - rate v_uncond.
+    auto at = [&](int64_t s) {
+        const float u = (float) s / (float) h.steps;
+        return h.meanflow ? u : 1.0f - std::cos(u * 0.5f * (float) M_PI);
+    };
     c.timed_stage(VS_STAGE_FLOW, 0, p, [&] {
-        for (int64_t s = 0; s < h.steps; ++s) {  // Euler steps over a linear span from 0 to 1
+        for (int64_t s = 0; s < h.steps; ++s) {
             c.check_abort();
-            const float        t = (float) s / (float) h.steps, r = (float) (s + 1) / (float) h.steps;
+            const float        t = at(s), r = at(s + 1);
             std::vector<float> v = chatterbox::flow_velocity(c, h, x, mu, xvector, cond, t, r);
+            if (h.cfg_rate > 0.0f) {
+                const std::vector<float> u = chatterbox::flow_velocity(c, h, x, mu, xvector, cond, t, r, true);
+                for (size_t i = 0; i < v.size(); ++i) {
+                    v[i] = (1.0f + h.cfg_rate) * v[i] - h.cfg_rate * u[i];
+                }
+            }
             for (size_t i = 0; i < x.size(); ++i) {
                 x[i] += (r - t) * v[i];
             }

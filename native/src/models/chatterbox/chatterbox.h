@@ -12,25 +12,72 @@
 namespace vs::chatterbox {
 
 struct t3_hparams {
-    std::string variant;   // "turbo"
-    std::string backbone;  // "gpt2": GPT-2 blocks with learned positions
+    std::string variant;   // "turbo" or "multilingual"
+    std::string backbone;  // "gpt2": GPT-2 blocks, learned positions; "llama": Llama blocks, rotary positions
     int64_t     n_layer = 0, n_embd = 0, n_head = 0, n_positions = 0;
     int64_t     text_vocab = 0, speech_vocab = 0, start_speech = 0, stop_speech = 0;
     int64_t     speaker_embed_size = 0, prompt_tokens = 0;
     float       norm_eps = 1e-5f;
+    // Llama: the feed-forward width, the learned positions added to the text and the speech
+    // embeddings, the rotary base, the text's start and stop tokens, the conditioning encoder's
+    // perceiver (queries, heads), and the (layer, head) pairs whose attention over the text the
+    // alignment guard watches.
+    int64_t              ffn = 0, text_positions = 0, speech_positions = 0, start_text = -1, stop_text = -1;
+    int64_t              perceiver_queries = 0, perceiver_heads = 0;
+    float                rope_base = 10000.0f;
+    std::vector<int32_t> alignment_heads;
+    // The variant's defaults (ChatterboxTurboTTS.generate's, ChatterboxMultilingualTTS.generate's).
+    float temperature = 0.8f, top_p = 0.95f, min_p = 0.0f, repetition_penalty = 1.2f;
+    int   top_k        = 1000;
+    float cfg_weight   = 0.0f;  // classifier-free guidance (Multilingual): cond and uncond as a batch of two
+    float exaggeration = 0.0f;  // the emotion projection's input (Multilingual)
+
+    bool llama() const { return backbone == "llama"; }
+
+    // Conditioning positions ahead of the text: the speaker, the prompt (Llama: the perceiver's
+    // queries), Llama's emotion.
+    int64_t n_cond(int64_t n_prompt) const {
+        return llama() ? 1 + (n_prompt ? perceiver_queries : 0) + 1 : 1 + n_prompt;
+    }
 };
 
 t3_hparams               read_t3_hparams(const vs_model & m);
 std::vector<tensor_spec> t3_layout(const t3_hparams & h);
 
-// The reference's logits processors and draw, on one row of logits (Chatterbox-Turbo's order:
-// temperature, top-k, top-p, then the repetition penalty over `history`). temperature 0: the
-// most likely token after the penalty. `u` in [0, 1) picks the token from the distribution.
+// The reference's logits processors and draw, on one row of logits. Chatterbox-Turbo's order:
+// temperature, top-k, top-p, then the repetition penalty over `history`; with penalty_first
+// (Multilingual's): the penalty, temperature, min-p, top-p. temperature 0: the most likely token
+// after the penalty. `u` in [0, 1) picks the token from the distribution.
 struct sampling {
     float temperature        = 0.8f;
     int   top_k              = 1000;
     float top_p              = 0.95f;
+    float min_p              = 0.0f;
     float repetition_penalty = 1.2f;
+    bool  penalty_first      = false;
+};
+
+// Multilingual T3's AlignmentStreamAnalyzer: from the alignment heads' attention of each new
+// speech token over the text, whether speech has started, reached the text's end, or runs on
+// (a long tail on the last tokens, attention back on earlier text, a token repeated); it holds
+// the stop token back before the end and forces it on a runaway.
+class alignment_guard {
+  public:
+    explicit alignment_guard(int64_t n_text, int32_t stop) : S_(n_text), stop_(stop) {}
+
+    // One step: `rows` the attention [rows, S] of the newest positions (the prefix's speech
+    // positions, then one a step), `last` the last token fed.
+    void step(std::vector<float> rows, int32_t last, std::vector<float> & logits);
+
+    const std::vector<float> & alignment() const { return a_; }  // [T, S] row-major
+
+  private:
+    int64_t              S_;
+    int32_t              stop_;
+    std::vector<float>   a_;
+    int64_t              frame_ = 0, text_pos_ = 0, started_at_ = -1, completed_at_ = -1;
+    bool                 started_ = false, complete_ = false;
+    std::vector<int32_t> recent_;
 };
 int32_t sample_token(std::vector<float> & logits, const std::vector<int32_t> & history, const sampling & s, double u);
 
@@ -81,7 +128,7 @@ struct flow_hparams {
     int64_t dec_channels = 0, dec_n_head = 0, dec_head_dim = 0, dec_n_tfm = 0, dec_n_mid = 0;
     int64_t dec_time_embed = 0, dec_time_sinusoid = 0;
     bool    meanflow        = true;  // mean-flow steps over a linear time span (Turbo's distilled decoder)
-    int64_t steps           = 2;
+    int64_t steps           = 2;     // else Euler steps over a cosine span, guided by cfg_rate (Multilingual's)
     float   cfg_rate        = 0.0f;
     int64_t mel_sample_rate = 24000, mel_n_fft = 1920, mel_hop = 480;  // a voice's mel (its condition)
 };
@@ -93,12 +140,12 @@ std::vector<float> flow_prompt_mel(vs_context & c, const flow_hparams & h, const
 // The encoder's projection mu [n_mels, token_mel_ratio * tokens] of the prompt's tokens and the
 // new ones, in that order.
 std::vector<float> flow_encode(vs_context & c, const flow_hparams & h, const std::vector<int32_t> & tokens);
-// The estimator's velocity [n_mels, T] at flow state `state` [n_mels, T] from time t towards r,
-// given mu, the speaker's normalized x-vector and the condition `cond` (the prompt's mel over its
-// frames, zeros after).
+// The estimator's velocity [n_mels, T] at flow state `state` [n_mels, T] at time t (mean flow:
+// from t towards r), given mu, the speaker's normalized x-vector and the condition `cond` (the
+// prompt's mel over its frames, zeros after); `uncond`: guidance's estimate without them.
 std::vector<float> flow_velocity(vs_context & c, const flow_hparams & h, const std::vector<float> & state,
                                  const std::vector<float> & mu, const std::vector<float> & spk,
-                                 const std::vector<float> & cond, float t, float r);
+                                 const std::vector<float> & cond, float t, float r, bool uncond = false);
 
 // S3Gen's speech tokenizer (s3tok.cpp): 16 kHz audio to speech tokens.
 struct s3tok_hparams {
@@ -129,7 +176,8 @@ std::vector<tensor_spec> xvector_layout(const xvector_hparams & h);
 std::vector<float> xvector_embed(vs_context & c, const xvector_hparams & h, const float * audio, int64_t L,
                                  const vs_synth_params & p);
 
-// T3's state in one context: its key/value cache on the context's device.
+// T3's state in one context: its key/value cache on the context's device (a row a sequence:
+// Llama's guidance runs the conditional and the unconditional sequence as a batch of two).
 class t3_state : public model_state {
   public:
     explicit t3_state(const t3_hparams & h) : h_(h) {}
@@ -137,24 +185,32 @@ class t3_state : public model_state {
     // Speech tokens for `text` (text tokenizer ids) spoken by the voice of `cond`: the
     // speaker embedding and the prompt's speech tokens. With params.speech_tokens, those
     // tokens are taken in place of draws (teacher forcing) and the logits at each speech
-    // position are left in output "t3_logits". At most `max_tokens` tokens; the stop token
-    // ends the run and is not returned.
+    // position are left in output "t3_logits" (Llama with guidance: the unconditional
+    // sequence's in "t3_logits_uncond"). At most `max_tokens` tokens; the stop token ends the
+    // run and is not returned. Llama leaves the alignment guard's rows in "t3_alignment".
     std::vector<int32_t> generate(vs_context & c, const std::vector<int32_t> & text, const float * speaker,
                                   const std::vector<int32_t> & prompt, const vs_synth_params & p, size_t max_tokens);
 
   private:
+    struct step_out {
+        std::vector<float> logits;  // [n_logits, Vs] a sequence, the sequences in turn
+        std::vector<float> align;   // Llama: the alignment heads' mean attention [n_align, S] over the text
+    };
     // Runs the backbone over `n` new positions from `pos` whose embeddings a graph makes
     // from the inputs; returns the speech head's logits of the last `n_logits` positions.
-    std::vector<float> forward(vs_context & c, int64_t pos, const std::vector<int32_t> & text,
-                               const std::vector<int32_t> & speech, const float * speaker,
-                               const std::vector<int32_t> & prompt, int64_t n_logits);
-    void               reserve(vs_context & c, int64_t n_ctx);
+    // `speech_pos`: the speech tokens' learned positions (Llama).
+    step_out forward(vs_context & c, int64_t pos, const std::vector<int32_t> & text,
+                     const std::vector<int32_t> & speech, const float * speaker, const std::vector<int32_t> & prompt,
+                     int64_t n_logits, const std::vector<int32_t> & speech_pos, float emotion, int64_t batch,
+                     int64_t n_text, int64_t n_align);
+    void     reserve(vs_context & c, int64_t n_ctx, int64_t batch);
 
     t3_hparams                 h_;
     ggml_ctx_ptr               cache_ctx_;
     buffer_ptr                 cache_buf_;
-    std::vector<ggml_tensor *> k_, v_;  // per layer: K [C, n_ctx], V transposed [n_ctx, C]
-    int64_t                    n_ctx_ = 0;
+    std::vector<ggml_tensor *> k_, v_;  // per layer and sequence: K [C, n_ctx], V transposed [n_ctx, C]
+    int64_t                    n_ctx_ = 0, batch_ = 0;
+    int64_t                    text_at_ = 0;  // the cache position of the text's first token
     // The voice whose conditioning the cache's first positions hold (a digest of its speaker
     // embedding and prompt tokens; 0: none): the next call in that voice starts after them.
     uint64_t cond_key_ = 0;

@@ -42,10 +42,8 @@ flow_hparams read_flow_hparams(const vs_model & m) {
         h.mel_hop > h.mel_n_fft) {
         m.bad("metadata 'chatterbox.flow.*' describes no flow this engine runs");
     }
-    if (!h.meanflow || h.cfg_rate != 0.0f) {
-        m.bad(
-            "metadata 'chatterbox.flow.*' asks for a flow solver this engine does not run (it runs Turbo's "
-            "mean-flow steps)");
+    if (h.meanflow && h.cfg_rate != 0.0f) {
+        m.bad("metadata 'chatterbox.flow.*' asks for guidance with mean-flow steps, which this engine does not run");
     }
     return h;
 }
@@ -99,7 +97,9 @@ std::vector<tensor_spec> flow_layout(const flow_hparams & h) {
     }
     linear("flow.dec.time.linear_1", h.dec_time_sinusoid, TE);
     linear("flow.dec.time.linear_2", TE, TE);
-    linear("flow.dec.time_mixer", 2 * TE, TE, false);
+    if (h.meanflow) {
+        linear("flow.dec.time_mixer", 2 * TE, TE, false);
+    }
     auto block = [&](const std::string & p, int64_t in) {
         conv(p + "block1.conv", in, D, 3);
         norm(p + "block1.norm", D);
@@ -287,8 +287,9 @@ std::vector<float> flow_encode(vs_context & c, const flow_hparams & h, const std
 
 std::vector<float> flow_velocity(vs_context & c, const flow_hparams & h, const std::vector<float> & state,
                                  const std::vector<float> & mu, const std::vector<float> & spk,
-                                 const std::vector<float> & cond, float t, float r) {
+                                 const std::vector<float> & cond, float t, float r, bool uncond) {
     const int64_t            M = h.n_mels, T = (int64_t) mu.size() / M;
+    const int64_t            n_times = h.meanflow ? 2 : 1;
     const std::vector<float> et = time_sinusoid(h.dec_time_sinusoid, t), er = time_sinusoid(h.dec_time_sinusoid, r);
     auto                     gb = c.new_graph((size_t) ((h.dec_n_mid + 2) * (h.dec_n_tfm * 48 + 48) + 256));
     ggml_context *           g  = gb.ctx.get();
@@ -296,15 +297,22 @@ std::vector<float> flow_velocity(vs_context & c, const flow_hparams & h, const s
     ggml_tensor *            ms = ggml_new_tensor_2d(g, GGML_TYPE_F32, M, T);
     ggml_tensor *            cs = ggml_new_tensor_2d(g, GGML_TYPE_F32, M, T);
     ggml_tensor *            sp = ggml_new_tensor_2d(g, GGML_TYPE_F32, h.xvector, 1);
-    ggml_tensor *            ts = ggml_new_tensor_2d(g, GGML_TYPE_F32, h.dec_time_sinusoid, 2);
+    ggml_tensor *            ts = ggml_new_tensor_2d(g, GGML_TYPE_F32, h.dec_time_sinusoid, n_times);
     for (ggml_tensor * in : { xs, ms, cs, sp, ts }) {
         ggml_set_input(in);
     }
-    // The time embeddings of t and r (one MLP over both), mixed into one.
-    ggml_tensor * te = linear(c, g, ggml_silu(g, linear(c, g, ts, "flow.dec.time.linear_1")), "flow.dec.time.linear_2");
-    ggml_tensor * temb = linear(c, g, ggml_reshape_2d(g, te, 2 * h.dec_time_embed, 1), "flow.dec.time_mixer", false);
-    // The speaker: its x-vector (normalized on the host) projected, the same at every frame.
-    ggml_tensor * s    = linear(c, g, sp, "flow.spk_affine");  // [M, 1]
+    // The time embedding of t (mean flow: of t and r, one MLP over both, mixed into one).
+    ggml_tensor * temb =
+        linear(c, g, ggml_silu(g, linear(c, g, ts, "flow.dec.time.linear_1")), "flow.dec.time.linear_2");
+    if (h.meanflow) {
+        temb = linear(c, g, ggml_reshape_2d(g, temb, 2 * h.dec_time_embed, 1), "flow.dec.time_mixer", false);
+    }
+    // The speaker: its x-vector (normalized on the host) projected, the same at every frame; none
+    // for guidance's unconditional estimate (whose mu and condition are zeros).
+    ggml_tensor * s = linear(c, g, sp, "flow.spk_affine");  // [M, 1]
+    if (uncond) {
+        s = ggml_scale(g, s, 0.0f);
+    }
     ggml_tensor * x    = concat_all(g, { xs, ms, ggml_repeat(g, s, xs), cs }, 0);
     x                  = unet_block(c, g, x, temb, h, "flow.dec.down.");
     ggml_tensor * skip = x;
@@ -320,10 +328,13 @@ std::vector<float> flow_velocity(vs_context & c, const flow_hparams & h, const s
     ggml_build_forward_expand(gb.gf, v);
     c.alloc(VS_STAGE_FLOW, gb.gf);
     std::vector<float> times(et);
-    times.insert(times.end(), er.begin(), er.end());
+    if (h.meanflow) {
+        times.insert(times.end(), er.begin(), er.end());
+    }
+    const std::vector<float> zeros(uncond ? mu.size() : 0, 0.0f);
     c.set_input(xs, state.data());
-    c.set_input(ms, mu.data());
-    c.set_input(cs, cond.data());
+    c.set_input(ms, uncond ? zeros.data() : mu.data());
+    c.set_input(cs, uncond ? zeros.data() : cond.data());
     c.set_input(sp, spk.data());
     c.set_input(ts, times.data());
     c.compute(gb.gf);

@@ -1,5 +1,5 @@
-// The reference's logits processors (Hugging Face's warpers as Chatterbox-Turbo chains them) and
-// the draw of one token.
+// The reference's logits processors (Hugging Face's warpers as Chatterbox-Turbo and Multilingual
+// chain them) and the draw of one token.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -39,6 +39,9 @@ int32_t sample_token(std::vector<float> & logits, const std::vector<int32_t> & h
         penalize(logits, history, s.repetition_penalty);
         return argmax(logits);
     }
+    if (s.penalty_first) {
+        penalize(logits, history, s.repetition_penalty);
+    }
     if (s.temperature != 1.0f) {  // TemperatureLogitsWarper
         for (float & x : logits) {
             x /= s.temperature;
@@ -50,6 +53,15 @@ int32_t sample_token(std::vector<float> & logits, const std::vector<int32_t> & h
         const float kth = sorted[(size_t) (s.top_k - 1)];
         for (float & x : logits) {
             if (x < kth) {
+                x = -INFINITY;
+            }
+        }
+    }
+    if (s.min_p > 0.0f) {  // MinPLogitsWarper: below min_p times the likeliest token's probability goes
+        const float mx    = *std::max_element(logits.begin(), logits.end());
+        const float floor = mx + std::log(s.min_p);  // p_i < min_p p_max  <=>  x_i < x_max + log(min_p)
+        for (float & x : logits) {
+            if (x < floor) {
                 x = -INFINITY;
             }
         }
@@ -74,7 +86,9 @@ int32_t sample_token(std::vector<float> & logits, const std::vector<int32_t> & h
             }
         }
     }
-    penalize(logits, history, s.repetition_penalty);
+    if (!s.penalty_first) {
+        penalize(logits, history, s.repetition_penalty);
+    }
     const float mx  = *std::max_element(logits.begin(), logits.end());
     double      sum = 0.0;
     for (float x : logits) {

@@ -3,42 +3,121 @@
 // a key/value cache, the speech head's logits drawn from one token at a time.
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include "../../graph/graph.h"
 #include "chatterbox.h"
 
 namespace vs::chatterbox {
 
+namespace {
+
+bool has_key(const vs_model & m, const std::string & key) {
+    return gguf_find_key(m.meta.get(), key.c_str()) >= 0;
+}
+
+}  // namespace
+
 t3_hparams read_t3_hparams(const vs_model & m) {
     t3_hparams h;
     h.variant = m.strings.count("chatterbox.variant") ? m.strings.at("chatterbox.variant") : "";
-    if (h.variant != "turbo") {
-        m.bad("metadata 'chatterbox.variant' is '" + h.variant + "'; this engine runs: turbo");
+    if (h.variant != "turbo" && h.variant != "multilingual") {
+        m.bad("metadata 'chatterbox.variant' is '" + h.variant + "'; this engine runs: turbo, multilingual");
     }
     h.backbone = m.strings.count("chatterbox.t3.backbone") ? m.strings.at("chatterbox.t3.backbone") : "";
-    if (h.backbone != "gpt2") {
-        m.bad("metadata 'chatterbox.t3.backbone' is '" + h.backbone + "'; this engine runs: gpt2");
+    if (h.backbone != "gpt2" && h.backbone != "llama") {
+        m.bad("metadata 'chatterbox.t3.backbone' is '" + h.backbone + "'; this engine runs: gpt2, llama");
     }
-    h.n_layer            = m.u32_in("chatterbox.t3.n_layer", 1, 256);
-    h.n_embd             = m.u32_in("chatterbox.t3.n_embd", 64, 16384);
-    h.n_head             = m.u32_in("chatterbox.t3.n_head", 1, 256);
-    h.n_positions        = m.u32_in("chatterbox.t3.n_positions", 16, 1 << 20);
-    h.text_vocab         = m.u32_in("chatterbox.t3.text_vocab", 2, 1 << 20);
-    h.speech_vocab       = m.u32_in("chatterbox.t3.speech_vocab", 2, 1 << 20);
-    h.start_speech       = m.u32_in("chatterbox.t3.start_speech", 0, (int) h.speech_vocab - 1);
-    h.stop_speech        = m.u32_in("chatterbox.t3.stop_speech", 0, (int) h.speech_vocab - 1);
-    h.speaker_embed_size = m.u32_in("chatterbox.t3.speaker_embed_size", 1, 4096);
-    h.prompt_tokens      = m.u32_in("chatterbox.t3.prompt_tokens", 0, (int) h.n_positions / 2);
-    h.norm_eps           = m.f32_in("chatterbox.t3.norm_eps", 0.0f, 1.0f);
+    const std::string k  = "chatterbox.t3.";
+    h.n_layer            = m.u32_in(k + "n_layer", 1, 256);
+    h.n_embd             = m.u32_in(k + "n_embd", 64, 16384);
+    h.n_head             = m.u32_in(k + "n_head", 1, 256);
+    h.n_positions        = m.u32_in(k + "n_positions", 16, 1 << 20);
+    h.text_vocab         = m.u32_in(k + "text_vocab", 2, 1 << 20);
+    h.speech_vocab       = m.u32_in(k + "speech_vocab", 2, 1 << 20);
+    h.start_speech       = m.u32_in(k + "start_speech", 0, (int) h.speech_vocab - 1);
+    h.stop_speech        = m.u32_in(k + "stop_speech", 0, (int) h.speech_vocab - 1);
+    h.speaker_embed_size = m.u32_in(k + "speaker_embed_size", 1, 4096);
+    h.prompt_tokens      = m.u32_in(k + "prompt_tokens", 0, (int) h.n_positions / 2);
+    h.norm_eps           = m.f32_in(k + "norm_eps", 0.0f, 1.0f);
     if (h.n_embd % h.n_head) {
         m.bad("metadata 'chatterbox.t3.n_head' (" + std::to_string(h.n_head) + ") does not divide the width " +
               std::to_string(h.n_embd));
+    }
+    if (h.llama()) {
+        h.ffn               = m.u32_in(k + "ffn", 1, 1 << 17);
+        h.text_positions    = m.u32_in(k + "text_positions", 3, 1 << 20);
+        h.speech_positions  = m.u32_in(k + "speech_positions", 2, 1 << 20);
+        h.start_text        = m.u32_in(k + "start_text", 0, (int) h.text_vocab - 1);
+        h.stop_text         = m.u32_in(k + "stop_text", 0, (int) h.text_vocab - 1);
+        h.perceiver_queries = m.u32_in(k + "perceiver_queries", 1, 4096);
+        h.perceiver_heads   = m.u32_in(k + "perceiver_heads", 1, 256);
+        h.rope_base         = m.f32_in(k + "rope_base", 1.0f, 1e9f);
+        h.alignment_heads   = m.i32_array_in(k + "alignment_heads", 0, 64, 0, 255);
+        if (h.alignment_heads.size() % 2) {
+            m.bad("metadata 'chatterbox.t3.alignment_heads' holds (layer, head) pairs");
+        }
+        for (size_t i = 0; i < h.alignment_heads.size(); i += 2) {
+            if (h.alignment_heads[i] >= h.n_layer || h.alignment_heads[i + 1] >= h.n_head) {
+                m.bad("metadata 'chatterbox.t3.alignment_heads' names a head the model lacks");
+            }
+        }
+        if (h.n_embd % h.perceiver_heads || (h.n_embd / h.n_head) % 2) {
+            m.bad("metadata 'chatterbox.t3.perceiver_heads' or 'n_head' do not divide the width into even heads");
+        }
+        if (h.prompt_tokens > h.speech_positions) {
+            m.bad("metadata 'chatterbox.t3.prompt_tokens' passes the speech positions");
+        }
+    }
+    // The variant's sampling defaults.
+    const std::string d = k + "default.";
+    if (has_key(m, d + "temperature")) {
+        h.temperature        = m.f32_in(d + "temperature", 0.0f, 10.0f);
+        h.top_p              = m.f32_in(d + "top_p", 0.0f, 1.0f);
+        h.min_p              = m.f32_in(d + "min_p", 0.0f, 1.0f);
+        h.repetition_penalty = m.f32_in(d + "repetition_penalty", 1e-3f, 100.0f);
+        h.top_k              = m.u32_in(d + "top_k", 0, 1 << 20);
+        h.cfg_weight         = m.f32_in(d + "cfg_weight", 0.0f, 100.0f);
+        h.exaggeration       = m.f32_in(d + "exaggeration", 0.0f, 100.0f);
     }
     return h;
 }
 
 std::vector<tensor_spec> t3_layout(const t3_hparams & h) {
-    const int64_t            C = h.n_embd;
+    const int64_t C = h.n_embd;
+    if (h.llama()) {
+        const int64_t            F = h.ffn;
+        std::vector<tensor_spec> s = {
+            { "t3.text_emb", { C, h.text_vocab, 1, 1 }, true },
+            { "t3.speech_emb", { C, h.speech_vocab, 1, 1 }, true },
+            { "t3.text_pos_emb", { C, h.text_positions, 1, 1 }, true },
+            { "t3.speech_pos_emb", { C, h.speech_positions, 1, 1 }, true },
+            { "t3.rope_freqs", { C / h.n_head / 2, 1, 1, 1 }, false },
+            { "t3.out_norm.weight", { C, 1, 1, 1 }, false },
+            { "t3.speech_head.weight", { C, h.speech_vocab, 1, 1 }, true },
+            { "t3.spkr_enc.weight", { h.speaker_embed_size, C, 1, 1 }, true },
+            { "t3.spkr_enc.bias", { C, 1, 1, 1 }, false },
+            { "t3.emotion.weight", { C, 1, 1, 1 }, false },
+            { "t3.perceiver.query", { C, h.perceiver_queries, 1, 1 }, false },
+            { "t3.perceiver.norm.weight", { C, 1, 1, 1 }, false },
+            { "t3.perceiver.norm.bias", { C, 1, 1, 1 }, false },
+        };
+        for (const char * x : { "q", "k", "v", "out" }) {
+            s.push_back({ std::string("t3.perceiver.attn_") + x + ".weight", { C, C, 1, 1 }, true });
+            s.push_back({ std::string("t3.perceiver.attn_") + x + ".bias", { C, 1, 1, 1 }, false });
+        }
+        for (int64_t i = 0; i < h.n_layer; ++i) {
+            const std::string p = "t3.blk." + std::to_string(i) + ".";
+            s.push_back({ p + "attn_norm.weight", { C, 1, 1, 1 }, false });
+            s.push_back({ p + "attn_qkv.weight", { C, 3 * C, 1, 1 }, true });
+            s.push_back({ p + "attn_out.weight", { C, C, 1, 1 }, true });
+            s.push_back({ p + "ffn_norm.weight", { C, 1, 1, 1 }, false });
+            s.push_back({ p + "ffn_gate.weight", { C, F, 1, 1 }, true });
+            s.push_back({ p + "ffn_up.weight", { C, F, 1, 1 }, true });
+            s.push_back({ p + "ffn_down.weight", { F, C, 1, 1 }, true });
+        }
+        return s;
+    }
     std::vector<tensor_spec> s = {
         { "t3.pos_emb", { C, h.n_positions, 1, 1 }, true },
         { "t3.text_emb", { C, h.text_vocab, 1, 1 }, true },
@@ -68,19 +147,20 @@ std::vector<tensor_spec> t3_layout(const t3_hparams & h) {
     return s;
 }
 
-void t3_state::reserve(vs_context & c, int64_t n_ctx) {
-    if (n_ctx <= n_ctx_) {
+void t3_state::reserve(vs_context & c, int64_t n_ctx, int64_t batch) {
+    if (n_ctx <= n_ctx_ && batch <= batch_) {
         return;
     }
     // Grown in steps of 256 positions, so that a run of sentences settles on one cache.
-    n_ctx = (n_ctx + 255) / 256 * 256;
+    n_ctx = std::max((n_ctx + 255) / 256 * 256, n_ctx_);
+    batch = std::max(batch, batch_);
     cache_buf_.reset();
     cond_key_ = 0;
     k_.clear();
     v_.clear();
-    ggml_init_params ip{ ggml_tensor_overhead() * (size_t) (2 * h_.n_layer + 1), nullptr, true };
+    ggml_init_params ip{ ggml_tensor_overhead() * (size_t) (2 * h_.n_layer * batch + 1), nullptr, true };
     cache_ctx_.reset(ggml_init(ip));
-    for (int64_t i = 0; i < h_.n_layer; ++i) {
+    for (int64_t i = 0; i < h_.n_layer * batch; ++i) {
         k_.push_back(ggml_new_tensor_2d(cache_ctx_.get(), GGML_TYPE_F32, h_.n_embd, n_ctx));
         v_.push_back(ggml_new_tensor_2d(cache_ctx_.get(), GGML_TYPE_F32, n_ctx, h_.n_embd));
         ggml_format_name(k_.back(), "t3_cache_k-%d", (int) i);
@@ -92,47 +172,118 @@ void t3_state::reserve(vs_context & c, int64_t n_ctx) {
                                         std::to_string(n_ctx) + " positions");
     }
     n_ctx_ = n_ctx;
+    batch_ = batch;
 }
 
-std::vector<float> t3_state::forward(vs_context & c, int64_t pos, const std::vector<int32_t> & text,
+namespace {
+
+// Multilingual's perceiver resampler (T3CondEnc.perceiver): its learned queries attend to the
+// prompt's embeddings, then to themselves, through one attention block whose LayerNorm is
+// shared by queries and keys: x1 + out(attend(q(norm x1), k(norm x2), v(norm x2))).
+ggml_tensor * perceiver(vs_context & c, ggml_context * g, const t3_hparams & h, ggml_tensor * prompt) {
+    const float scale = 1.0f / std::sqrt((float) (h.n_embd / h.perceiver_heads));
+    auto        block = [&](ggml_tensor * x1, ggml_tensor * x2) {
+        auto norm = [&](ggml_tensor * x) {
+            return layer_norm(g, x, c.w("t3.perceiver.norm.weight"), c.w("t3.perceiver.norm.bias"), 1e-5f);
+        };
+        ggml_tensor * n1 = norm(x1);
+        ggml_tensor * n2 = x1 == x2 ? n1 : norm(x2);
+        ggml_tensor * o =
+            self_attention(g, linear(c, g, n1, "t3.perceiver.attn_q"), linear(c, g, n2, "t3.perceiver.attn_k"),
+                                  linear(c, g, n2, "t3.perceiver.attn_v"), h.perceiver_heads, scale, false);
+        return ggml_add(g, x1, linear(c, g, o, "t3.perceiver.attn_out"));
+    };
+    ggml_tensor * pre = block(c.w("t3.perceiver.query"), prompt);
+    return named(block(pre, pre), "t3_cond_perceiver");  // [C, queries]
+}
+
+}  // namespace
+
+t3_state::step_out t3_state::forward(vs_context & c, int64_t pos, const std::vector<int32_t> & text,
                                      const std::vector<int32_t> & speech, const float * speaker,
-                                     const std::vector<int32_t> & prompt, int64_t n_logits) {
-    const int64_t  C = h_.n_embd, n_cond = speaker ? 1 + (int64_t) prompt.size() : 0;
-    const int64_t  n  = n_cond + (int64_t) text.size() + (int64_t) speech.size();
-    auto           gb = c.new_graph((size_t) (h_.n_layer * 80 + 128));
-    ggml_context * g  = gb.ctx.get();
-    ggml_cgraph *  gf = gb.gf;
+                                     const std::vector<int32_t> & prompt, int64_t n_logits,
+                                     const std::vector<int32_t> & speech_pos, float emotion, int64_t batch,
+                                     int64_t n_text, int64_t n_align) {
+    const bool     llama  = h_.llama();
+    const int64_t  C      = h_.n_embd;
+    const int64_t  n_cond = speaker ? h_.n_cond((int64_t) prompt.size()) : 0;
+    const int64_t  n      = n_cond + (int64_t) text.size() + (int64_t) speech.size();
+    auto           gb     = c.new_graph((size_t) (h_.n_layer * (80 + 40 * batch) + 256));
+    ggml_context * g      = gb.ctx.get();
+    ggml_cgraph *  gf     = gb.gf;
 
     // The sequence's embeddings [C, n]: conditioning, text, speech, each part present or not.
     std::vector<std::pair<ggml_tensor *, const void *>> inputs;
+    std::vector<std::vector<int32_t>>                   ranges;  // kept alive until the inputs are set
     auto                                                input_ids = [&](const std::vector<int32_t> & ids) {
         ggml_tensor * t = ggml_new_tensor_1d(g, GGML_TYPE_I32, (int64_t) ids.size());
         ggml_set_input(t);
         inputs.push_back({ t, ids.data() });
         return t;
     };
-    std::vector<ggml_tensor *> parts;
+    auto range = [&](int64_t from, int64_t count) -> const std::vector<int32_t> & {
+        ranges.emplace_back((size_t) count);
+        for (int64_t i = 0; i < count; ++i) {
+            ranges.back()[(size_t) i] = (int32_t) (from + i);
+        }
+        return ranges.back();
+    };
+    ranges.reserve(16);
+    std::vector<ggml_tensor *> cond;
+    std::vector<float>         emotion_in{ emotion };
     if (speaker) {
         ggml_tensor * spk = ggml_new_tensor_2d(g, GGML_TYPE_F32, h_.speaker_embed_size, 1);
         ggml_set_input(spk);
         inputs.push_back({ spk, speaker });
-        parts.push_back(named(linear(c, g, spk, "t3.spkr_enc"), "t3_cond_speaker"));  // [C, 1]
+        cond.push_back(named(linear(c, g, spk, "t3.spkr_enc"), "t3_cond_speaker"));  // [C, 1]
         if (!prompt.empty()) {
-            parts.push_back(ggml_get_rows(g, c.w("t3.speech_emb"), input_ids(prompt)));  // [C, P]
+            ggml_tensor * e = ggml_get_rows(g, c.w("t3.speech_emb"), input_ids(prompt));  // [C, P]
+            if (llama) {
+                e = ggml_add(g, e,
+                             ggml_get_rows(g, c.w("t3.speech_pos_emb"), input_ids(range(0, (int64_t) prompt.size()))));
+                e = perceiver(c, g, h_, e);
+            }
+            cond.push_back(e);
+        }
+        if (llama) {  // the emotion projection of the exaggeration
+            ggml_tensor * x = ggml_new_tensor_1d(g, GGML_TYPE_F32, 1);
+            ggml_set_input(x);
+            inputs.push_back({ x, emotion_in.data() });
+            cond.push_back(ggml_reshape_2d(g, ggml_mul(g, c.w("t3.emotion.weight"), x), C, 1));
         }
     }
+    // Text and speech the same in each sequence, except that guidance's unconditional sequence
+    // (the second) has no text, only its positions.
+    ggml_tensor *text_e = nullptr, *text_pos = nullptr, *speech_e = nullptr;
     if (!text.empty()) {
-        parts.push_back(ggml_get_rows(g, c.w("t3.text_emb"), input_ids(text)));
+        text_e = ggml_get_rows(g, c.w("t3.text_emb"), input_ids(text));
+        if (llama) {
+            text_pos = ggml_get_rows(g, c.w("t3.text_pos_emb"), input_ids(range(0, (int64_t) text.size())));
+            text_e   = ggml_add(g, text_e, text_pos);
+        }
     }
     if (!speech.empty()) {
-        parts.push_back(ggml_get_rows(g, c.w("t3.speech_emb"), input_ids(speech)));
+        speech_e = ggml_get_rows(g, c.w("t3.speech_emb"), input_ids(speech));
+        if (llama) {
+            speech_e = ggml_add(g, speech_e, ggml_get_rows(g, c.w("t3.speech_pos_emb"), input_ids(speech_pos)));
+        }
     }
-    std::vector<int32_t> positions((size_t) n);
-    for (int64_t i = 0; i < n; ++i) {
-        positions[(size_t) i] = (int32_t) (pos + i);
+    std::vector<ggml_tensor *> rows;
+    for (int64_t b = 0; b < batch; ++b) {
+        std::vector<ggml_tensor *> parts = cond;
+        if (text_e) {
+            parts.push_back(b == 0 ? text_e : text_pos);
+        }
+        if (speech_e) {
+            parts.push_back(speech_e);
+        }
+        rows.push_back(concat_all(g, parts, 1));
     }
-    ggml_tensor * x = ggml_add(g, concat_all(g, parts, 1), ggml_get_rows(g, c.w("t3.pos_emb"), input_ids(positions)));
-    x               = named(x, "t3_embd");  // [C, n]
+    ggml_tensor * x = concat_all(g, rows, 1);  // [C, n * batch], the sequences in turn
+    if (!llama) {
+        x = ggml_add(g, x, ggml_get_rows(g, c.w("t3.pos_emb"), input_ids(range(pos, n))));
+    }
+    x = named(x, "t3_embd");
 
     // Causal mask [pos + n, n] for more than one new position.
     std::vector<float> mask;
@@ -149,49 +300,185 @@ std::vector<float> t3_state::forward(vs_context & c, int64_t pos, const std::vec
         ggml_set_input(kq_mask);
         inputs.push_back({ kq_mask, mask.data() });
     }
+    ggml_tensor * rope_pos = llama ? input_ids(range(pos, n)) : nullptr;
 
     const graph_options gelu_on{ ggml_backend_dev_type(c.dev) == GGML_BACKEND_DEVICE_TYPE_CPU, c.limits };
-    const float         scale = 1.0f / std::sqrt((float) (C / h_.n_head));
+    const int64_t       d     = C / h_.n_head;
+    const float         scale = 1.0f / std::sqrt((float) d);
+    ggml_tensor *       align = nullptr;
     for (int64_t il = 0; il < h_.n_layer; ++il) {
-        const std::string p    = "t3.blk." + std::to_string(il) + ".";
-        ggml_tensor *     a    = layer_norm(g, x, c.w(p + "attn_norm.weight"), c.w(p + "attn_norm.bias"), h_.norm_eps);
-        ggml_tensor *     qkv  = linear(c, g, a, p + "attn_qkv");  // [3C, n]
-        auto              part = [&](int i) { return ggml_view_2d(g, qkv, C, n, qkv->nb[1], i * C * sizeof(float)); };
-        ggml_tensor *     o = cached_attention(g, gf, part(0), part(1), part(2), k_[(size_t) il], v_[(size_t) il], pos,
-                                               h_.n_head, kq_mask, scale);
-        x                   = named(ggml_add(g, x, linear(c, g, o, p + "attn_out")), "t3_attn_out", (int) il);
-        ggml_tensor * f     = layer_norm(g, x, c.w(p + "ffn_norm.weight"), c.w(p + "ffn_norm.bias"), h_.norm_eps);
-        f                   = linear(c, g, gelu_tanh(gelu_on, g, linear(c, g, f, p + "ffn_up")), p + "ffn_down");
-        x                   = named(ggml_add(g, x, f), "t3_layer", (int) il);  // [C, n]
+        const std::string p   = "t3.blk." + std::to_string(il) + ".";
+        ggml_tensor *     a   = llama ? ggml_mul(g, ggml_rms_norm(g, x, h_.norm_eps), c.w(p + "attn_norm.weight"))
+                                      : layer_norm(g, x, c.w(p + "attn_norm.weight"), c.w(p + "attn_norm.bias"), h_.norm_eps);
+        ggml_tensor *     qkv = linear(c, g, a, p + "attn_qkv", !llama);  // [3C, n * batch]
+        const size_t      es  = ggml_element_size(qkv);
+        ggml_tensor *     q = nullptr, *k = nullptr;
+        if (llama) {  // rotary positions on each head's halves (Hugging Face's rotate_half)
+            auto rope = [&](int i) {
+                ggml_tensor * t = ggml_view_4d(g, qkv, d, h_.n_head, n, batch, d * es, qkv->nb[1], n * qkv->nb[1],
+                                               (size_t) i * C * es);
+                return ggml_rope_ext(g, t, rope_pos, c.w("t3.rope_freqs"), (int) d, GGML_ROPE_TYPE_NEOX, 0,
+                                     h_.rope_base, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f);  // [d, h, n, batch]
+            };
+            q = rope(0);
+            k = rope(1);
+        }
+        std::vector<ggml_tensor *> outs;
+        for (int64_t b = 0; b < batch; ++b) {
+            auto part = [&](int i) {
+                return ggml_view_2d(g, qkv, C, n, qkv->nb[1], (size_t) b * n * qkv->nb[1] + (size_t) i * C * es);
+            };
+            auto seq = [&](ggml_tensor * t) { return ggml_view_2d(g, t, C, n, t->nb[2], (size_t) b * t->nb[3]); };
+            ggml_tensor * scores = nullptr;
+            const size_t  slot   = (size_t) (il * batch_ + b);
+            outs.push_back(cached_attention(g, gf, llama ? seq(q) : part(0), llama ? seq(k) : part(1), part(2),
+                                            k_[slot], v_[slot], pos, h_.n_head, kq_mask, scale, &scores));
+            // The alignment heads' attention of the last n_align positions over the text (the
+            // conditional sequence's).
+            for (size_t i = 0; llama && b == 0 && n_text > 0 && i < h_.alignment_heads.size(); i += 2) {
+                if (h_.alignment_heads[i] != il) {
+                    continue;
+                }
+                ggml_tensor * row = ggml_view_2d(g, scores, n_text, n_align, scores->nb[1],
+                                                 (size_t) (n - n_align) * scores->nb[1] +
+                                                     (size_t) h_.alignment_heads[i + 1] * scores->nb[2] +
+                                                     (size_t) text_at_ * scores->nb[0]);
+                align             = align ? ggml_add(g, align, row) : ggml_cont(g, row);
+            }
+        }
+        ggml_tensor * o = concat_all(g, outs, 1);
+        x               = named(ggml_add(g, x, linear(c, g, o, p + "attn_out", !llama)), "t3_attn_out", (int) il);
+        if (llama) {
+            ggml_tensor * f = ggml_mul(g, ggml_rms_norm(g, x, h_.norm_eps), c.w(p + "ffn_norm.weight"));
+            f = ggml_mul(g, ggml_silu(g, linear(c, g, f, p + "ffn_gate", false)), linear(c, g, f, p + "ffn_up", false));
+            x = named(ggml_add(g, x, linear(c, g, f, p + "ffn_down", false)), "t3_layer", (int) il);
+            continue;
+        }
+        ggml_tensor * f = layer_norm(g, x, c.w(p + "ffn_norm.weight"), c.w(p + "ffn_norm.bias"), h_.norm_eps);
+        f               = linear(c, g, gelu_tanh(gelu_on, g, linear(c, g, f, p + "ffn_up")), p + "ffn_down");
+        x               = named(ggml_add(g, x, f), "t3_layer", (int) il);  // [C, n * batch]
     }
-    ggml_tensor * last   = ggml_view_2d(g, x, C, n_logits, x->nb[1], (n - n_logits) * x->nb[1]);
-    last                 = layer_norm(g, last, c.w("t3.out_norm.weight"), c.w("t3.out_norm.bias"), h_.norm_eps);
-    ggml_tensor * logits = named(linear(c, g, last, "t3.speech_head"), "t3_logits");  // [Vs, n_logits]
+    std::vector<ggml_tensor *> last;
+    for (int64_t b = 0; b < batch; ++b) {
+        last.push_back(ggml_view_2d(g, x, C, n_logits, x->nb[1], (size_t) (b * n + n - n_logits) * x->nb[1]));
+    }
+    ggml_tensor * y      = concat_all(g, last, 1);
+    y                    = llama ? ggml_mul(g, ggml_rms_norm(g, y, h_.norm_eps), c.w("t3.out_norm.weight"))
+                                 : layer_norm(g, y, c.w("t3.out_norm.weight"), c.w("t3.out_norm.bias"), h_.norm_eps);
+    ggml_tensor * logits = named(linear(c, g, y, "t3.speech_head", !llama), "t3_logits");  // [Vs, n_logits * batch]
     ggml_set_output(logits);
     ggml_build_forward_expand(gf, logits);
+    if (align) {
+        align = ggml_scale(g, align, 2.0f / (float) h_.alignment_heads.size());  // their mean
+        ggml_set_output(align);
+        ggml_build_forward_expand(gf, align);
+    }
     c.alloc(VS_STAGE_TOKENS, gf);
     for (const auto & [t, data] : inputs) {
         c.set_input(t, data);
     }
     c.compute(gf);
-    std::vector<float> out((size_t) ggml_nelements(logits));
-    ggml_backend_tensor_get(logits, out.data(), 0, ggml_nbytes(logits));
+    step_out out;
+    out.logits.resize((size_t) ggml_nelements(logits));
+    ggml_backend_tensor_get(logits, out.logits.data(), 0, ggml_nbytes(logits));
+    if (align) {
+        out.align.resize((size_t) ggml_nelements(align));
+        ggml_backend_tensor_get(align, out.align.data(), 0, ggml_nbytes(align));
+    }
     return out;
 }
 
-std::vector<int32_t> t3_state::generate(vs_context & c, const std::vector<int32_t> & text, const float * speaker,
+void alignment_guard::step(std::vector<float> rows, int32_t last, std::vector<float> & logits) {
+    const int64_t S = S_;
+    for (size_t r = 0; r < rows.size(); r += (size_t) S) {
+        for (int64_t j = frame_ + 1; j < S; ++j) {  // no further along the text than one token a frame
+            rows[r + (size_t) j] = 0.0f;
+        }
+    }
+    a_.insert(a_.end(), rows.begin(), rows.end());
+    const int64_t T   = (int64_t) (a_.size() / (size_t) S);
+    auto          at  = [&](int64_t t, int64_t s) { return a_[(size_t) (t * S + s)]; };
+    const auto    row = a_.end() - S;  // the newest
+    const int64_t cur = (int64_t) (std::max_element(row, a_.end()) - row);
+    if (-4 < cur - text_pos_ && cur - text_pos_ < 7) {  // else a discontinuity: the position stays
+        text_pos_ = cur;
+    }
+    // A false start: attention far down the text in the last frames, or none yet on its start.
+    float tail = 0.0f, head = 0.0f;
+    for (int64_t t = std::max<int64_t>(T - 2, 0); t < T; ++t) {
+        for (int64_t s = std::max<int64_t>(S - 2, 0); s < S; ++s) {
+            tail = std::max(tail, at(t, s));
+        }
+    }
+    for (int64_t t = 0; t < T; ++t) {
+        for (int64_t s = 0; s < std::min<int64_t>(S, 4); ++s) {
+            head = std::max(head, at(t, s));
+        }
+    }
+    const bool false_start = !started_ && (tail > 0.1f || head < 0.5f);
+    started_               = !false_start;
+    if (started_ && started_at_ < 0) {
+        started_at_ = T;
+    }
+    complete_ = complete_ || text_pos_ >= S - 3;
+    if (complete_ && completed_at_ < 0) {
+        completed_at_ = T;
+    }
+    bool long_tail = false, repetition = false;
+    if (complete_) {
+        // Attention that stays on the last tokens (5 frames: 200 ms), or goes back to earlier text.
+        for (int64_t s = std::max<int64_t>(S - 3, 0); s < S; ++s) {
+            float sum = 0.0f;
+            for (int64_t t = completed_at_; t < T; ++t) {
+                sum += at(t, s);
+            }
+            long_tail = long_tail || sum >= 5.0f;
+        }
+        float back = 0.0f;
+        for (int64_t t = completed_at_; S > 5 && t < T; ++t) {
+            float m = at(t, 0);
+            for (int64_t s = 1; s < S - 5; ++s) {
+                m = std::max(m, at(t, s));
+            }
+            back += m;
+        }
+        repetition = back > 5.0f;
+    }
+    recent_.push_back(last);
+    if (recent_.size() > 8) {
+        recent_.erase(recent_.begin());
+    }
+    const bool token_repetition = recent_.size() >= 3 && recent_[recent_.size() - 1] == recent_[recent_.size() - 2];
+    if (cur < S - 3 && S > 5) {  // not near the text's end: no stop yet
+        logits[(size_t) stop_] = -32768.0f;
+    }
+    if (long_tail || repetition || token_repetition) {  // a runaway: stop now
+        std::fill(logits.begin(), logits.end(), -32768.0f);
+        logits[(size_t) stop_] = 32768.0f;
+    }
+    ++frame_;
+}
+
+std::vector<int32_t> t3_state::generate(vs_context & c, const std::vector<int32_t> & text_ids, const float * speaker,
                                         const std::vector<int32_t> & prompt, const vs_synth_params & p,
                                         size_t max_tokens) {
-    const int64_t Vs = h_.speech_vocab;
-    if (text.empty()) {
+    const int64_t Vs    = h_.speech_vocab;
+    const bool    llama = h_.llama();
+    if (text_ids.empty()) {
         throw error(VS_ERR_TEXT, "no text tokens to speak");
     }
-    for (int32_t t : text) {
+    for (int32_t t : text_ids) {
         if (t < 0 || t >= h_.text_vocab) {
             throw error(VS_ERR_INVALID_ARG, "text token " + std::to_string(t) +
                                                 " is not in the model's vocabulary of " +
                                                 std::to_string(h_.text_vocab));
         }
+    }
+    // Llama's text goes between its start and stop tokens.
+    std::vector<int32_t> text = text_ids;
+    if (llama) {
+        text.insert(text.begin(), (int32_t) h_.start_text);
+        text.push_back((int32_t) h_.stop_text);
     }
     for (int32_t t : prompt) {
         if (t < 0 || t >= h_.start_speech) {
@@ -217,18 +504,40 @@ std::vector<int32_t> t3_state::generate(vs_context & c, const std::vector<int32_
                                                 std::to_string(Vs));
         }
     }
-    const int64_t n_prefix = 1 + (int64_t) prompt.size() + (int64_t) text.size() + 1;
-    const int64_t n_total  = n_prefix + (int64_t) (forced ? p.n_speech_tokens : max_tokens);
-    if (n_total > h_.n_positions) {
+    const int64_t n_cond   = h_.n_cond((int64_t) prompt.size());
+    const int64_t n_prefix = n_cond + (int64_t) text.size() + (llama ? 2 : 1);
+    const int64_t n_speech = (int64_t) (forced ? p.n_speech_tokens : max_tokens);
+    const int64_t n_total  = n_prefix + n_speech;
+    if (llama ? (int64_t) text.size() > h_.text_positions : n_total > h_.n_positions) {
         throw error(VS_ERR_INVALID_ARG, std::to_string(text.size()) + " text tokens with " +
                                             std::to_string(prompt.size()) + " prompt tokens and up to " +
-                                            std::to_string(n_total - n_prefix) + " speech tokens pass the model's " +
-                                            std::to_string(h_.n_positions) + " positions");
+                                            std::to_string(n_speech) + " speech tokens pass the model's " +
+                                            std::to_string(llama ? h_.text_positions : h_.n_positions) +
+                                            (llama ? " text" : "") + " positions");
     }
-    reserve(c, n_total);
+    if (llama && n_speech + 1 > h_.speech_positions) {
+        throw error(VS_ERR_INVALID_ARG, std::to_string(n_speech) + " speech tokens pass the model's " +
+                                            std::to_string(h_.speech_positions - 1));
+    }
+
+    sampling s;
+    s.temperature        = p.temperature >= 0.0f ? p.temperature : h_.temperature;
+    s.top_k              = p.top_k >= 0 ? p.top_k : h_.top_k;
+    s.top_p              = p.top_p >= 0.0f ? p.top_p : h_.top_p;
+    s.min_p              = p.min_p >= 0.0f ? p.min_p : h_.min_p;
+    s.repetition_penalty = p.repetition_penalty >= 0.0f ? p.repetition_penalty : h_.repetition_penalty;
+    s.penalty_first      = llama;
+    const float cfg      = llama ? (p.cfg_weight >= 0.0f ? p.cfg_weight : h_.cfg_weight) : 0.0f;
+    const float emotion  = llama ? (p.exaggeration >= 0.0f ? p.exaggeration : h_.exaggeration) : 0.0f;
+    if (!std::isfinite(cfg) || cfg > 100.0f || !std::isfinite(emotion) || emotion > 100.0f) {
+        throw error(VS_ERR_INVALID_ARG, "cfg_weight and exaggeration must be from 0 to 100");
+    }
+    const int64_t batch = cfg > 0.0f ? 2 : 1;
+
+    reserve(c, n_total, batch);
     // The conditioning is the same for every sentence in one voice: its keys and values stay in
     // the cache, and the next call in that voice starts after them.
-    uint64_t key = mix64((uint64_t) prompt.size());
+    uint64_t key = mix64((uint64_t) prompt.size() ^ ((uint64_t) batch << 32));
     for (int64_t i = 0; i < h_.speaker_embed_size; ++i) {
         uint32_t bits;
         std::memcpy(&bits, speaker + i, sizeof bits);
@@ -237,54 +546,61 @@ std::vector<int32_t> t3_state::generate(vs_context & c, const std::vector<int32_
     for (int32_t t : prompt) {
         key = mix64(key ^ (uint64_t) (uint32_t) t ^ (uint64_t(1) << 40));
     }
+    uint32_t emotion_bits;
+    std::memcpy(&emotion_bits, &emotion, sizeof emotion_bits);
+    key += mix64(emotion_bits ^ (uint64_t(1) << 41));
     key += key == 0;
-    const bool    reuse = key == cond_key_;
-    const int64_t pos0  = reuse ? 1 + (int64_t) prompt.size() : 0;
-    cond_key_           = 0;  // until this call's forward has written it
-
-    sampling s;
-    if (p.temperature >= 0.0f) {
-        s.temperature = p.temperature;
-    }
-    if (p.top_k >= 0) {
-        s.top_k = p.top_k;
-    }
-    if (p.top_p >= 0.0f) {
-        s.top_p = p.top_p;
-    }
-    if (p.repetition_penalty >= 0.0f) {
-        s.repetition_penalty = p.repetition_penalty;
-    }
+    const bool    reuse  = key == cond_key_;
+    const int64_t pos0   = reuse ? n_cond : 0;
+    cond_key_            = 0;  // until this call's forward has written it
+    const int64_t n_text = llama ? (int64_t) text.size() : 0;
+    text_at_             = n_cond;
 
     std::vector<int32_t> out;
     c.timed_stage(VS_STAGE_TOKENS, 0, p, [&] {
         if (forced) {
             // One pass over the prefix and the given tokens; logits at every speech position.
-            const std::vector<int32_t> speech = [&] {
-                std::vector<int32_t> v{ (int32_t) h_.start_speech };
-                v.insert(v.end(), p.speech_tokens, p.speech_tokens + p.n_speech_tokens);
-                return v;
-            }();
-            const int64_t      n_logits = (int64_t) speech.size();
-            std::vector<float> logits   = forward(c, pos0, text, speech, reuse ? nullptr : speaker, prompt, n_logits);
-            cond_key_                   = key;
-            c.set_output("t3_logits", logits, n_logits, Vs);
+            std::vector<int32_t> speech{ (int32_t) h_.start_speech };
+            speech.insert(speech.end(), p.speech_tokens, p.speech_tokens + p.n_speech_tokens);
+            const int64_t        n_logits = (int64_t) speech.size();
+            std::vector<int32_t> at((size_t) n_logits);
+            std::iota(at.begin(), at.end(), 0);
+            step_out r = forward(c, pos0, text, speech, reuse ? nullptr : speaker, prompt, n_logits, at, emotion, batch,
+                                 n_text, 1);
+            cond_key_  = key;
+            const auto half = r.logits.begin() + n_logits * Vs;
+            if (batch == 2) {
+                c.set_output("t3_logits_uncond", std::vector<float>(half, r.logits.end()), n_logits, Vs);
+            }
+            c.set_output("t3_logits", std::vector<float>(r.logits.begin(), half), n_logits, Vs);
             out.assign(p.speech_tokens, p.speech_tokens + p.n_speech_tokens);
             return;
         }
-        // The reference's run: the prefix ends in the start token, whose logits give the first
-        // token; each later step feeds the last token. Its repetition penalty reads the start
-        // token for the first draw and the drawn tokens after.
-        std::vector<float> logits =
-            forward(c, pos0, text, { (int32_t) h_.start_speech }, reuse ? nullptr : speaker, prompt, 1);
-        cond_key_ = key;
+        // The reference's run: the prefix ends in the start token (Multilingual's in two, both at
+        // the first speech position), whose logits give the first token; each later step feeds
+        // the last token. Turbo's repetition penalty reads the start token for the first draw
+        // and the drawn tokens after; Multilingual's all of them.
+        const std::vector<int32_t> start(llama ? 2 : 1, (int32_t) h_.start_speech);
+        step_out                   r = forward(c, pos0, text, start, reuse ? nullptr : speaker, prompt, 1,
+                                               std::vector<int32_t>(start.size(), 0), emotion, batch, n_text, (int64_t) start.size());
+        cond_key_                    = key;
         std::vector<int32_t> history{ (int32_t) h_.start_speech };
+        alignment_guard      guard(n_text, (int32_t) h_.stop_speech);
         int64_t              pos = n_prefix;
         for (size_t step = 0; step < max_tokens; ++step) {
             c.check_abort();
+            std::vector<float> logits(r.logits.begin(), r.logits.begin() + Vs);
+            if (batch == 2) {  // guidance: cond + cfg (cond - uncond)
+                for (int64_t i = 0; i < Vs; ++i) {
+                    logits[(size_t) i] += cfg * (logits[(size_t) i] - r.logits[(size_t) (Vs + i)]);
+                }
+            }
+            if (llama && !h_.alignment_heads.empty()) {
+                guard.step(std::move(r.align), history.back(), logits);
+            }
             const double  u   = (double) (mix64(p.seed ^ mix64(step)) >> 11) * (1.0 / 9007199254740992.0);
             const int32_t tok = sample_token(logits, history, s, u);
-            if (step == 0) {
+            if (step == 0 && !llama) {
                 history.clear();
             }
             history.push_back(tok);
@@ -295,7 +611,11 @@ std::vector<int32_t> t3_state::generate(vs_context & c, const std::vector<int32_
             if (out.size() == max_tokens) {
                 break;
             }
-            logits = forward(c, pos++, {}, { tok }, nullptr, {}, 1);
+            r = forward(c, pos++, {}, { tok }, nullptr, {}, 1, { (int32_t) step + 1 }, emotion, batch, n_text, 1);
+        }
+        if (llama) {
+            c.set_output("t3_alignment", guard.alignment(), (int64_t) (guard.alignment().size() / (size_t) n_text),
+                         n_text);
         }
     });
     return out;

@@ -1,0 +1,156 @@
+"""Chatterbox Multilingual in the engine against the reference implementation: its token model
+(Llama blocks with rotary positions, the perceiver over the prompt, the emotion projection,
+classifier-free guidance as a batch of two, min-p, the alignment guard) and S3Gen's 10-step
+guided flow.
+
+The weights are the official checkpoint's layout and shapes, drawn by tools/chatterbox/weights.py;
+the golden values come from the reference's own modules on the same weights
+(tools/chatterbox/golden.py --stages mtl_t3 mtl_flow, run once in a separate environment)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.engine.chatterbox import ChatterboxModel, Conditionals
+from app.engine.errors import InvalidArgumentError
+from app.models.convert import chatterbox as convert
+from tools.chatterbox import weights
+
+DATA = Path(__file__).parent / "data" / "chatterbox"
+CACHE = Path(os.environ.get("VS_TEST_CACHE", Path(__file__).resolve().parents[1] / "build" / "test-models"))
+
+
+@pytest.fixture(scope="module")
+def golden():
+    return dict(np.load(DATA / "golden_multilingual.npz"))
+
+
+@pytest.fixture(scope="module")
+def checkpoint():
+    """Chatterbox Multilingual's official files, drawn from the layout (kept between runs)."""
+    weights.write(CACHE / "chatterbox", weights.MULTILINGUAL)
+    folder = CACHE / "chatterbox" / "multilingual"
+    shutil.copyfile(DATA / "conds_multilingual.pt", folder / "conds.pt")  # the stock voice
+    return folder
+
+
+@pytest.fixture(scope="module")
+def model(checkpoint, tmp_path_factory):
+    path = convert.convert(
+        checkpoint, tmp_path_factory.mktemp("mtl") / "mtl-f32.gguf", variant="multilingual", weights="f32"
+    )
+    with ChatterboxModel.open(path, device="cpu", threads=2) as m:
+        yield m
+
+
+@pytest.fixture(scope="module")
+def voice(golden):
+    return Conditionals(golden["mtl_speaker_emb"], golden["mtl_prompt_tokens"])
+
+
+def cosines(a, b):
+    return (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
+
+
+def forced(model, golden, voice, **kw):
+    kw = {"exaggeration": float(golden["mtl_exaggeration"]), "cfg_weight": float(golden["mtl_cfg_weight"])} | kw
+    model.generate(golden["mtl_text_tokens"], voice, speech_tokens=golden["mtl_speech_tokens"], **kw)
+    return model.output("t3_logits")
+
+
+def test_the_guided_pair_matches_the_reference_teacher_forced(model, golden, voice):
+    """Conditioning (speaker, perceiver, emotion), the text between its start and stop tokens,
+    and both sequences of guidance: the conditional one and the one without text."""
+    cond = forced(model, golden, voice)
+    uncond = model.output("t3_logits_uncond")
+    for ours, ref in ((cond, golden["mtl_t3_logits"]), (uncond, golden["mtl_t3_logits_uncond"])):
+        assert ours.shape == ref.shape == (24, 8194)
+        assert cosines(ours, ref).min() >= 0.999
+        assert (ours.argmax(1) == ref.argmax(1)).all()
+    # The two sequences differ by the text alone, which guidance weighs.
+    assert cosines(cond, uncond).min() < 0.999
+
+
+def test_greedy_tokens_and_the_alignment_guard_match_the_reference(model, golden, voice):
+    """T3.inference with the draw replaced by the likeliest token: the guided logits, the guard's
+    hold on the stop token, the repetition penalty over every token, the prefix's two start
+    tokens; and the alignment the guard reads off three heads' attention over the text."""
+    ref = golden["mtl_greedy_tokens"]
+    tokens = model.generate(
+        golden["mtl_text_tokens"],
+        voice,
+        max_tokens=len(ref),
+        temperature=0,
+        exaggeration=float(golden["mtl_exaggeration"]),
+        cfg_weight=float(golden["mtl_cfg_weight"]),
+    )
+    ref = ref[ref != convert.STOP_SPEECH]
+    np.testing.assert_array_equal(tokens, ref)
+    alignment = model.output("t3_alignment")
+    # A row a token fed: the prefix's two start tokens, then one a step.
+    assert alignment.shape == golden["mtl_alignment"][: len(alignment)].shape == (len(ref) + 1, 23)
+    np.testing.assert_allclose(alignment, golden["mtl_alignment"][: len(alignment)], atol=1e-5)
+
+
+def test_without_guidance_the_conditional_sequence_runs_alone(model, golden, voice):
+    guided = forced(model, golden, voice)
+    alone = forced(model, golden, voice, cfg_weight=0.0)
+    assert cosines(alone, guided).min() >= 0.99999
+    with pytest.raises(InvalidArgumentError):
+        model.output("t3_logits_uncond")
+
+
+def test_exaggeration_conditions_the_tokens_and_the_cache_follows_it(model, golden, voice):
+    """The emotion projection is part of the conditioning the cache keeps between calls in one
+    voice: another exaggeration is computed afresh, and the first one's logits come back."""
+    first = forced(model, golden, voice)
+    other = forced(model, golden, voice, exaggeration=0.1)
+    assert cosines(first, other).min() < 0.9999
+    again = forced(model, golden, voice)
+    np.testing.assert_allclose(again, first, rtol=0, atol=1e-4 * np.abs(first).max())
+
+
+def test_the_guided_flow_matches_the_reference(model, golden):
+    """S3Gen's 10 Euler steps over a cosine span, each velocity guided by an estimate without
+    mu, speaker or prompt (rate 0.7), in the stock voice (conds_multilingual.pt)."""
+    stages = []
+    model.decode(
+        golden["mtl_flow_tokens"],
+        noise=golden["mtl_flow_noise"],
+        noise_scale=0,
+        on_stage=lambda name, *_: stages.append(name),
+    )
+    assert stages == ["encoder", "flow", "generator"]
+    for step in range(10):
+        ours, ref = model.output(f"flow_v.{step}"), golden[f"mtl_flow_v.{step}"].T
+        assert cosines(ours, ref).min() >= 0.999, step
+    mel, ref = model.output("mel"), golden["mtl_flow_mel"].T
+    assert mel.shape == ref.shape
+    assert cosines(mel, ref).min() >= 0.999
+
+
+def test_bad_requests_are_refused_with_a_reason(model, golden, voice):
+    with pytest.raises(InvalidArgumentError, match="text positions"):
+        model.generate(np.ones(2049, np.int32), voice, max_tokens=4)
+    with pytest.raises(InvalidArgumentError, match="cfg_weight"):
+        model.generate(golden["mtl_text_tokens"], voice, cfg_weight=-1.0)
+    with pytest.raises(InvalidArgumentError, match="prompt tokens"):
+        model.generate(golden["mtl_text_tokens"], Conditionals(golden["mtl_speaker_emb"], np.zeros(151, np.int32)))
+
+
+def test_the_converter_refuses_turbos_decoder_as_multilinguals(checkpoint, tmp_path):
+    """Turbo's mean-flow S3Gen under Multilingual's file name is not taken for the 10-step one."""
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    for name in ("t3_mtl23ls_v2.safetensors", "ve.safetensors", "conds.pt"):
+        (folder / name).symlink_to(checkpoint / name)
+    weights.write(CACHE / "chatterbox", ["turbo/s3gen_meanflow.safetensors"])
+    (folder / "s3gen.safetensors").symlink_to(CACHE / "chatterbox" / "turbo" / "s3gen_meanflow.safetensors")
+    with pytest.raises(convert.ConversionError, match="mean-flow"):
+        convert.convert(folder, tmp_path / "out.gguf", variant="multilingual", weights="f16")
+    assert not (tmp_path / "out.gguf").exists()
