@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from app.engine import chatterbox_text as mtl
 from app.engine.chatterbox import ChatterboxModel, Conditionals
 from app.engine.errors import InvalidArgumentError
 from app.models.convert import chatterbox as convert
@@ -147,10 +148,73 @@ def test_the_converter_refuses_turbos_decoder_as_multilinguals(checkpoint, tmp_p
     """Turbo's mean-flow S3Gen under Multilingual's file name is not taken for the 10-step one."""
     folder = tmp_path / "mixed"
     folder.mkdir()
-    for name in ("t3_mtl23ls_v2.safetensors", "ve.safetensors", "conds.pt"):
+    for name in ("t3_mtl23ls_v2.safetensors", "ve.safetensors", "conds.pt", "grapheme_mtl_merged_expanded_v1.json"):
         (folder / name).symlink_to(checkpoint / name)
     weights.write(CACHE / "chatterbox", ["turbo/s3gen_meanflow.safetensors"])
     (folder / "s3gen.safetensors").symlink_to(CACHE / "chatterbox" / "turbo" / "s3gen_meanflow.safetensors")
     with pytest.raises(convert.ConversionError, match="mean-flow"):
         convert.convert(folder, tmp_path / "out.gguf", variant="multilingual", weights="f16")
     assert not (tmp_path / "out.gguf").exists()
+
+
+def test_the_text_front_end_gives_the_reference_tokenizers_ids(model, golden):
+    """mtl_tts.punc_norm, then MTLTokenizer: lower case, NFKD, Chinese as Cangjie codes, Korean as
+    jamo, the language's tag, [SPACE]; the grapheme BPE with its unknown token."""
+    ids = np.split(golden["mtl_text_ids"], np.flatnonzero(golden["mtl_text_ids"] == -1) + 1)[:-1]
+    langs, texts, normed = golden["mtl_text_lang"], golden["mtl_text_in"], golden["mtl_text_normed"]
+    assert sorted(set(langs.tolist())) == model.languages
+    for lang, text, want_text, want in zip(langs, texts, normed, ids, strict=True):
+        assert mtl.normalize_punctuation(str(text)) == str(want_text)
+        assert model.encode(str(text), str(lang)).tolist() == want[:-1].tolist(), (lang, text)
+
+
+def test_a_language_it_does_not_speak_is_refused_by_name(model):
+    for language in ("xx", None, "", "english"):
+        with pytest.raises(InvalidArgumentError, match="does not speak .*it speaks: ar, da, de"):
+            model.text_chunks("Hello there.", language)
+    chunks = model.text_chunks("今天天气很好！我们去公园。Hello there.", "ZH")
+    assert len(chunks) == 3  # Chinese sentence ends split it too
+
+
+def test_text_to_speech_in_a_language(model):
+    """synthesize's whole path: chunks in German, guided tokens, S3Gen's guided flow, the vocoder."""
+    chunks = []
+    audio, timings = model.synthesize("Guten Tag.", language="de", seed=3, on_chunk=lambda i, a: chunks.append(a))
+    assert timings["n_chunks"] == len(chunks) == 1 and timings["n_tokens"] > 0
+    assert set(timings["stages_ms"]) >= {"tokens", "encoder", "flow", "generator"}
+    assert audio.dtype == np.float32 and np.isfinite(audio).all() and audio.size > 24000 * 0.5
+
+
+def test_the_cli_installs_and_speaks_a_language(checkpoint, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    import soundfile
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, VOICESTUDIO_DATA_DIR=str(tmp_path / "data"), VOICESTUDIO_CONFIG_DIR=str(tmp_path / "cfg"))
+
+    def run(*args, check=True):
+        result = subprocess.run(
+            [sys.executable, str(root / "main.py"), *args], capture_output=True, text=True, cwd=root, env=env
+        )
+        if check:
+            assert result.returncode == 0, result.stderr
+        return result
+
+    run("models", "install", "chatterbox", "--from", str(checkpoint), "--weights", "f16")
+    info = {v["id"]: v for v in json.loads(run("voices", "--json").stdout)}["chatterbox:default"]
+    assert info["installed"] and info["family"] == "chatterbox" and info["language"] == "multilingual"
+    out = tmp_path / "tag.wav"
+    synth = ("synth", "--voice", "chatterbox:default", "--text", "Guten Tag.", "--out", str(out), "--threads", "2")
+    refused = run(*synth, check=False)
+    assert refused.returncode == 1 and "it speaks: ar, da, de" in refused.stderr and not out.exists()
+    run(*synth, "--language", "de", "--cfg-weight", "0.3", "--exaggeration", "0.6")
+    assert soundfile.info(str(out)).samplerate == 24000 and soundfile.info(str(out)).frames > 24000 * 0.5
+
+
+def test_other_voices_take_no_language_or_guidance(engine):
+    for option in ({"language": "de"}, {"cfg_weight": 0.5}, {"exaggeration": 0.5}):
+        with pytest.raises(InvalidArgumentError, match="speaks its own language"):
+            engine.synthesize(text="Hi.", **option)

@@ -43,7 +43,7 @@ def cmd_bench(args) -> int:
 
         def synthesize(item: str):
             if chatterbox:  # the same seed each run: the same tokens, so runs compare
-                return engine.synthesize(text=item, seed=0)
+                return engine.synthesize(text=item, seed=0, **({"language": args.language} if args.language else {}))
             return engine.synthesize(phonemes=item, noise_scale=0.0, noise_w=0.0, batch=args.batch)
 
         # Both runtimes get identical phonemes: text is phonemized once, up front.

@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--noise-scale", type=float)
     s.add_argument("--noise-w", type=float)
     s.add_argument("--seed", type=_seed, default=0, help="0 to 2**64 - 1")
+    s.add_argument("--language", help="Chatterbox Multilingual: the text's language code (de, fr, ja, ...)")
+    s.add_argument("--cfg-weight", type=float, help="Chatterbox Multilingual: its guidance (default 0.5; 0: none)")
+    s.add_argument("--exaggeration", type=float, help="Chatterbox Multilingual: its emotion (default 0.5)")
     s.add_argument("--timings-json", type=Path)
     s.add_argument("--print-phonemes", action="store_true", help="print what espeak-ng produced")
     s.add_argument("--format", choices=["pcm16", "pcm24", "float"], default="pcm16")
@@ -56,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--warmup", type=int, default=1)
     _add_device_args(b)
     b.add_argument("--json-out", type=Path, required=True)
+    b.add_argument("--language", help="Chatterbox Multilingual: the text's language code")
     b.add_argument("--compare", choices=["onnxruntime"])
     b.add_argument(
         "--batch",

@@ -102,6 +102,11 @@ def cmd_synth(args) -> int:
                             length_scale=1.0 / args.speed,
                             noise_w=args.noise_w,
                             seed=args.seed,
+                            **{
+                                k: getattr(args, k)
+                                for k in ("language", "cfg_weight", "exaggeration")
+                                if getattr(args, k, None) is not None
+                            },
                         )
                     except NothingToSpeakError:
                         continue  # a block of punctuation alone; the script as a whole is judged below

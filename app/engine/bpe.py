@@ -1,6 +1,11 @@
-"""Byte-level BPE (GPT-2's tokenizer, as Hugging Face's ``tokenizers`` runs a ``tokenizer.json`` of
-that kind): added tokens split off first, then GPT-2's pre-tokenizer, each piece's UTF-8 bytes as
-printable characters, merged by rank."""
+"""BPE tokenizers as Hugging Face's ``tokenizers`` runs a ``tokenizer.json`` of their kind: added
+tokens split off first, then a pre-tokenizer, each piece's symbols merged by rank.
+
+- ``ByteLevelBPE``: GPT-2's (Chatterbox-Turbo's): GPT-2's pre-tokenizer, each piece's UTF-8 bytes as
+  printable characters.
+- ``WhitespaceBPE``: the Whitespace pre-tokenizer (``\\w+|[^\\w\\s]+``) and each piece's characters,
+  one the vocabulary lacks becoming the unknown token (Chatterbox Multilingual's grapheme
+  tokenizer)."""
 
 from __future__ import annotations
 
@@ -69,7 +74,91 @@ def byte_chars() -> list[str]:
     return [table[b] for b in range(256)]
 
 
-class ByteLevelBPE:
+def merge(word: list[str], ranks: dict[tuple[str, str], int]) -> list[str]:
+    """``word``'s symbols merged pair by pair, the lowest-ranked pair first (leftmost on a tie)."""
+    while len(word) > 1:
+        best = min(
+            ((ranks.get((a, b)), i) for i, (a, b) in enumerate(zip(word, word[1:], strict=False))),
+            key=lambda r: (r[0] is None, r[0] if r[0] is not None else 0, r[1]),
+        )
+        if best[0] is None:
+            break
+        pair = (word[best[1]], word[best[1] + 1])
+        merged, i = [], 0
+        while i < len(word):
+            if i + 1 < len(word) and (word[i], word[i + 1]) == pair:
+                merged.append(word[i] + word[i + 1])
+                i += 2
+            else:
+                merged.append(word[i])
+                i += 1
+        word = merged
+    return word
+
+
+def split_added(text: str, added: list[dict]) -> list[tuple[str, int | None]]:
+    """The text cut at added tokens (``added`` longest first): (text, None) runs and (token, id)
+    pieces."""
+    if not added:
+        return [(text, None)]
+    out, start, i = [], 0, 0
+    while i < len(text):
+        for a in added:
+            if text.startswith(a["content"], i):
+                left, right = i, i + len(a["content"])
+                if a.get("lstrip"):
+                    while left > start and text[left - 1] in _SPACE:
+                        left -= 1
+                if a.get("rstrip"):
+                    while right < len(text) and text[right] in _SPACE:
+                        right += 1
+                if left > start:
+                    out.append((text[start:left], None))
+                out.append((a["content"], a["id"]))
+                start = i = right
+                break
+        else:
+            i += 1
+    if start < len(text):
+        out.append((text[start:], None))
+    return out
+
+
+def _added(spec: dict) -> list[dict]:
+    return [
+        {"content": a["content"], "id": a["id"], "lstrip": a.get("lstrip", False), "rstrip": a.get("rstrip", False)}
+        for a in spec.get("added_tokens", [])
+    ]
+
+
+def _merges(model: dict) -> list[tuple[str, str]]:
+    return [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model.get("merges", [])]
+
+
+class _BPE:
+    """Added tokens split off, the rest pre-tokenized, each piece merged (``_bpe``)."""
+
+    added: list[dict]
+
+    def _bpe(self, piece: str) -> list[int]:
+        raise NotImplementedError
+
+    @staticmethod
+    def _pieces(text: str) -> list[str]:
+        raise NotImplementedError
+
+    def encode(self, text: str) -> list[int]:
+        ids: list[int] = []
+        for part, token in split_added(text, self.added):
+            if token is not None:
+                ids.append(token)
+                continue
+            for piece in self._pieces(part):
+                ids.extend(self._bpe(piece))
+        return ids
+
+
+class ByteLevelBPE(_BPE):
     def __init__(self, vocab: dict[str, int], merges: list[tuple[str, str]], added: list[dict] | None = None):
         self.vocab = vocab
         self.ranks = {pair: i for i, pair in enumerate(merges)}
@@ -82,35 +171,13 @@ class ByteLevelBPE:
         model = spec.get("model") or {}
         if model.get("type") != "BPE":
             raise ValueError(f"the tokenizer's model is {model.get('type')!r}, not BPE")
-        merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model.get("merges", [])]
-        added = [
-            {"content": a["content"], "id": a["id"], "lstrip": a.get("lstrip", False), "rstrip": a.get("rstrip", False)}
-            for a in spec.get("added_tokens", [])
-        ]
-        return cls(dict(model["vocab"]), merges, added)
+        return cls(dict(model["vocab"]), _merges(model), _added(spec))
 
     def _bpe(self, piece: str) -> list[int]:
         if piece in self._cache:
             return self._cache[piece]
         chars = byte_chars()
-        word = [chars[b] for b in piece.encode("utf-8")]
-        while len(word) > 1:
-            best = min(
-                ((self.ranks.get((a, b)), i) for i, (a, b) in enumerate(zip(word, word[1:], strict=False))),
-                key=lambda r: (r[0] is None, r[0] if r[0] is not None else 0, r[1]),
-            )
-            if best[0] is None:
-                break
-            pair = (word[best[1]], word[best[1] + 1])
-            merged, i = [], 0
-            while i < len(word):
-                if i + 1 < len(word) and (word[i], word[i + 1]) == pair:
-                    merged.append(word[i] + word[i + 1])
-                    i += 2
-                else:
-                    merged.append(word[i])
-                    i += 1
-            word = merged
+        word = merge([chars[b] for b in piece.encode("utf-8")], self.ranks)
         ids = []
         for symbol in word:
             if symbol not in self.vocab:
@@ -120,38 +187,69 @@ class ByteLevelBPE:
             self._cache[piece] = ids
         return ids
 
-    def _split_added(self, text: str) -> list[tuple[str, int | None]]:
-        """The text cut at added tokens: (text, None) runs and (token, id) pieces."""
-        if not self.added:
-            return [(text, None)]
-        out, start, i = [], 0, 0
-        while i < len(text):
-            for a in self.added:
-                if text.startswith(a["content"], i):
-                    left, right = i, i + len(a["content"])
-                    if a["lstrip"]:
-                        while left > start and text[left - 1] in _SPACE:
-                            left -= 1
-                    if a["rstrip"]:
-                        while right < len(text) and text[right] in _SPACE:
-                            right += 1
-                    if left > start:
-                        out.append((text[start:left], None))
-                    out.append((a["content"], a["id"]))
-                    start = i = right
-                    break
-            else:
-                i += 1
-        if start < len(text):
-            out.append((text[start:], None))
-        return out
+    @staticmethod
+    def _pieces(text: str) -> list[str]:
+        return pretokenize(text)
 
-    def encode(self, text: str) -> list[int]:
-        ids: list[int] = []
-        for part, token in self._split_added(text):
-            if token is not None:
-                ids.append(token)
-                continue
-            for piece in pretokenize(part):
-                ids.extend(self._bpe(piece))
+
+@lru_cache(maxsize=4096)
+def _word_char(ch: str) -> bool:
+    """The Whitespace pre-tokenizer's \\w (Rust's regex: Alphabetic, marks, decimal digits,
+    connector punctuation, the joiners)."""
+    cat = unicodedata.category(ch)
+    return (
+        cat[0] in "LM"
+        or cat in ("Nd", "Nl", "Pc")
+        or ch in "\u200c\u200d"
+        or "\u24b6" <= ch <= "\u24e9"  # circled letters (Other_Alphabetic)
+    )
+
+
+def whitespace_pretokenize(text: str) -> list[str]:
+    """The Whitespace pre-tokenizer's pieces: \\w+|[^\\w\\s]+."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in _SPACE:
+            i += 1
+            continue
+        word, start = _word_char(c), i
+        while i < n and text[i] not in _SPACE and _word_char(text[i]) == word:
+            i += 1
+        out.append(text[start:i])
+    return out
+
+
+class WhitespaceBPE(_BPE):
+    def __init__(self, vocab: dict[str, int], merges: list[tuple[str, str]], added: list[dict], unk: str | None):
+        self.vocab = vocab
+        self.ranks = {pair: i for i, pair in enumerate(merges)}
+        self.added = sorted(added, key=lambda a: -len(a["content"]))
+        self.unk = None if unk is None else vocab.get(unk)
+        self._cache: dict[str, list[int]] = {}
+
+    @classmethod
+    def from_tokenizer_json(cls, spec: dict) -> WhitespaceBPE:
+        model, pre = spec.get("model") or {}, spec.get("pre_tokenizer") or {}
+        if model.get("type") != "BPE" or pre.get("type") != "Whitespace" or spec.get("normalizer"):
+            raise ValueError("not a BPE tokenizer with the Whitespace pre-tokenizer and no normalizer")
+        if model.get("continuing_subword_prefix") or model.get("end_of_word_suffix"):
+            raise ValueError("the tokenizer marks subwords, which this one does not")
+        return cls(dict(model["vocab"]), _merges(model), _added(spec), model.get("unk_token"))
+
+    def _bpe(self, piece: str) -> list[int]:
+        if piece in self._cache:
+            return self._cache[piece]
+        ids = []
+        for symbol in merge(list(piece), self.ranks):
+            token = self.vocab.get(symbol, self.unk)
+            if token is None:
+                raise ValueError(f"the tokenizer's vocabulary lacks {symbol!r} and has no unknown token")
+            ids.append(token)
+        if len(self._cache) < 65536:
+            self._cache[piece] = ids
         return ids
+
+    @staticmethod
+    def _pieces(text: str) -> list[str]:
+        return whitespace_pretokenize(text)

@@ -22,8 +22,9 @@ from pathlib import Path
 import numpy as np
 
 from app.core.atomic import atomic_path
+from app.engine import chatterbox_text as mtl
 from app.engine.binding import native_engine
-from app.engine.bpe import ByteLevelBPE
+from app.engine.bpe import ByteLevelBPE, WhitespaceBPE
 from app.engine.errors import InvalidArgumentError, ModelFileError, NothingToSpeakError
 
 MAX_SPEECH_TOKENS = 4096
@@ -37,6 +38,10 @@ SILENT_LUFS = -70.0
 GEN_PROMPT_S = 10
 T3_PROMPT_S = 15
 T3_PROMPT_TOKENS = 375
+# ChatterboxMultilingualTTS.prepare_conditionals: the token model's prompt from the first 6 s (at
+# most 150 tokens), the loudness left as recorded.
+MTL_T3_PROMPT_S = 6
+MTL_T3_PROMPT_TOKENS = 150
 S3GEN_RATE = 24000
 S3_RATE = 16000
 # S3Gen's vocabulary (the S3 tokenizer's codes): T3's start and stop tokens lie past it.
@@ -55,18 +60,9 @@ MAX_RUN_TOKENS = 1000
 # runs past about 30 s, and a sentence of 300 characters takes about 20 s.
 MAX_CHUNK_CHARS = 300
 
-# Chatterbox's punc_norm (tts_turbo.py): what its text was trained with.
-_PUNCTUATION = [
-    ("…", ", "),
-    (":", ","),
-    ("—", "-"),
-    ("–", "-"),
-    (" ,", ","),
-    ("“", '"'),
-    ("”", '"'),
-    ("‘", "'"),
-    ("’", "'"),
-]
+# Chatterbox-Turbo's punc_norm (tts_turbo.py): what its text was trained with; Multilingual's
+# replacements but for ellipses, spaced dashes and semicolons.
+_PUNCTUATION = [r for r in mtl.PUNCTUATION if r[0] not in ("...", " - ", ";")]
 _ENDERS = (".", "!", "?", "-", ",")
 
 
@@ -82,17 +78,8 @@ def _integrated_loudness(audio: np.ndarray, rate: int) -> float:
 
 
 def normalize_punctuation(text: str) -> str:
-    """The reference's punc_norm: a capital first letter, single spaces, uncommon punctuation
-    replaced, a full stop where the text ends without one. (Empty text is refused before.)"""
-    if text and text[0].islower():
-        text = text[0].upper() + text[1:]
-    text = " ".join(text.split())
-    for old, new in _PUNCTUATION:
-        text = text.replace(old, new)
-    text = text.rstrip(" ")
-    if not text.endswith(_ENDERS):
-        text += "."
-    return text
+    """Chatterbox-Turbo's punc_norm (tts_turbo.py)."""
+    return mtl.normalize_punctuation(text, _PUNCTUATION, _ENDERS)
 
 
 def split_text(text: str, max_chars: int = MAX_CHUNK_CHARS) -> list[str]:
@@ -100,7 +87,7 @@ def split_text(text: str, max_chars: int = MAX_CHUNK_CHARS) -> list[str]:
     after its last clause mark (, ; :) before the limit that keeps a quarter of it, else after
     its last space, else at the limit. Blank pieces are dropped."""
     out = []
-    for sentence in re.split(r"(?<=[.!?])\s+|\n\s*\n", text):
+    for sentence in re.split(r"(?<=[.!?])\s+|(?<=[。！？])|\n\s*\n", text):
         sentence = " ".join(sentence.split())
         while len(sentence) > max_chars:
             head = sentence[:max_chars]
@@ -223,22 +210,61 @@ class ChatterboxModel:
     def speaker_embedding_size(self) -> int:
         return self._model.embedding_size
 
+    @property
+    def variant(self) -> str:
+        """ "turbo" (English) or "multilingual"."""
+        return self._model.meta("chatterbox.variant") or ""
+
+    @property
+    def languages(self) -> list[str]:
+        """The language codes the model speaks."""
+        return sorted(mtl.LANGUAGES) if self.variant == "multilingual" else ["en"]
+
     @cached_property
-    def tokenizer(self) -> ByteLevelBPE:
+    def tokenizer(self) -> ByteLevelBPE | WhitespaceBPE:
         spec = self._model.meta("chatterbox.tokenizer")
         if not spec:
             raise ModelFileError("the model carries no text tokenizer")
         try:
-            return ByteLevelBPE.from_tokenizer_json(json.loads(spec))
-        except (ValueError, KeyError, TypeError) as e:
+            spec = json.loads(spec)
+            if (spec.get("pre_tokenizer") or {}).get("type") == "Whitespace":
+                return WhitespaceBPE.from_tokenizer_json(spec)
+            return ByteLevelBPE.from_tokenizer_json(spec)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ModelFileError(f"the model's text tokenizer cannot be read ({e})") from None
 
-    def text_chunks(self, text: str) -> list[np.ndarray]:
-        """The text tokens of each chunk of ``text`` (its sentences, long ones cut), each
-        normalized as the reference does: what ``generate`` takes, one run a chunk."""
+    @cached_property
+    def _cangjie(self) -> mtl.Cangjie | None:
+        table = self._model.meta("chatterbox.cangjie")
+        try:
+            return mtl.Cangjie.from_json(table) if table else None
+        except (ValueError, TypeError) as e:
+            raise ModelFileError(f"the model's Cangjie table cannot be read ({e})") from None
+
+    def _language(self, language: str | None) -> str | None:
+        if self.variant == "multilingual":
+            return mtl.check_language(language)
+        if language not in (None, "en"):
+            raise InvalidArgumentError(f"Chatterbox-Turbo speaks English (en), not {language!r}")
+        return None
+
+    def encode(self, text: str, language: str | None = None) -> np.ndarray:
+        """The text tokens of ``text`` as one run, normalized and tokenized as the reference does
+        (``language``: Multilingual's language code, one of ``languages``; Turbo speaks English)."""
+        language = self._language(language)
+        if language is None:
+            ids = self.tokenizer.encode(normalize_punctuation(text))
+        else:
+            ids = self.tokenizer.encode(mtl.prepare(mtl.normalize_punctuation(text), language, self._cangjie))
+        return np.asarray(ids, np.int32)
+
+    def text_chunks(self, text: str, language: str | None = None) -> list[np.ndarray]:
+        """The text tokens of each chunk of ``text`` (its sentences, long ones cut), each as
+        ``encode`` makes them: what ``generate`` takes, one run a chunk."""
+        self._language(language)
         if not text.strip():
             raise NothingToSpeakError("the text is empty")
-        chunks = [np.asarray(self.tokenizer.encode(normalize_punctuation(c)), np.int32) for c in split_text(text)]
+        chunks = [self.encode(chunk, language) for chunk in split_text(text)]
         if not chunks:
             raise NothingToSpeakError("the text holds nothing to speak")
         return chunks
@@ -278,13 +304,19 @@ class ChatterboxModel:
             raise InvalidArgumentError("no audio for the prompt mel")
         return np.ascontiguousarray(self._context.prompt_mel(audio).T)
 
-    def conditionals(self, audio: np.ndarray, sample_rate: int, *, normalize_loudness: bool = True) -> Conditionals:
+    def conditionals(
+        self, audio: np.ndarray, sample_rate: int, *, normalize_loudness: bool | None = None
+    ) -> Conditionals:
         """A voice's conditionals from a recording of the speaker, as the reference's
-        prepare_conditionals makes them: the audio at 24 kHz, its loudness brought to -27 LUFS;
-        S3Gen's part from its first 10 s (prompt mel, and at 16 kHz its speech tokens and
-        x-vector); the token model's prompt tokens from its first 15 s at 16 kHz (at most
-        375); the voice encoder's speaker embedding of all of it. The recording must hold more
-        than 5 s and not be silent; at most 60 s are taken."""
+        prepare_conditionals makes them: the audio at 24 kHz, its loudness brought to -27 LUFS
+        (Turbo's; ``normalize_loudness`` None: the variant's way); S3Gen's part from its first
+        10 s (prompt mel, and at 16 kHz its speech tokens and x-vector); the token model's prompt
+        tokens from its first 15 s at 16 kHz (at most 375; Multilingual: 6 s, 150); the voice
+        encoder's speaker embedding of all of it. The recording must hold more than 5 s and not
+        be silent; at most 60 s are taken."""
+        multilingual = self.variant == "multilingual"
+        if normalize_loudness is None:
+            normalize_loudness = not multilingual
         from app.core.export import resample
 
         if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or not 8000 <= sample_rate <= 192000:
@@ -312,7 +344,10 @@ class ChatterboxModel:
         mel = self.prompt_mel(ref24)
         gen_tokens = self.speech_tokens(ref16)
         gen_tokens = gen_tokens[: mel.shape[1] // 2]  # two mel frames a token (the reference trims so)
-        prompt = self.speech_tokens(wav16[: T3_PROMPT_S * S3_RATE], max_tokens=T3_PROMPT_TOKENS)
+        prompt_s, prompt_tokens = (
+            (MTL_T3_PROMPT_S, MTL_T3_PROMPT_TOKENS) if multilingual else (T3_PROMPT_S, T3_PROMPT_TOKENS)
+        )
+        prompt = self.speech_tokens(wav16[: prompt_s * S3_RATE], max_tokens=prompt_tokens)
         return Conditionals(self.speaker_embedding(wav16), prompt, gen_tokens, mel, self.xvector(ref16))
 
     def vocode(
@@ -448,10 +483,14 @@ class ChatterboxModel:
         text: str,
         voice: Conditionals | None = None,
         *,
+        language: str | None = None,
         temperature: float | None = None,
         top_k: int | None = None,
         top_p: float | None = None,
         repetition_penalty: float | None = None,
+        min_p: float | None = None,
+        cfg_weight: float | None = None,
+        exaggeration: float | None = None,
         noise_scale: float | None = None,
         seed: int = 0,
         on_chunk: Callable[[int, np.ndarray], None] | None = None,
@@ -459,7 +498,8 @@ class ChatterboxModel:
         cancelled: Callable[[], bool] | None = None,
     ) -> tuple[np.ndarray, dict]:
         """24 kHz audio of ``text`` in ``voice`` (None: the stock voice), as the reference's
-        ChatterboxTurboTTS.generate makes it, one chunk (a sentence; long ones cut) at a time:
+        ChatterboxTurboTTS.generate (Multilingual: ChatterboxMultilingualTTS.generate, in
+        ``language``, with its guidance and exaggeration) makes it, one chunk (a sentence; long ones cut) at a time:
         its text normalized and tokenized, speech tokens drawn (as ``generate``; chunk i from
         seed + i; a run without its stop token ends at about three times a normal speaking
         length), the ones S3Gen lacks dropped and three silent ones appended, then S3Gen
@@ -468,7 +508,7 @@ class ChatterboxModel:
         the chunks (``stages_ms``, ``total_ms``, ``first_audio_ms``, ``n_chunks``, ``n_tokens``,
         ``graphs_built``, ``graphs_reused``, ``captures_replayed``)."""
         t0 = time.perf_counter()
-        chunks = self.text_chunks(text)
+        chunks = self.text_chunks(text, language)
         stages: dict[str, float] = {}
         graphs = {"graphs_built": 0, "graphs_reused": 0, "captures_replayed": 0}
         first_audio_ms, n_tokens, pieces = 0.0, 0, []
@@ -481,6 +521,9 @@ class ChatterboxModel:
                 top_k=top_k,
                 top_p=top_p,
                 repetition_penalty=repetition_penalty,
+                min_p=min_p,
+                cfg_weight=cfg_weight,
+                exaggeration=exaggeration,
                 seed=(seed + i) % 2**64,
                 on_stage=None if on_stage is None else lambda s, _c, ms, i=i: on_stage(s, i, ms),
                 cancelled=cancelled,

@@ -272,6 +272,9 @@ class Engine:
         style: np.ndarray | None = None,
         durations: np.ndarray | None = None,
         batch: int = 1,
+        language: str | None = None,
+        cfg_weight: float | None = None,
+        exaggeration: float | None = None,
     ) -> Take:
         """``decoder_tile``: latent frames the vocoder decodes at once (0: the engine's default,
         about 3 s of audio; < 0: each sentence whole). Tiles overlap so the audio is the same.
@@ -279,7 +282,9 @@ class Engine:
         of the voice's; ``durations`` frames per token replacing the predicted ones (tests).
         ``batch``: sentences synthesized together (Kokoro shares its LSTM steps between them;
         on a GPU Piper's sentences share each stage's graph; their audio arrives together);
-        1 streams sentence by sentence. The audio is the same."""
+        1 streams sentence by sentence. The audio is the same.
+        Chatterbox Multilingual: ``language`` (its code: ``languages``), ``cfg_weight`` (its
+        guidance) and ``exaggeration`` (its emotion conditioning); None: its defaults."""
         if (text is None) == (phonemes is None):
             raise InvalidArgumentError("give either text or phonemes")
         source = text if text is not None else phonemes
@@ -290,7 +295,17 @@ class Engine:
             if length_scale is not None and length_scale != 1.0:
                 raise InvalidArgumentError("Chatterbox speaks at its own pace: only speed 1 (length_scale 1)")
             return self._chatterbox_take(
-                text, _checked("noise_scale", noise_scale, *NOISE_RANGE), seed, on_stage, on_chunk, cancelled
+                text,
+                _checked("noise_scale", noise_scale, *NOISE_RANGE),
+                seed,
+                on_stage,
+                on_chunk,
+                cancelled,
+                {"language": language, "cfg_weight": cfg_weight, "exaggeration": exaggeration},
+            )
+        if language is not None or cfg_weight is not None or exaggeration is not None:
+            raise InvalidArgumentError(
+                f"a {self._model.arch} voice speaks its own language and has no guidance or exaggeration"
             )
         audio, warnings = self._collecting_warnings(
             lambda: self._context.synthesize(
@@ -333,7 +348,7 @@ class Engine:
         timings = self._context.timings()
         return [Take(a, self.sample_rate, dict(timings), self.device, self.threads, list(warnings)) for a in audio]
 
-    def _chatterbox_take(self, text, noise_scale, seed, on_stage, on_chunk, cancelled) -> Take:
+    def _chatterbox_take(self, text, noise_scale, seed, on_stage, on_chunk, cancelled, options) -> Take:
         """Chatterbox's take of ``text``: its chunks through the token model and S3Gen, one after
         another (app.engine.chatterbox), in the stock voice."""
         from app.engine.chatterbox import ChatterboxModel
@@ -341,9 +356,14 @@ class Engine:
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
             raise InvalidArgumentError(f"the seed must be a whole number from 0 to 2**64 - 1, not {seed!r}")
         model = ChatterboxModel(self._model, self._context)
+        if model.variant != "multilingual" and (
+            options["cfg_weight"] is not None or options["exaggeration"] is not None
+        ):
+            raise InvalidArgumentError("Chatterbox-Turbo has no guidance or exaggeration (Multilingual has)")
         (audio, t), warnings = self._collecting_warnings(
             lambda: model.synthesize(
                 text,
+                **options,
                 seed=seed,
                 noise_scale=None if noise_scale < 0 else noise_scale,
                 on_chunk=on_chunk,

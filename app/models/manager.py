@@ -340,9 +340,10 @@ def sample_rate(voice_id: str) -> int | None:
 
 
 # Chatterbox (Resemble AI, MIT): converted from a folder holding the official checkpoint files
-# (as the Hugging Face Hub's ResembleAI/chatterbox-turbo holds them). Its stock voice is the
-# checkpoint's conds.pt: voice id "<model>:default".
-CHATTERBOX_MODELS = {"chatterbox-turbo": "turbo"}
+# (as the Hugging Face Hub's ResembleAI/chatterbox-turbo and ResembleAI/chatterbox hold them).
+# Its stock voice is the checkpoint's conds.pt: voice id "<model>:default". "chatterbox" is
+# Chatterbox Multilingual (23 languages, a language a take).
+CHATTERBOX_MODELS = {"chatterbox-turbo": "turbo", "chatterbox": "multilingual"}
 CHATTERBOX_DEFAULT_WEIGHTS = "q8_0"
 CHATTERBOX_VOICE = "default"
 
@@ -375,8 +376,9 @@ def install_chatterbox(
     progress: Progress = _quiet,
 ) -> Path:
     """Convert the official checkpoint folder ``source`` of Chatterbox ``model``
-    ("chatterbox-turbo") into the user's models, atomically. Default weights Q8_0: the token
-    model's steps read every weight, and Q8_0 halves F16's bytes (docs/performance.md)."""
+    ("chatterbox-turbo", or "chatterbox": Multilingual) into the user's models, atomically.
+    Default weights Q8_0: the token model's steps read every weight, and Q8_0 halves F16's
+    bytes (docs/performance.md)."""
     from app.models.convert import chatterbox as convert_chatterbox
 
     if model not in CHATTERBOX_MODELS:
@@ -576,7 +578,8 @@ def voice_info(voice_id: str) -> VoiceInfo:
         check_voice(voice_id)
         installed = chatterbox_installed(voice_id.split(":", 1)[0])
         source = (_manifest(chatterbox_path(voice_id.split(":", 1)[0]).with_suffix(".json")) or {}).get("source", "")
-        return VoiceInfo(voice_id, "chatterbox", "en", source, "MIT", installed, 24000 if installed else None)
+        language = "en" if CHATTERBOX_MODELS[voice_id.split(":", 1)[0]] == "turbo" else "multilingual"
+        return VoiceInfo(voice_id, "chatterbox", language, source, "MIT", installed, 24000 if installed else None)
     if is_kokoro(voice_id):
         check_voice(voice_id)
         installed = kokoro_installed()

@@ -58,7 +58,10 @@ tokens. Outputs:
   ``mtl_alignment`` [tokens, text] its AlignmentStreamAnalyzer's alignment; ``mtl_flow_*``:
   its S3Gen's flow (10 Euler steps over a cosine span, guidance 0.7) on ``mtl_flow_tokens`` in
   conds_multilingual.pt's voice from ``mtl_flow_noise``: ``mtl_flow_v.<step>`` the guided velocity of each
-  step, ``mtl_flow_mel`` the mel after the prompt's frames;
+  step, ``mtl_flow_mel`` the mel after the prompt's frames; ``mtl_text_*``: texts of
+  tests/data/multilingual.txt and a few more in their languages, what the reference's punc_norm
+  makes of them and the reference tokenizer's ids (MTLTokenizer on weights.py's grapheme
+  tokenizer and Cangjie table), joined with -1 after each text;
 - ``punc_in`` and ``punc_out``: texts and what the reference's punc_norm makes of them;
 - ``text_in`` and ``text_ids``: texts (the tokenizer's tags among them) and their ids by the
   reference's tokenizer (transformers' AutoTokenizer on the folder, as ChatterboxTurboTTS
@@ -549,10 +552,41 @@ def flow_multilingual_golden(ckpt: Path) -> dict[str, np.ndarray]:
     return out
 
 
+def text_multilingual_golden(ckpt: Path) -> dict[str, np.ndarray]:
+    """Chatterbox Multilingual's text front end: mtl_tts.punc_norm, then MTLTokenizer.text_to_tokens
+    on the test tokenizer (weights.py), its Cangjie table read from the folder (where the reference
+    would fetch it from the Hub); pkuseg, pykakasi, Dicta and the Russian stress marker are not
+    installed, as the reference runs without them."""
+    from chatterbox.models.tokenizers import tokenizer as reference
+    from chatterbox.mtl_tts import punc_norm
+
+    folder = ckpt / "multilingual"
+    fetch = reference.hf_hub_download
+    reference.hf_hub_download = lambda repo_id, filename, cache_dir=None: str(folder / filename)
+    try:
+        tok = reference.MTLTokenizer(str(folder / "grapheme_mtl_merged_expanded_v1.json"))
+    finally:
+        reference.hf_hub_download = fetch
+    texts = weights.multilingual_texts()
+    texts += [("en", "hello... world - isn't it; fine: “quoted” — yes"), ("de", "ÄRGER über Öl"), ("ko", " 한국어 ")]
+    texts += [("zh", "今天天气很好！我们去公园。"), ("en", "unknown ☃ glyphs ∑ here")]
+    normed = [punc_norm(t) for _, t in texts]
+    ids = [
+        tok.text_to_tokens(t, language_id=lang)[0].tolist() + [-1] for (lang, _), t in zip(texts, normed, strict=True)
+    ]
+    return {
+        "mtl_text_lang": np.array([lang for lang, _ in texts]),
+        "mtl_text_in": np.array([t for _, t in texts]),
+        "mtl_text_normed": np.array(normed),
+        "mtl_text_ids": np.array([i for row in ids for i in row], np.int32),
+    }
+
+
 # Chatterbox Multilingual's stages, written to OUT_MULTILINGUAL.
 MULTILINGUAL_STAGES = {
     "mtl_t3": t3_multilingual_golden,
     "mtl_flow": flow_multilingual_golden,
+    "mtl_text": text_multilingual_golden,
 }
 
 

@@ -97,11 +97,16 @@ TURBO = [
     "turbo/s3gen_meanflow.safetensors",
     TOKENIZER,
 ]
-# Chatterbox Multilingual's official files (its grapheme tokenizer aside).
+# Chatterbox Multilingual's official files: its grapheme tokenizer and Cangjie table are made
+# from tests/data/multilingual.txt (a BPE with the Whitespace pre-tokenizer, as the real one).
+MTL_TOKENIZER = "multilingual/grapheme_mtl_merged_expanded_v1.json"
+CANGJIE = "multilingual/Cangjie5_TC.json"
 MULTILINGUAL = [
     "multilingual/t3_mtl23ls_v2.safetensors",
     "multilingual/ve.safetensors",
     "multilingual/s3gen.safetensors",
+    MTL_TOKENIZER,
+    CANGJIE,
 ]
 TAGS = ["[laugh]", "[chuckle]", "[cough]", "[sigh]", "[gasp]"]
 
@@ -127,16 +132,69 @@ def write_tokenizer(path: Path, vocab_size: int = 4000) -> Path:
     return path
 
 
+def multilingual_texts() -> list[tuple[str, str]]:
+    """(language, text) of tests/data/multilingual.txt."""
+    data = Path(__file__).resolve().parents[2] / "tests" / "data" / "multilingual.txt"
+    return [tuple(line.split("\t", 1)) for line in data.read_text(encoding="utf-8").splitlines() if line]
+
+
+def write_cangjie(path: Path) -> Path:
+    """A Cangjie table (Cangjie5_TC.json's "character<TAB>code" entries) for the Chinese characters
+    of the test texts: codes of 2 to 4 letters drawn from each character, every fifth sharing the
+    one before's (as characters of one code do, told apart by their place)."""
+    chars = sorted(
+        {c for lang, text in multilingual_texts() if lang == "zh" for c in text if "\u4e00" <= c <= "\u9fff"}
+    )
+    entries, code = [], ""
+    for i, c in enumerate(chars):
+        if i % 5 != 4:
+            h = zlib.crc32(c.encode())
+            code = "".join(chr(ord("a") + (h >> (5 * k)) % 25) for k in range(2 + h % 3))
+        entries.append(f"{c}\t{code}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(entries, ensure_ascii=False, indent=0) + "\n", encoding="utf-8")
+    return path
+
+
+def write_multilingual_tokenizer(path: Path, vocab_size: int = 1200) -> Path:
+    """A grapheme BPE of Chatterbox Multilingual's kind ([STOP] 0, [UNK] 1, [SPACE] 2, [START] 3, the language
+    tags and Cangjie's [cj_*] as added tokens, the Whitespace pre-tokenizer), trained on the test
+    texts as the reference prepares them."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from app.engine import chatterbox_text as mtl
+
+    cangjie = mtl.Cangjie.from_json(write_cangjie(path.with_name("Cangjie5_TC.json")).read_text(encoding="utf-8"))
+    corpus = [mtl.prepare(mtl.normalize_punctuation(t), lang, cangjie) for lang, t in multilingual_texts()]
+    data = Path(__file__).resolve().parents[2] / "tests" / "data" / "sentences.txt"
+    corpus += [mtl.prepare(mtl.normalize_punctuation(t), "en") for t in data.read_text().splitlines() if t]
+    special = ["[STOP]", "[UNK]", "[SPACE]", "[START]"] + [f"[{code}]" for code in sorted(mtl.LANGUAGES)]
+    special += [f"[cj_{c}]" for c in "abcdefghijklmnopqrstuvwxy.0123456789"]
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special, show_progress=False)
+    tok.train_from_iterator(corpus, trainer)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(tok.to_str(pretty=True) + "\n", encoding="utf-8")
+    return path
+
+
 def write(out_dir: Path, files: list[str] | None = None, seed: int = SEED) -> list[Path]:
     """Write the official files (all of the layout's, or ``files``) under ``out_dir``; a file
     already there from the same layout and seed is kept."""
     spec = layout()
     stamp = f"{zlib.crc32(LAYOUT.read_bytes()):08x}-{seed}-{VERSION}"
     written = []
-    for name in files or [*spec, TOKENIZER]:
+    for name in files or [*spec, TOKENIZER, MTL_TOKENIZER, CANGJIE]:
         path = out_dir / name
         if name == TOKENIZER:
             written.append(write_tokenizer(path))
+            continue
+        if name == MTL_TOKENIZER:
+            written.append(write_multilingual_tokenizer(path))
+            continue
+        if name == CANGJIE:
+            written.append(write_cangjie(path))
             continue
         mark = path.with_name(path.name + ".stamp")
         if not (path.exists() and mark.exists() and mark.read_text() == stamp):

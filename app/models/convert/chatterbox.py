@@ -82,7 +82,10 @@ projection) and perceiver ``t3.perceiver.query`` [C, 32], ``.norm``, ``.attn_{q,
 metadata adds the text's start and stop tokens, the positions, the alignment guard's heads
 (``chatterbox.t3.alignment_heads``, layer and head pairs) and generate's defaults
 (``chatterbox.t3.default.*``: temperature, top-p, min-p, repetition penalty, guidance,
-exaggeration). Its grapheme tokenizer is not carried: the model takes text token ids.
+exaggeration). Its grapheme tokenizer ``grapheme_mtl_merged_expanded_v1.json`` (a BPE with the
+Whitespace pre-tokenizer, [SPACE] for spaces, the languages' tags as added tokens) is written as
+``chatterbox.tokenizer``, and where the folder has ``Cangjie5_TC.json`` (Chinese characters'
+Cangjie codes), it is ``chatterbox.cangjie``.
 """
 
 from __future__ import annotations
@@ -780,6 +783,49 @@ def _tokenizer(checkpoint: Path, text_vocab: int) -> str:
     return json.dumps({"model": {"type": "BPE", "vocab": vocab, "merges": merges}, "added_tokens": added})
 
 
+MTL_TOKENIZER_FILE = "grapheme_mtl_merged_expanded_v1.json"
+CANGJIE_FILE = "Cangjie5_TC.json"
+
+
+def _mtl_tokenizer(checkpoint: Path, text_vocab: int) -> tuple[str, str]:
+    """Multilingual's grapheme tokenizer (a BPE with the Whitespace pre-tokenizer) and, where the
+    folder has it, its Cangjie table for Chinese, each as a JSON string."""
+    from app.engine.bpe import WhitespaceBPE
+    from app.engine.chatterbox_text import Cangjie
+
+    path = checkpoint / MTL_TOKENIZER_FILE
+    if not path.is_file():
+        raise ConversionError(f"'{checkpoint}' has no '{MTL_TOKENIZER_FILE}' (Chatterbox Multilingual's tokenizer)")
+    try:
+        spec = json.loads(path.read_text(encoding="utf-8"))
+        bpe = WhitespaceBPE.from_tokenizer_json(spec)
+        model = spec["model"]
+        ids = list(bpe.vocab.values()) + [a["id"] for a in bpe.added]
+        for token in ("[SPACE]", model.get("unk_token")):
+            if token not in bpe.vocab:
+                raise ValueError(f"its vocabulary lacks {token}")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError) as e:
+        raise ConversionError(f"'{path}' is not Chatterbox Multilingual's tokenizer ({e})") from None
+    if not ids or min(ids) < 0 or max(ids) >= text_vocab:
+        raise ConversionError(f"the text tokenizer's ids pass the token model's {text_vocab} text tokens")
+    added = [{k: a[k] for k in ("content", "id", "lstrip", "rstrip") if k in a} for a in spec.get("added_tokens", [])]
+    merges = model.get("merges", [])
+    tokenizer = {
+        "model": {"type": "BPE", "vocab": model["vocab"], "merges": merges, "unk_token": model.get("unk_token")},
+        "pre_tokenizer": {"type": "Whitespace"},
+        "added_tokens": added,
+    }
+    cangjie = ""
+    if (checkpoint / CANGJIE_FILE).is_file():
+        try:
+            cangjie = (checkpoint / CANGJIE_FILE).read_text(encoding="utf-8")
+            Cangjie.from_json(cangjie)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError) as e:
+            raise ConversionError(f"'{checkpoint / CANGJIE_FILE}' is not a Cangjie table ({e})") from None
+        cangjie = json.dumps(json.loads(cangjie), ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(tokenizer, ensure_ascii=False), cangjie
+
+
 def convert(
     checkpoint: Path, out_path: Path, *, variant: str = "turbo", weights: str = "f16", source: str = ""
 ) -> Path:
@@ -802,8 +848,11 @@ def convert(
         voice_encoder = _voice_encoder(SafetensorsFile(ve_path))
     except SafetensorsError as e:
         raise ConversionError(str(e)) from None
-    # Multilingual's grapheme tokenizer is not carried yet: its GGUF speaks text tokens.
-    tokenizer = _tokenizer(Path(checkpoint), hp["text_vocab"]) if variant == "turbo" else ""
+    cangjie = ""
+    if variant == "turbo":
+        tokenizer = _tokenizer(Path(checkpoint), hp["text_vocab"])
+    else:
+        tokenizer, cangjie = _mtl_tokenizer(Path(checkpoint), hp["text_vocab"])
     stock = Path(checkpoint) / "conds.pt"
     voice = _stock_voice(stock, hp) if stock.is_file() else {}
     s3gen_path = Path(checkpoint) / S3GEN_FILES[variant]
@@ -826,8 +875,9 @@ def convert(
         writer.add_string(p + "variant", variant)
         writer.add_uint32(p + "sample_rate", SAMPLE_RATE)
         writer.add_string(p + "t3.backbone", "gpt2" if variant == "turbo" else "llama")
-        if tokenizer:
-            writer.add_string(p + "tokenizer", tokenizer)
+        writer.add_string(p + "tokenizer", tokenizer)
+        if cangjie:
+            writer.add_string(p + "cangjie", cangjie)
         if variant == "multilingual":
             writer.add_float32(p + "t3.rope_base", LLAMA_ROPE_BASE)
             writer.add_array(p + "t3.alignment_heads", ALIGNMENT_HEADS)
