@@ -169,9 +169,12 @@ def test_the_text_front_end_gives_the_reference_tokenizers_ids(model, golden):
 
 
 def test_a_language_it_does_not_speak_is_refused_by_name(model):
-    for language in ("xx", None, "", "english"):
+    for language in ("xx", "english", "zh-tw"):
         with pytest.raises(InvalidArgumentError, match="does not speak .*it speaks: ar, da, de"):
             model.text_chunks("Hello there.", language)
+    # No language: the text without a tag, as the reference takes language_id=None.
+    tagless, tagged = model.encode("Hello there.", None), model.encode("Hello there.", "en")
+    assert tagged[1:].tolist() == tagless.tolist() and model.encode("Hello there.", "").tolist() == tagless.tolist()
     chunks = model.text_chunks("今天天气很好！我们去公园。Hello there.", "ZH")
     assert len(chunks) == 3  # Chinese sentence ends split it too
 
@@ -208,7 +211,7 @@ def test_the_cli_installs_and_speaks_a_language(checkpoint, tmp_path):
     assert info["installed"] and info["family"] == "chatterbox" and info["language"] == "multilingual"
     out = tmp_path / "tag.wav"
     synth = ("synth", "--voice", "chatterbox:default", "--text", "Guten Tag.", "--out", str(out), "--threads", "2")
-    refused = run(*synth, check=False)
+    refused = run(*synth, "--language", "xx", check=False)
     assert refused.returncode == 1 and "it speaks: ar, da, de" in refused.stderr and not out.exists()
     run(*synth, "--language", "de", "--cfg-weight", "0.3", "--exaggeration", "0.6")
     assert soundfile.info(str(out)).samplerate == 24000 and soundfile.info(str(out)).frames > 24000 * 0.5
@@ -218,3 +221,23 @@ def test_other_voices_take_no_language_or_guidance(engine):
     for option in ({"language": "de"}, {"cfg_weight": 0.5}, {"exaggeration": 0.5}):
         with pytest.raises(InvalidArgumentError, match="speaks its own language"):
             engine.synthesize(text="Hi.", **option)
+
+
+def test_conditionals_from_a_recording_follow_the_references_multilingual_steps(model, golden):
+    """prepare_conditionals of Multilingual: the loudness as recorded, the token model's prompt
+    from the first 6 s (150 tokens). The resamplers differ from the reference's (as for Turbo)."""
+    import soundfile as sf
+
+    speaker = Path(__file__).parent / "data" / "speaker"
+    wav = np.concatenate([sf.read(speaker / f"{c}.flac", dtype="float32")[0] for c in ("kokoro_jf_alpha", "piper_joe")])
+    voice = model.conditionals(wav, 16000)
+    ref = {k.split(".", 1)[1]: v for k, v in golden.items() if k.startswith("mtl_conds.")}
+    assert float(voice.speaker_embedding @ ref["speaker_emb"]) >= 0.999
+    assert float(cosines(voice.xvector, ref["xvector"])) >= 0.999
+    assert voice.prompt_mel.shape == ref["prompt_mel"].shape
+    # Not brought to -27 LUFS: the log-mel stays within a little of the reference's, level and all.
+    assert np.abs(voice.prompt_mel - ref["prompt_mel"]).mean() < 0.1
+    for name in ("prompt_tokens", "gen_prompt_tokens"):
+        ours, want = getattr(voice, name), ref[name]
+        assert ours.shape == want.shape and (ours == want).mean() >= 0.7, name
+    assert voice.prompt_tokens.shape == (150,)

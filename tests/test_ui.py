@@ -410,3 +410,20 @@ def test_a_chatterbox_voice_turns_off_the_controls_it_has_none_of(window):
     assert settings["speed"] == 1.0 and settings["noise_w"] is None
     inspector.voice.setCurrentText("piper:joe")
     assert inspector.speed.isEnabled() and inspector.settings()["speed"] == 1.3
+
+
+def test_chatterbox_multilingual_has_a_language_guidance_and_exaggeration(window):
+    inspector = window.inspector
+    inspector.voice.setCurrentText("chatterbox-turbo:default")
+    assert not inspector.language.isEnabled() and "language" not in inspector.settings()
+    inspector.voice.setCurrentText("chatterbox:default")
+    assert inspector.language.isEnabled() and inspector.cfg_weight.isEnabled() and inspector.exaggeration.isEnabled()
+    assert inspector.settings()["language"] is None  # no tag, as the reference takes no language
+    inspector.language.setCurrentIndex(inspector.language.findData("de"))
+    inspector.cfg_weight.setValue(0.3)
+    settings = inspector.settings()
+    assert (settings["language"], settings["cfg_weight"], settings["exaggeration"]) == ("de", 0.3, None)
+    inspector.voice.setCurrentText("piper:joe")
+    assert "language" not in inspector.settings()  # a Piper take's settings stay as they were
+    inspector.set_settings("chatterbox:default", settings)
+    assert inspector.settings() == settings and inspector.language.currentText() == "German (de)"

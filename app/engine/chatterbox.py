@@ -250,9 +250,10 @@ class ChatterboxModel:
 
     def encode(self, text: str, language: str | None = None) -> np.ndarray:
         """The text tokens of ``text`` as one run, normalized and tokenized as the reference does
-        (``language``: Multilingual's language code, one of ``languages``; Turbo speaks English)."""
+        (``language``: Multilingual's language code, one of ``languages``, or None for text without
+        a language tag; Turbo speaks English)."""
         language = self._language(language)
-        if language is None:
+        if self.variant != "multilingual":
             ids = self.tokenizer.encode(normalize_punctuation(text))
         else:
             ids = self.tokenizer.encode(mtl.prepare(mtl.normalize_punctuation(text), language, self._cangjie))

@@ -62,9 +62,12 @@ PUNCTUATION = [
 ENDERS = (".", "!", "?", "-", ",", "、", "，", "。", "？", "！")
 
 
-def check_language(language: str | None) -> str:
-    """The language code as the model takes it, or a clear error naming the ones it speaks."""
+def check_language(language: str | None) -> str | None:
+    """The language code as the model takes it (None or "": none, the text without a language
+    tag, as the reference allows), or a clear error naming the ones it speaks."""
     code = (language or "").strip().lower()
+    if not code:
+        return None
     if code not in LANGUAGES:
         raise InvalidArgumentError(
             f"Chatterbox Multilingual does not speak {language!r}; it speaks: {', '.join(sorted(LANGUAGES))}"
@@ -137,11 +140,12 @@ def normalize_punctuation(text: str, table: list[tuple[str, str]] = PUNCTUATION,
     return text
 
 
-def prepare(text: str, language: str, cangjie: Cangjie | None = None) -> str:
-    """What MTLTokenizer.encode hands its tokenizer for normalized ``text`` in ``language``."""
+def prepare(text: str, language: str | None, cangjie: Cangjie | None = None) -> str:
+    """What MTLTokenizer.encode hands its tokenizer for normalized ``text`` in ``language`` (None:
+    no language tag)."""
     text = unicodedata.normalize("NFKD", text.lower())
     if language == "zh" and cangjie is not None:
         text = cangjie(text)
     elif language == "ko":
         text = korean_jamo(text)
-    return f"[{language}]{text}".replace(" ", SPACE)
+    return (f"[{language}]{text}" if language else text).replace(" ", SPACE)

@@ -115,6 +115,9 @@ class EngineJobsMixin:
             "noise_w": settings["noise_w"],
             "seed": settings["seed"],
         }
+        for key in ("language", "cfg_weight", "exaggeration"):  # Chatterbox Multilingual's
+            if settings.get(key) is not None:
+                params[key] = settings[key]
         if which == "regenerate":
             params["seed"] = settings["seed"] + len(project.sentences[indices[0]].takes)
 

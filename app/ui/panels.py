@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine.chatterbox_text import LANGUAGES
 from app.engine.engine import STAGES_BY_FAMILY
 from app.models import manager as models
 from app.profiles import store as profiles
@@ -147,6 +148,15 @@ class Inspector(QWidget):
         self.noise_scale.setSpecialValueText("model default")
         self.noise_w = QDoubleSpinBox(minimum=-0.01, maximum=2.0, singleStep=0.05, value=-0.01, decimals=3)
         self.noise_w.setSpecialValueText("model default")
+        # Chatterbox Multilingual's: the text's language, its guidance and its emotion.
+        self.language = QComboBox()
+        self.language.addItem("none (no language tag)", "")
+        for code, name in sorted(LANGUAGES.items(), key=lambda kv: kv[1]):
+            self.language.addItem(f"{name} ({code})", code)
+        self.cfg_weight = QDoubleSpinBox(minimum=-0.01, maximum=3.0, singleStep=0.05, value=-0.01, decimals=2)
+        self.cfg_weight.setSpecialValueText("model default")
+        self.exaggeration = QDoubleSpinBox(minimum=-0.01, maximum=2.0, singleStep=0.05, value=-0.01, decimals=2)
+        self.exaggeration.setSpecialValueText("model default")
         voice_box = QGroupBox("Voice")
         form = QFormLayout(voice_box)
         form.addRow("Voice", self.voice)
@@ -154,6 +164,9 @@ class Inspector(QWidget):
         form.addRow("Seed", self.seed)
         form.addRow("Noise scale", self.noise_scale)
         form.addRow("Noise w", self.noise_w)
+        form.addRow("Language", self.language)
+        form.addRow("Guidance (CFG)", self.cfg_weight)
+        form.addRow("Exaggeration", self.exaggeration)
 
         self.device = QComboBox()
         self.device.addItem("auto — best GPU, else CPU", "auto")
@@ -190,8 +203,9 @@ class Inspector(QWidget):
         layout.addWidget(device_box)
         layout.addWidget(takes_box, 1)
 
-        for w in (self.speed, self.noise_scale, self.noise_w):
+        for w in (self.speed, self.noise_scale, self.noise_w, self.cfg_weight, self.exaggeration):
             w.valueChanged.connect(self.settings_changed)
+        self.language.currentIndexChanged.connect(self.settings_changed)
         self.seed.valueChanged.connect(self.settings_changed)
         self.voice.currentTextChanged.connect(self._family_controls)
         self.voice.currentTextChanged.connect(self.settings_changed)
@@ -216,25 +230,46 @@ class Inspector(QWidget):
         self.voice.blockSignals(False)
 
     def _family_controls(self, voice: str) -> None:
-        """Chatterbox speaks at its own pace and has no duration noise: those controls are off."""
+        """Chatterbox speaks at its own pace and has no duration noise: those controls are off;
+        language, guidance and exaggeration are Chatterbox Multilingual's alone."""
         own_pace = models.is_chatterbox(voice)
         for w in (self.speed, self.noise_w):
             w.setEnabled(not own_pace)
             w.setToolTip("Chatterbox speaks at its own pace" if own_pace else "")
+        multilingual = own_pace and models.CHATTERBOX_MODELS[voice.split(":", 1)[0]] == "multilingual"
+        for w in (self.language, self.cfg_weight, self.exaggeration):
+            w.setEnabled(multilingual)
+            w.setToolTip("" if multilingual else "Chatterbox Multilingual's alone")
 
     def settings(self) -> dict:
         def optional(box):
             return None if box.value() < 0 or not box.isEnabled() else round(box.value(), 3)
 
-        return {
+        settings = {
             "speed": round(self.speed.value(), 2) if self.speed.isEnabled() else 1.0,
             "noise_scale": optional(self.noise_scale),
             "noise_w": optional(self.noise_w),
             "seed": self.seed.value(),
         }
+        if self.language.isEnabled():  # only then: another voice's takes stay as they were
+            settings |= {
+                "language": self.language.currentData() or None,
+                "cfg_weight": optional(self.cfg_weight),
+                "exaggeration": optional(self.exaggeration),
+            }
+        return settings
 
     def set_settings(self, voice: str, settings: dict) -> None:
-        widgets = (self.voice, self.speed, self.seed, self.noise_scale, self.noise_w)
+        widgets = (
+            self.voice,
+            self.speed,
+            self.seed,
+            self.noise_scale,
+            self.noise_w,
+            self.language,
+            self.cfg_weight,
+            self.exaggeration,
+        )
         for w in widgets:
             w.blockSignals(True)
         if self.voice.findText(voice) < 0:
@@ -245,6 +280,10 @@ class Inspector(QWidget):
         ns, nw = settings.get("noise_scale"), settings.get("noise_w")
         self.noise_scale.setValue(-0.01 if ns is None else ns)
         self.noise_w.setValue(-0.01 if nw is None else nw)
+        self.language.setCurrentIndex(max(self.language.findData(settings.get("language") or ""), 0))
+        for box, key in ((self.cfg_weight, "cfg_weight"), (self.exaggeration, "exaggeration")):
+            value = settings.get(key)
+            box.setValue(-0.01 if value is None else value)
         for w in widgets:
             w.blockSignals(False)
         self._family_controls(voice)

@@ -61,7 +61,9 @@ tokens. Outputs:
   step, ``mtl_flow_mel`` the mel after the prompt's frames; ``mtl_text_*``: texts of
   tests/data/multilingual.txt and a few more in their languages, what the reference's punc_norm
   makes of them and the reference tokenizer's ids (MTLTokenizer on weights.py's grapheme
-  tokenizer and Cangjie table), joined with -1 after each text;
+  tokenizer and Cangjie table), joined with -1 after each text; ``mtl_conds.*``: its
+  prepare_conditionals's steps on conds_golden's recording (no loudness change, the token
+  model's prompt from 6 s);
 - ``punc_in`` and ``punc_out``: texts and what the reference's punc_norm makes of them;
 - ``text_in`` and ``text_ids``: texts (the tokenizer's tags among them) and their ids by the
   reference's tokenizer (transformers' AutoTokenizer on the folder, as ChatterboxTurboTTS
@@ -582,11 +584,40 @@ def text_multilingual_golden(ckpt: Path) -> dict[str, np.ndarray]:
     }
 
 
+@torch.inference_mode()
+def conds_multilingual_golden(ckpt: Path) -> dict[str, np.ndarray]:
+    """ChatterboxMultilingualTTS.prepare_conditionals's steps on the recording of conds_golden: no
+    loudness change, the token model's prompt from the first 6 s (at most 150 tokens)."""
+    import librosa
+
+    from chatterbox.models.s3gen import S3Gen
+    from chatterbox.models.voice_encoder import VoiceEncoder
+
+    s3 = S3Gen()
+    s3.load_state_dict(load_file(ckpt / "multilingual" / "s3gen.safetensors"))
+    s3.eval()
+    ve = VoiceEncoder()
+    ve.load_state_dict(load_file(ckpt / "multilingual" / "ve.safetensors"))
+    ve.eval()
+    wav, _ = librosa.load(conds_input(), sr=24000)
+    ref16 = librosa.resample(wav, orig_sr=24000, target_sr=16000)
+    gen = s3.embed_ref(wav[: 10 * 24000], 24000)
+    tokens, _ = s3.tokenizer.forward([ref16[: 6 * 16000]], max_len=150)
+    return {
+        "mtl_conds.speaker_emb": ve.embeds_from_wavs([ref16], sample_rate=16000).mean(0),
+        "mtl_conds.prompt_tokens": tokens[0].numpy().astype(np.int32),
+        "mtl_conds.gen_prompt_tokens": gen["prompt_token"][0].numpy().astype(np.int32),
+        "mtl_conds.prompt_mel": gen["prompt_feat"][0].T.numpy(),
+        "mtl_conds.xvector": gen["embedding"][0].numpy(),
+    }
+
+
 # Chatterbox Multilingual's stages, written to OUT_MULTILINGUAL.
 MULTILINGUAL_STAGES = {
     "mtl_t3": t3_multilingual_golden,
     "mtl_flow": flow_multilingual_golden,
     "mtl_text": text_multilingual_golden,
+    "mtl_conds": conds_multilingual_golden,
 }
 
 
