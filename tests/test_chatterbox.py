@@ -21,6 +21,9 @@ from app.models.convert import chatterbox as convert
 from tools.chatterbox import weights
 
 GOLDEN = Path(__file__).parent / "data" / "chatterbox" / "golden_turbo.npz"
+# Q4_0's 4-bit steps (a scale a block of 32) move the token model's logits more than Q8_0's: on
+# these drawn weights, whose logits lie close together, to cosine 0.973 at worst.
+Q4_FLOOR = 0.95
 CACHE = Path(os.environ.get("VS_TEST_CACHE", Path(__file__).resolve().parents[1] / "build" / "test-models"))
 
 
@@ -186,13 +189,20 @@ def test_two_threads_each_with_a_context_on_one_model(turbo_f32, golden, voice):
 
 
 def test_reduced_weights_keep_the_logits_and_the_mel(checkpoint, golden, voice, tmp_path):
-    for kind, floor in (("f16", 0.999), ("q8_0", 0.99)):
+    import gguf
+
+    # q4_0: the token model in Q4_0 (as the seeds quantize it), S3Gen's matrices in Q8_0.
+    for kind, t3_floor, mel_floor in (("f16", 0.999, 0.999), ("q8_0", 0.99, 0.99), ("q4_0", Q4_FLOOR, 0.99)):
         path = convert.convert(checkpoint, tmp_path / f"turbo-{kind}.gguf", weights=kind)
+        if kind == "q4_0":
+            types = {t.name: t.tensor_type for t in gguf.GGUFReader(path).tensors}
+            assert types["t3.blk.0.attn_qkv.weight"] == gguf.GGMLQuantizationType.Q4_0
+            assert types["flow.dec.proj.weight"] == gguf.GGMLQuantizationType.Q8_0
         with ChatterboxModel.open(path, device="cpu", threads=2) as m:
             m.generate(golden["text_tokens"], voice, speech_tokens=golden["speech_tokens"][1:])
-            assert cosines(m.output("t3_logits"), golden["t3_logits"]).min() >= floor, kind
+            assert cosines(m.output("t3_logits"), golden["t3_logits"]).min() >= t3_floor, kind
             m.decode(golden["flow_tokens"], noise=golden["flow_noise"], noise_scale=0)
-            assert cosines(m.output("mel"), golden["flow_mel"].T).min() >= floor, kind
+            assert cosines(m.output("mel"), golden["flow_mel"].T).min() >= mel_floor, kind
         path.unlink()
 
 

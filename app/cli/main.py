@@ -142,9 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mi.add_argument(
         "--weights",
-        choices=["f32", "f16", "q8_0"],
+        choices=["f32", "f16", "q8_0", "q4_0"],
         default=None,
-        help="default: f32 for Piper, f16 for Kokoro, q8_0 for Chatterbox",
+        help="default: f32 for Piper, f16 for Kokoro, q8_0 for Chatterbox (q4_0: Chatterbox's token model alone)",
     )
     mi.add_argument(
         "--from",

@@ -170,8 +170,8 @@ struct tensor_spec {
     bool                   reducible;
 };
 // Throws VS_ERR_FORMAT naming the first tensor of `specs` that the model lacks or holds
-// in another shape or type.
-void check_tensors(const vs_model & model, const std::vector<tensor_spec> & specs);
+// in another shape or type; `q4_0`: a reducible one may be Q4_0 too (Chatterbox's token model).
+void check_tensors(const vs_model & model, const std::vector<tensor_spec> & specs, bool q4_0 = false);
 
 // Weights for `dev`: the host copy for CPU devices, else an uploaded copy.
 std::shared_ptr<weight_set> weights_for(vs_model & model, ggml_backend_dev_t dev);

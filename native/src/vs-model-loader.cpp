@@ -107,9 +107,9 @@ class header_reader {
                 }
             }
             const uint32_t type = u32();
-            if (type != GGML_TYPE_F32 && type != GGML_TYPE_F16 && type != GGML_TYPE_Q8_0) {
+            if (type != GGML_TYPE_F32 && type != GGML_TYPE_F16 && type != GGML_TYPE_Q8_0 && type != GGML_TYPE_Q4_0) {
                 fail("tensor " + std::to_string(i) + " has type " + std::to_string(type) +
-                     " (this engine reads F32, F16 and Q8_0)");
+                     " (this engine reads F32, F16, Q8_0 and Q4_0)");
             }
             skip(8);  // its offset: ggml's parser checks it
         }
@@ -403,17 +403,18 @@ static std::string shape_text(const int64_t * ne) {
     return s + "]";
 }
 
-void check_tensors(const vs_model & model, const std::vector<tensor_spec> & specs) {
+void check_tensors(const vs_model & model, const std::vector<tensor_spec> & specs, bool q4_0) {
     for (const auto & spec : specs) {
         const ggml_tensor * t = model.tensor(spec.name);
         if (!std::equal(spec.ne.begin(), spec.ne.end(), t->ne)) {
             model.bad("tensor '" + spec.name + "' is " + shape_text(t->ne) + "; the architecture needs " +
                       shape_text(spec.ne.data()));
         }
-        const bool reduced = t->type == GGML_TYPE_F16 || t->type == GGML_TYPE_Q8_0;
+        const bool reduced =
+            t->type == GGML_TYPE_F16 || t->type == GGML_TYPE_Q8_0 || (q4_0 && t->type == GGML_TYPE_Q4_0);
         if (t->type != GGML_TYPE_F32 && !(reduced && spec.reducible)) {
             model.bad("tensor '" + spec.name + "' is " + ggml_type_name(t->type) + "; the engine reads it as " +
-                      (spec.reducible ? "F32, F16 or Q8_0" : "F32"));
+                      (spec.reducible ? (q4_0 ? "F32, F16, Q8_0 or Q4_0" : "F32, F16 or Q8_0") : "F32"));
         }
     }
 }

@@ -830,13 +830,16 @@ def convert(
     checkpoint: Path, out_path: Path, *, variant: str = "turbo", weights: str = "f16", source: str = ""
 ) -> Path:
     """Write the Chatterbox ``variant`` whose official files are in folder ``checkpoint`` to
-    ``out_path`` with matrices in ``weights`` (f32, f16 or q8_0)."""
+    ``out_path`` with matrices in ``weights`` (f32, f16 or q8_0; q4_0: the token model's in Q4_0,
+    the rest in Q8_0)."""
     import gguf
 
     if variant not in VARIANTS:
         raise ConversionError(f"Chatterbox variant '{variant}' is not converted here; known: {', '.join(VARIANTS)}")
-    if weights not in WEIGHT_TYPES:
-        raise ConversionError(f"weight type '{weights}': one of {', '.join(WEIGHT_TYPES)}")
+    if weights not in (*WEIGHT_TYPES, "q4_0"):
+        raise ConversionError(f"weight type '{weights}': one of {', '.join(WEIGHT_TYPES)}, q4_0")
+    # Q4_0 is the token model's (as the seeds quantize it); S3Gen's matrices go in Q8_0 then.
+    rest = "q8_0" if weights == "q4_0" else weights
     path = Path(checkpoint) / T3_FILES[variant]
     if not path.is_file():
         raise ConversionError(f"'{checkpoint}' has no '{T3_FILES[variant]}' (Chatterbox-{variant}'s token model)")
@@ -919,12 +922,12 @@ def convert(
             else:
                 writer.add_uint32(p + "flow." + key, value)
         for name, (data, reduce) in flow.items():
-            add_weight(writer, name, data, weights, reduce=reduce)
+            add_weight(writer, name, data, rest, reduce=reduce)
         for key, value in S3TOK.items():
             writer.add_uint32(p + "s3tok." + key, value)
         writer.add_float32(p + "s3tok.rope_base", S3TOK_ROPE_BASE)
         for name, (data, reduce) in s3tok.items():
-            add_weight(writer, name, data, weights, reduce=reduce)
+            add_weight(writer, name, data, rest, reduce=reduce)
         for key, value in XVEC.items():
             if isinstance(value, list):
                 writer.add_array(p + "xvec." + key, value)

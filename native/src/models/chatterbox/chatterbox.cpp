@@ -7,7 +7,7 @@
 namespace vs {
 
 void chatterbox_validate(const vs_model & model) {
-    check_tensors(model, chatterbox::t3_layout(chatterbox::read_t3_hparams(model)));
+    check_tensors(model, chatterbox::t3_layout(chatterbox::read_t3_hparams(model)), true);
     check_tensors(model, chatterbox::hift_layout(chatterbox::read_hift_hparams(model)));
     check_tensors(model, chatterbox::flow_layout(chatterbox::read_flow_hparams(model)));
     check_tensors(model, chatterbox::s3tok_layout(chatterbox::read_s3tok_hparams(model)));
