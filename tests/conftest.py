@@ -1,7 +1,39 @@
+import functools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from app.engine.engine import Engine
 from app.models import manager as models
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _main_py(*args, env=None, check=True):
+    result = subprocess.run([sys.executable, str(ROOT / "main.py"), *args], capture_output=True, text=True, cwd=ROOT,
+                            env=env)  # fmt: skip
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+@pytest.fixture(scope="session")
+def cli():
+    """``cli(*args, env=None, check=True)``: runs ``python main.py *args`` in the repository and
+    returns its CompletedProcess (text), its exit status 0 asserted unless ``check`` is False."""
+    return _main_py
+
+
+@pytest.fixture
+def home_cli(tmp_path):
+    """``cli`` with a data folder and a settings folder of its own under tmp_path: nothing installed."""
+    return functools.partial(
+        _main_py,
+        env=dict(os.environ, VOICESTUDIO_DATA_DIR=str(tmp_path / "data"), VOICESTUDIO_CONFIG_DIR=str(tmp_path / "cfg")),
+    )
 
 
 @pytest.fixture(scope="session")

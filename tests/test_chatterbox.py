@@ -529,23 +529,75 @@ def test_text_is_spoken_chunk_by_chunk(t3):
         t3.synthesize("  ")
 
 
-def test_the_cli_installs_lists_speaks_and_benches_chatterbox(checkpoint, tmp_path):
+def test_speaking_in_one_call_is_generate_then_decode(t3):
+    """speak without streaming: the tokens generate draws, those S3Gen lacks dropped and three
+    silent ones appended, then decode, to the sample (in the stock voice)."""
+    ids = t3.text_chunks("Hello there.")[0]
+    tokens = t3.generate(ids, max_tokens=60, seed=4)
+    # Those past S3Gen's vocabulary (6561 codes) dropped, three of its S3GEN_SIL (4299) appended.
+    speech = np.concatenate([tokens[tokens < 6561], np.full(3, 4299)])
+    want = t3.decode(speech, seed=4)
+    stages = []
+    audio, drawn = t3.speak(ids, max_tokens=60, seed=4, on_stage=lambda s, c, ms: stages.append(s))
+    assert drawn == tokens.size
+    np.testing.assert_array_equal(audio, want)
+    assert stages == ["tokens", "encoder", "flow", "generator"]
+
+
+def test_streamed_speech_comes_in_pieces_while_the_tokens_are_drawn(t3):
+    """stream_tokens: S3Gen runs on the tokens drawn so far, its pieces out before the token
+    model's run ends; together as long as the one-shot audio, with no seam where they meet."""
+    from app.audio.dsp import log_mel_cosine
+
+    ids = t3.text_chunks("Hello there, this is one sentence spoken in pieces.")[0]
+    whole, n = t3.speak(ids, max_tokens=90, seed=5)
+    events = []
+    audio, drawn = t3.speak(
+        ids, max_tokens=90, seed=5, stream_tokens=15,
+        on_piece=lambda k, a: events.append(("piece", k, a.copy())),
+        on_stage=lambda s, c, ms: events.append(("stage", s, None)),
+    )  # fmt: skip
+    pieces = [a for kind, _, a in events if kind == "piece"]
+    assert [k for kind, k, _ in events if kind == "piece"] == list(range(len(pieces)))
+    # S3Gen ran after 15 and 45 tokens of 90 (the second run on twice as many more), and at the
+    # end: a piece each, the last frames of a run held back for the run after it.
+    assert len(pieces) == 3 and drawn == n == 90
+    # The first pieces came while the tokens were being drawn: before the token stage's end.
+    assert events.index(("stage", "tokens", None)) > [e[0] for e in events].index("piece")
+    np.testing.assert_array_equal(np.concatenate(pieces), audio)
+    assert audio.size == whole.size
+    assert log_mel_cosine(audio, whole, 24000) >= 0.99
+    # No seam: where two pieces meet, the step between samples is no larger than the one-shot
+    # audio's steps around the same place.
+    for b in np.cumsum([p.size for p in pieces])[:-1]:
+        assert abs(audio[b] - audio[b - 1]) <= 1.5 * np.abs(np.diff(whole[b - 240 : b + 240])).max()
+    # The same seed, the same pieces.
+    again, _ = t3.speak(ids, max_tokens=90, seed=5, stream_tokens=15)
+    np.testing.assert_array_equal(again, audio)
+
+
+def test_streaming_refuses_bad_input_and_can_be_cancelled(t3, voice):
+    ids = t3.text_chunks("Hello there.")[0]
+    with pytest.raises(InvalidArgumentError, match="stream_tokens must be 0"):
+        t3.speak(ids, stream_tokens=-1)
+    with pytest.raises(InvalidArgumentError, match="lack S3Gen's part"):
+        t3.speak(ids, Conditionals(voice.speaker_embedding, voice.prompt_tokens))
+    pieces = []
+    with pytest.raises(CancelledError):
+        t3.speak(ids, max_tokens=80, stream_tokens=15, on_piece=lambda k, a: pieces.append(k),
+                 cancelled=lambda: bool(pieces))  # fmt: skip
+    assert pieces == [0]  # cancelled inside the token run, after its first piece
+    # The context speaks on afterwards.
+    audio, _ = t3.speak(ids, max_tokens=20, seed=1)
+    assert audio.size > 0 and np.all(np.isfinite(audio))
+
+
+def test_the_cli_installs_lists_speaks_and_benches_chatterbox(checkpoint, tmp_path, home_cli):
     import json
-    import subprocess
-    import sys
 
     import soundfile
 
-    root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, VOICESTUDIO_DATA_DIR=str(tmp_path / "data"), VOICESTUDIO_CONFIG_DIR=str(tmp_path / "cfg"))
-
-    def run(*args, check=True):
-        result = subprocess.run(
-            [sys.executable, str(root / "main.py"), *args], capture_output=True, text=True, cwd=root, env=env
-        )
-        if check:
-            assert result.returncode == 0, result.stderr
-        return result
+    run = home_cli
 
     def listed():
         return {v["id"]: v for v in json.loads(run("voices", "--json").stdout)}["chatterbox-turbo:default"]
@@ -573,6 +625,12 @@ def test_the_cli_installs_lists_speaks_and_benches_chatterbox(checkpoint, tmp_pa
     stages = report["items"][0]["stages_ms"]
     assert list(stages) == ["tokens", "encoder", "flow", "generator"] and min(stages.values()) > 0
     assert report["total_audio_s"] > 0.5
+    # Streamed: the first audio before the whole (a run of at most 50 + 16 x 2 tokens).
+    run("bench", "--voice", "chatterbox-turbo:default", "--text-file", str(tmp_path / "lines.txt"), "--runs", "1",
+        "--warmup", "0", "--threads", "2", "--stream-tokens", "20",
+        "--json-out", str(tmp_path / "stream.json"))  # fmt: skip
+    item = json.loads((tmp_path / "stream.json").read_text())["items"][0]
+    assert 0 < item["first_audio_ms"] < item["compute_ms"]
 
 
 @pytest.mark.parametrize("clip", ["kokoro_jf_alpha", "kokoro_jm_kumo", "piper_joe"])
@@ -654,13 +712,13 @@ def test_text_tokens_to_audio_match_the_reference_end_to_end(t3, golden):
     """generate's path after the text: the reference's draws replaced by the most likely token and
     its noise by the same noise, T3 then S3Gen agree with the reference's chain."""
     from app.audio.dsp import log_mel_cosine
-    from app.engine import chatterbox as cb
 
     stock = stock_conditionals()
     voice = Conditionals(golden["speaker_emb"], golden["prompt_tokens"], stock.gen_prompt_tokens, stock.prompt_mel,
                          stock.xvector)  # fmt: skip
     tokens = t3.generate(golden["text_tokens"], voice, max_tokens=200, temperature=0)
-    speech = np.concatenate([tokens[tokens < cb.S3_VOCAB], np.full(cb.SILENCE_TOKENS, cb.SILENCE_TOKEN)])
+    # Those past S3Gen's vocabulary (6561 codes) dropped, three of its S3GEN_SIL (4299) appended.
+    speech = np.concatenate([tokens[tokens < 6561], np.full(3, 4299)])
     np.testing.assert_array_equal(speech, golden["e2e_speech"])
     audio = t3.decode(speech, voice, noise=golden["e2e_noise"], noise_scale=0)
     assert audio.shape == golden["e2e_audio"].shape

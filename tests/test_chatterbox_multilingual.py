@@ -158,8 +158,8 @@ def test_the_converter_refuses_turbos_decoder_as_multilinguals(checkpoint, tmp_p
 
 
 def test_the_text_front_end_gives_the_reference_tokenizers_ids(model, golden):
-    """mtl_tts.punc_norm, then MTLTokenizer: lower case, NFKD, Chinese as Cangjie codes, Korean as
-    jamo, the language's tag, [SPACE]; the grapheme BPE with its unknown token."""
+    """mtl_tts.punc_norm, then MTLTokenizer: lower case, NFKD (Korean syllables as jamo), Chinese
+    as Cangjie codes, the language's tag, [SPACE]; the grapheme BPE with its unknown token."""
     ids = np.split(golden["mtl_text_ids"], np.flatnonzero(golden["mtl_text_ids"] == -1) + 1)[:-1]
     langs, texts, normed = golden["mtl_text_lang"], golden["mtl_text_in"], golden["mtl_text_normed"]
     assert sorted(set(langs.tolist())) == model.languages
@@ -186,25 +186,22 @@ def test_text_to_speech_in_a_language(model):
     assert timings["n_chunks"] == len(chunks) == 1 and timings["n_tokens"] > 0
     assert set(timings["stages_ms"]) >= {"tokens", "encoder", "flow", "generator"}
     assert audio.dtype == np.float32 and np.isfinite(audio).all() and audio.size > 24000 * 0.5
+    # Streamed: S3Gen's guided flow on the tokens so far, its pieces as long as the whole together.
+    from app.audio.dsp import log_mel_cosine
+
+    pieces = []
+    streamed, t = model.synthesize("Guten Tag.", language="de", seed=3, stream_tokens=12,
+                                   on_chunk=lambda i, a: pieces.append(a))  # fmt: skip
+    assert len(pieces) >= 2 and t["n_tokens"] == timings["n_tokens"] and streamed.size == audio.size
+    assert log_mel_cosine(streamed, audio, 24000) >= 0.99
 
 
-def test_the_cli_installs_and_speaks_a_language(checkpoint, tmp_path):
+def test_the_cli_installs_and_speaks_a_language(checkpoint, tmp_path, home_cli):
     import json
-    import subprocess
-    import sys
 
     import soundfile
 
-    root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, VOICESTUDIO_DATA_DIR=str(tmp_path / "data"), VOICESTUDIO_CONFIG_DIR=str(tmp_path / "cfg"))
-
-    def run(*args, check=True):
-        result = subprocess.run(
-            [sys.executable, str(root / "main.py"), *args], capture_output=True, text=True, cwd=root, env=env
-        )
-        if check:
-            assert result.returncode == 0, result.stderr
-        return result
+    run = home_cli
 
     run("models", "install", "chatterbox", "--from", str(checkpoint), "--weights", "f16")
     info = {v["id"]: v for v in json.loads(run("voices", "--json").stdout)}["chatterbox:default"]
@@ -221,6 +218,8 @@ def test_other_voices_take_no_language_or_guidance(engine):
     for option in ({"language": "de"}, {"cfg_weight": 0.5}, {"exaggeration": 0.5}):
         with pytest.raises(InvalidArgumentError, match="speaks its own language"):
             engine.synthesize(text="Hi.", **option)
+    with pytest.raises(InvalidArgumentError, match="streams sentence by sentence, not by speech tokens"):
+        engine.synthesize(text="Hi.", stream_tokens=10)
 
 
 def test_conditionals_from_a_recording_follow_the_references_multilingual_steps(model, golden):

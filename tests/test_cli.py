@@ -12,14 +12,7 @@ import soundfile
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def cli(*args, check=True):
-    result = subprocess.run([sys.executable, str(ROOT / "main.py"), *args], capture_output=True, text=True, cwd=ROOT)
-    if check:
-        assert result.returncode == 0, result.stderr
-    return result
-
-
-def test_synth_writes_wav_and_timings(tmp_path, joe_path):
+def test_synth_writes_wav_and_timings(tmp_path, joe_path, cli):
     out, timings = tmp_path / "hello.wav", tmp_path / "t.json"
     cli("synth", "--voice", "piper:joe", "--text", "Hello.", "--out", str(out), "--device", "cpu",
         "--threads", "2", "--timings-json", str(timings))  # fmt: skip
@@ -30,18 +23,18 @@ def test_synth_writes_wav_and_timings(tmp_path, joe_path):
     assert report["device"] == "cpu" and report["threads"] == 2
 
 
-def test_synth_speed_shortens_audio(tmp_path, joe_path):
+def test_synth_speed_shortens_audio(tmp_path, joe_path, cli):
     normal, fast = tmp_path / "n.wav", tmp_path / "f.wav"
     cli("synth", "--phonemes", "ðɪs ɪz ɐ tˈɛst ʌv spˈiːd.", "--out", str(normal), "--noise-w", "0")
     cli("synth", "--phonemes", "ðɪs ɪz ɐ tˈɛst ʌv spˈiːd.", "--out", str(fast), "--noise-w", "0", "--speed", "2")
     assert soundfile.info(str(fast)).frames < 0.75 * soundfile.info(str(normal)).frames
 
 
-def test_print_phonemes(joe_path):
+def test_print_phonemes(joe_path, cli):
     assert "həlˈoʊ" in cli("synth", "--text", "Hello.", "--print-phonemes").stdout
 
 
-def test_errors_exit_nonzero_with_one_line(tmp_path, joe_path):
+def test_errors_exit_nonzero_with_one_line(tmp_path, joe_path, cli):
     for args in (
         ["synth", "--text", "", "--out", str(tmp_path / "x.wav")],
         ["synth", "--text", "hi", "--out", str(tmp_path / "x.wav"), "--device", "nope"],
@@ -54,7 +47,7 @@ def test_errors_exit_nonzero_with_one_line(tmp_path, joe_path):
     assert not (tmp_path / "x.wav").exists()
 
 
-def test_bench_compares_with_onnxruntime(tmp_path, joe_path):
+def test_bench_compares_with_onnxruntime(tmp_path, joe_path, cli):
     phonemes = tmp_path / "p.txt"
     phonemes.write_text("həlˈoʊ wˈɜːld.\nðə kwˈɪk bɹˈaʊn fˈɑːks.\n", encoding="utf-8")
     out = tmp_path / "bench.json"
@@ -80,7 +73,7 @@ def test_bench_compares_with_onnxruntime(tmp_path, joe_path):
     assert report["ratio"] == report["total_compute_ms"] / ref["total_compute_ms"]
 
 
-def test_bench_batches_count_sentences_not_lines(tmp_path, joe_path):
+def test_bench_batches_count_sentences_not_lines(tmp_path, joe_path, cli):
     """``--batch 2`` over a line of two sentences and a line of one: a call of the first two
     sentences, synthesized together, then one of the third."""
     text = tmp_path / "t.txt"
@@ -92,7 +85,7 @@ def test_bench_batches_count_sentences_not_lines(tmp_path, joe_path):
     assert [len(item["phonemes"].split("\n")) for item in items] == [2, 1]
 
 
-def test_bench_streams_times_engines_at_once(tmp_path, joe_path):
+def test_bench_streams_times_engines_at_once(tmp_path, joe_path, cli):
     """Two engines at once, each dividing its calls' batches of two between two workers."""
     phonemes = tmp_path / "p.txt"
     phonemes.write_text("həlˈoʊ wˈɜːld.\nðə kwˈɪk bɹˈaʊn fˈɑːks.\n", encoding="utf-8")
@@ -111,7 +104,7 @@ def test_bench_streams_times_engines_at_once(tmp_path, joe_path):
     assert "2 engines at once" in result.stdout
 
 
-def test_devices_and_voices_json(joe_path):
+def test_devices_and_voices_json(joe_path, cli):
     devices = json.loads(cli("devices", "--json").stdout)
     assert devices[0]["id"] == "cpu" or any(d["id"] == "cpu" for d in devices)
     assert {"id", "name", "description", "type", "memory_free", "memory_total"} <= set(devices[0])
@@ -162,7 +155,7 @@ def test_screenshot_with_an_unknown_device_fails_cleanly(tmp_path, joe_path):
 SPEAKER = ROOT / "tests" / "data" / "speaker"
 
 
-def test_embed_and_similarity(joe_path):
+def test_embed_and_similarity(joe_path, cli):
     out = json.loads(cli("embed", "--audio", str(SPEAKER / "piper_joe.flac"), "--json", "--threads", "2").stdout)
     assert len(out["embedding"]) == 256 and abs(sum(v * v for v in out["embedding"]) - 1.0) < 1e-4
     assert set(out["timings"]["stages_ms"]) == {"mel", "speaker"} and out["device"] == "cpu"
@@ -176,21 +169,15 @@ def test_embed_and_similarity(joe_path):
     assert bad.returncode == 1 and bad.stderr.startswith("error: README.md: not an audio file")
 
 
-def test_profile_commands_round_trip(tmp_path, joe_path):
+def test_profile_commands_round_trip(tmp_path, joe_path, cli):
     from app.models import manager as models
 
     data = tmp_path / "data"
     data.mkdir()
     (data / "models").symlink_to(models.paths.models_dir())
-    env = dict(os.environ, VOICESTUDIO_DATA_DIR=str(data))
 
     def run(*args, check=True):
-        result = subprocess.run(
-            [sys.executable, str(ROOT / "main.py"), *args], capture_output=True, text=True, cwd=ROOT, env=env
-        )
-        if check:
-            assert result.returncode == 0, result.stderr
-        return result
+        return cli(*args, check=check, env=dict(os.environ, VOICESTUDIO_DATA_DIR=str(data)))
 
     silent = tmp_path / "silent.wav"
     soundfile.write(silent, [0.0] * 48000 * 4, 48000)

@@ -40,10 +40,15 @@ def cmd_bench(args) -> int:
         chatterbox = engine.stages == STAGES_BY_FAMILY["chatterbox"]
         if chatterbox and (phonemes_input or args.compare or args.batch > 1 or args.streams > 1):
             raise VoiceStudioError("Chatterbox is benchmarked on text, one call a line, without --compare")
+        if args.stream_tokens and not chatterbox:
+            raise VoiceStudioError("--stream-tokens streams Chatterbox's speech tokens; other voices have none")
 
         def synthesize(item: str):
             if chatterbox:  # the same seed each run: the same tokens, so runs compare
-                return engine.synthesize(text=item, seed=0, **({"language": args.language} if args.language else {}))
+                options = {"language": args.language} if args.language else {}
+                if args.stream_tokens:
+                    options["stream_tokens"] = args.stream_tokens
+                return engine.synthesize(text=item, seed=0, **options)
             return engine.synthesize(phonemes=item, noise_scale=0.0, noise_w=0.0, batch=args.batch)
 
         # Both runtimes get identical phonemes: text is phonemized once, up front.

@@ -60,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_device_args(b)
     b.add_argument("--json-out", type=Path, required=True)
     b.add_argument("--language", help="Chatterbox Multilingual: the text's language code")
+    b.add_argument(
+        "--stream-tokens",
+        type=int,
+        default=0,
+        help="Chatterbox: run S3Gen while the speech tokens are drawn, the first audio after N tokens (0: off)",
+    )
     b.add_argument("--compare", choices=["onnxruntime"])
     b.add_argument(
         "--batch",

@@ -44,12 +44,6 @@ MTL_T3_PROMPT_S = 6
 MTL_T3_PROMPT_TOKENS = 150
 S3GEN_RATE = 24000
 S3_RATE = 16000
-# S3Gen's vocabulary (the S3 tokenizer's codes): T3's start and stop tokens lie past it.
-S3_VOCAB = 6561
-# What the reference appends to each run's tokens before S3Gen (S3GEN_SIL, three of them): a
-# silent ending.
-SILENCE_TOKEN = 4299
-SILENCE_TOKENS = 3
 # The guard against a run that never draws its stop token: at most this many speech tokens a
 # text token and a few more (about three times a normal speaking rate), and never more than the
 # reference's 1000 (40 s).
@@ -99,6 +93,30 @@ def split_text(text: str, max_chars: int = MAX_CHUNK_CHARS) -> list[str]:
         if sentence:
             out.append(sentence)
     return [s for s in out if s.strip(" .,;:!?-")]
+
+
+def _sampling(max_tokens, temperature, top_k, top_p, repetition_penalty, min_p, cfg_weight, exaggeration, seed) -> dict:
+    """The token model's run and sampling as the native call takes them (-1: the variant's
+    default), each checked."""
+    if not 1 <= max_tokens <= MAX_SPEECH_TOKENS:
+        raise InvalidArgumentError(f"max_tokens must be from 1 to {MAX_SPEECH_TOKENS}, not {max_tokens}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+        raise InvalidArgumentError(f"the seed must be a whole number from 0 to 2**64 - 1, not {seed!r}")
+    floats = {
+        "temperature": (temperature, 0.0, 10.0),
+        "top_p": (top_p, 0.0, 1.0),
+        "repetition_penalty": (repetition_penalty, 1e-3, 100.0),
+        "min_p": (min_p, 0.0, 1.0),
+        "cfg_weight": (cfg_weight, 0.0, 100.0),
+        "exaggeration": (exaggeration, 0.0, 100.0),
+    }
+    for name, (value, low, high) in floats.items():
+        if value is not None and not low <= value <= high:  # NaN fails too
+            raise InvalidArgumentError(f"{name} must be from {low} to {high}, not {value}")
+    if top_k is not None and top_k < 0:
+        raise InvalidArgumentError(f"top_k must be 0 (no limit) or more, not {top_k}")
+    args = {name: -1.0 if value is None else float(value) for name, (value, _, _) in floats.items()}
+    return args | {"max_tokens": max_tokens, "top_k": -1 if top_k is None else int(top_k), "seed": seed}
 
 
 @dataclass(frozen=True)
@@ -407,33 +425,17 @@ class ChatterboxModel:
         ``speech_tokens``: taken in place of the draws (teacher forcing); the logits at each
         speech position are then ``output("t3_logits")`` (with guidance, the unconditional
         sequence's ``output("t3_logits_uncond")``)."""
-        if not 1 <= max_tokens <= MAX_SPEECH_TOKENS:
-            raise InvalidArgumentError(f"max_tokens must be from 1 to {MAX_SPEECH_TOKENS}, not {max_tokens}")
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
-            raise InvalidArgumentError(f"the seed must be a whole number from 0 to 2**64 - 1, not {seed!r}")
-        checks = {"temperature": (temperature, 0.0, 10.0), "top_p": (top_p, 0.0, 1.0), "min_p": (min_p, 0.0, 1.0)}
-        checks["repetition_penalty"] = (repetition_penalty, 1e-3, 100.0)
-        checks["cfg_weight"] = (cfg_weight, 0.0, 100.0)
-        checks["exaggeration"] = (exaggeration, 0.0, 100.0)
-        for name, (value, low, high) in checks.items():
-            if value is not None and not low <= value <= high:  # NaN fails too
-                raise InvalidArgumentError(f"{name} must be from {low} to {high}, not {value}")
-        if top_k is not None and top_k < 0:
-            raise InvalidArgumentError(f"top_k must be 0 (no limit) or more, not {top_k}")
+        args = _sampling(
+            max_tokens, temperature, top_k, top_p, repetition_penalty, min_p, cfg_weight, exaggeration, seed
+        )
         forced = None if speech_tokens is None else np.ascontiguousarray(speech_tokens, dtype=np.int32).reshape(-1)
+        if forced is not None:
+            args["max_tokens"] = max(args["max_tokens"], len(forced))
         return self._context.generate_tokens(
             np.ascontiguousarray(text_tokens, dtype=np.int32).reshape(-1),
             None if voice is None else voice.speaker_embedding,
             None if voice is None else voice.prompt_tokens,
-            max_tokens=max(max_tokens, 0 if forced is None else len(forced)),
-            temperature=-1.0 if temperature is None else float(temperature),
-            top_k=-1 if top_k is None else int(top_k),
-            top_p=-1.0 if top_p is None else float(top_p),
-            repetition_penalty=-1.0 if repetition_penalty is None else float(repetition_penalty),
-            min_p=-1.0 if min_p is None else float(min_p),
-            cfg_weight=-1.0 if cfg_weight is None else float(cfg_weight),
-            exaggeration=-1.0 if exaggeration is None else float(exaggeration),
-            seed=seed,
+            **args,
             speech_tokens=forced,
             on_stage=on_stage,
             abort=cancelled,
@@ -479,6 +481,59 @@ class ChatterboxModel:
             abort=cancelled,
         )
 
+    def speak(
+        self,
+        text_tokens: np.ndarray,
+        voice: Conditionals | None = None,
+        *,
+        max_tokens: int = 1000,
+        stream_tokens: int = 0,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        repetition_penalty: float | None = None,
+        min_p: float | None = None,
+        cfg_weight: float | None = None,
+        exaggeration: float | None = None,
+        noise_scale: float | None = None,
+        seed: int = 0,
+        on_piece: Callable[[int, np.ndarray], None] | None = None,
+        on_stage: Callable[[str, int, float], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> tuple[np.ndarray, int]:
+        """24 kHz audio of one run of ``text_tokens`` in ``voice`` (None: the stock voice): speech
+        tokens drawn as ``generate`` draws them, those S3Gen lacks dropped and three silent ones
+        appended, then S3Gen as ``decode`` runs it (its vocoder's noise scaled by
+        ``noise_scale``), in one native call. With ``stream_tokens`` > 0, S3Gen runs while the
+        tokens are drawn: on the first ``stream_tokens``, then each time twice as many more have
+        come as the time before (at most eight times ``stream_tokens``), each run's flow
+        conditioned on the mel already made, and ``on_piece(k, audio)`` gets each piece of audio
+        as soon as it is made. 0: S3Gen once, on every token (the audio of ``generate`` then
+        ``decode``). Returns the audio and the number of speech tokens drawn."""
+        if voice is not None and not voice.speaks:
+            raise InvalidArgumentError("the voice's conditionals lack S3Gen's part (prompt mel and x-vector)")
+        if noise_scale is not None and not 0.0 <= noise_scale <= 10.0:
+            raise InvalidArgumentError(f"noise_scale must be from 0 to 10, not {noise_scale}")
+        if isinstance(stream_tokens, bool) or not isinstance(stream_tokens, int) or stream_tokens < 0:
+            raise InvalidArgumentError(f"stream_tokens must be 0 (no streaming) or more, not {stream_tokens!r}")
+        args = _sampling(
+            max_tokens, temperature, top_k, top_p, repetition_penalty, min_p, cfg_weight, exaggeration, seed
+        )
+        return self._context.speak_tokens(
+            np.ascontiguousarray(text_tokens, dtype=np.int32).reshape(-1),
+            None if voice is None else voice.speaker_embedding,
+            None if voice is None else voice.prompt_tokens,
+            None if voice is None else voice.gen_prompt_tokens,
+            None if voice is None else np.ascontiguousarray(voice.prompt_mel.T),
+            None if voice is None else voice.xvector,
+            stream_tokens=stream_tokens,
+            noise_scale=-1.0 if noise_scale is None else float(noise_scale),
+            on_stage=on_stage,
+            on_chunk=on_piece,
+            abort=cancelled,
+            **args,
+        )
+
     def synthesize(
         self,
         text: str,
@@ -494,30 +549,41 @@ class ChatterboxModel:
         exaggeration: float | None = None,
         noise_scale: float | None = None,
         seed: int = 0,
+        stream_tokens: int = 0,
         on_chunk: Callable[[int, np.ndarray], None] | None = None,
         on_stage: Callable[[str, int, float], None] | None = None,
         cancelled: Callable[[], bool] | None = None,
     ) -> tuple[np.ndarray, dict]:
         """24 kHz audio of ``text`` in ``voice`` (None: the stock voice), as the reference's
         ChatterboxTurboTTS.generate (Multilingual: ChatterboxMultilingualTTS.generate, in
-        ``language``, with its guidance and exaggeration) makes it, one chunk (a sentence; long ones cut) at a time:
-        its text normalized and tokenized, speech tokens drawn (as ``generate``; chunk i from
-        seed + i; a run without its stop token ends at about three times a normal speaking
-        length), the ones S3Gen lacks dropped and three silent ones appended, then S3Gen
-        (``decode``, its vocoder's noise scaled by ``noise_scale``). ``on_chunk(i, audio)`` gets
-        each chunk's audio as soon as it is made. Returns the audio and the timings summed over
-        the chunks (``stages_ms``, ``total_ms``, ``first_audio_ms``, ``n_chunks``, ``n_tokens``,
+        ``language``, with its guidance and exaggeration) makes it, one chunk (a sentence; long
+        ones cut) at a time: its text normalized and tokenized, then ``speak`` (chunk i from seed
+        + i; a run without its stop token ends at about three times a normal speaking length;
+        ``stream_tokens`` > 0: S3Gen streamed through the run). ``on_chunk(k, audio)`` gets each
+        piece of audio as soon as it is made (a chunk's, or with streaming a part of one),
+        numbered through the call. Returns the audio and the timings summed over the chunks
+        (``stages_ms``, ``total_ms``, ``first_audio_ms``, ``n_chunks``, ``n_tokens``,
         ``graphs_built``, ``graphs_reused``, ``captures_replayed``)."""
         t0 = time.perf_counter()
         chunks = self.text_chunks(text, language)
         stages: dict[str, float] = {}
         graphs = {"graphs_built": 0, "graphs_reused": 0, "captures_replayed": 0}
         first_audio_ms, n_tokens, pieces = 0.0, 0, []
+
+        def piece(_k: int, audio: np.ndarray) -> None:
+            nonlocal first_audio_ms
+            if not pieces:
+                first_audio_ms = (time.perf_counter() - t0) * 1000.0
+            if on_chunk is not None:
+                on_chunk(len(pieces), audio)
+            pieces.append(audio)
+
         for i, ids in enumerate(chunks):
-            speech = self.generate(
+            _, drawn = self.speak(
                 ids,
                 voice,
                 max_tokens=min(MAX_RUN_TOKENS, TOKENS_EXTRA + TOKENS_PER_TEXT_TOKEN * ids.size),
+                stream_tokens=stream_tokens,
                 temperature=temperature,
                 top_k=top_k,
                 top_p=top_p,
@@ -525,28 +591,14 @@ class ChatterboxModel:
                 min_p=min_p,
                 cfg_weight=cfg_weight,
                 exaggeration=exaggeration,
-                seed=(seed + i) % 2**64,
-                on_stage=None if on_stage is None else lambda s, _c, ms, i=i: on_stage(s, i, ms),
-                cancelled=cancelled,
-            )
-            self._add_stages(stages, graphs)
-            speech = speech[speech < S3_VOCAB]
-            n_tokens += speech.size
-            speech = np.concatenate([speech, np.full(SILENCE_TOKENS, SILENCE_TOKEN, np.int32)])
-            audio = self.decode(
-                speech,
-                voice,
                 noise_scale=noise_scale,
                 seed=(seed + i) % 2**64,
+                on_piece=piece,
                 on_stage=None if on_stage is None else lambda s, _c, ms, i=i: on_stage(s, i, ms),
                 cancelled=cancelled,
             )
             self._add_stages(stages, graphs)
-            if i == 0:
-                first_audio_ms = (time.perf_counter() - t0) * 1000.0
-            if on_chunk is not None:
-                on_chunk(i, audio)
-            pieces.append(audio)
+            n_tokens += drawn
         timings = {
             "stages_ms": stages,
             "total_ms": (time.perf_counter() - t0) * 1000.0,

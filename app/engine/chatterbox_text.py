@@ -1,7 +1,7 @@
 """Chatterbox Multilingual's text front end, as the reference (mtl_tts.py, MTLTokenizer) prepares
 text for its grapheme tokenizer: its punctuation normalisation, then lower case and Unicode's
-NFKD decomposition, Chinese characters as Cangjie codes, Korean syllables as their jamo, the
-language's tag in front, spaces as [SPACE].
+NFKD decomposition (which writes Korean syllables as their jamo), Chinese characters as Cangjie
+codes, the language's tag in front, spaces as [SPACE].
 
 The reference also passes Japanese through pykakasi (kanji to hiragana), Hebrew through Dicta's
 diacritizer, Russian through a stress marker and Chinese through pkuseg's word segmentation where
@@ -75,20 +75,6 @@ def check_language(language: str | None) -> str | None:
     return code
 
 
-def korean_jamo(text: str) -> str:
-    """Hangul syllables decomposed into their leading consonant, vowel and final jamo."""
-    out = []
-    for ch in text:
-        if "\uac00" <= ch <= "\ud7af":
-            base = ord(ch) - 0xAC00
-            out.append(chr(0x1100 + base // (21 * 28)) + chr(0x1161 + (base % (21 * 28)) // 28))
-            if base % 28:
-                out.append(chr(0x11A7 + base % 28))
-        else:
-            out.append(ch)
-    return "".join(out).strip()
-
-
 class Cangjie:
     """Chinese characters as their Cangjie codes ([cj_x] a letter, [cj_.] after each), from
     Cangjie5_TC.json's "character<TAB>code" entries; a character sharing its code with earlier
@@ -147,5 +133,5 @@ def prepare(text: str, language: str | None, cangjie: Cangjie | None = None) -> 
     if language == "zh" and cangjie is not None:
         text = cangjie(text)
     elif language == "ko":
-        text = korean_jamo(text)
+        text = text.strip()  # NFKD has already written its syllables as jamo, as the reference's step does
     return (f"[{language}]{text}" if language else text).replace(" ", SPACE)

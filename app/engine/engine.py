@@ -275,6 +275,7 @@ class Engine:
         language: str | None = None,
         cfg_weight: float | None = None,
         exaggeration: float | None = None,
+        stream_tokens: int = 0,
     ) -> Take:
         """``decoder_tile``: latent frames the vocoder decodes at once (0: the engine's default,
         about 3 s of audio; < 0: each sentence whole). Tiles overlap so the audio is the same.
@@ -284,7 +285,9 @@ class Engine:
         on a GPU Piper's sentences share each stage's graph; their audio arrives together);
         1 streams sentence by sentence. The audio is the same.
         Chatterbox Multilingual: ``language`` (its code: ``languages``), ``cfg_weight`` (its
-        guidance) and ``exaggeration`` (its emotion conditioning); None: its defaults."""
+        guidance) and ``exaggeration`` (its emotion conditioning); None: its defaults.
+        Chatterbox: ``stream_tokens`` > 0 runs S3Gen while the speech tokens are drawn, the first
+        piece of audio after that many tokens (ChatterboxModel.speak); 0: once a sentence."""
         if (text is None) == (phonemes is None):
             raise InvalidArgumentError("give either text or phonemes")
         source = text if text is not None else phonemes
@@ -301,8 +304,11 @@ class Engine:
                 on_stage,
                 on_chunk,
                 cancelled,
-                {"language": language, "cfg_weight": cfg_weight, "exaggeration": exaggeration},
-            )
+                {"language": language, "cfg_weight": cfg_weight, "exaggeration": exaggeration,
+                 "stream_tokens": stream_tokens},
+            )  # fmt: skip
+        if stream_tokens:
+            raise InvalidArgumentError(f"a {self._model.arch} voice streams sentence by sentence, not by speech tokens")
         if language is not None or cfg_weight is not None or exaggeration is not None:
             raise InvalidArgumentError(
                 f"a {self._model.arch} voice speaks its own language and has no guidance or exaggeration"

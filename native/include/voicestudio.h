@@ -403,6 +403,21 @@ VS_API int vs_vocode(vs_context * ctx, const float * mel, size_t n_frames, struc
 VS_API int vs_decode_tokens(vs_context * ctx, const int32_t * speech_tokens, size_t n_speech_tokens,
                             struct vs_synth_params params, vs_audio ** audio);
 
+// Chatterbox's token model and S3Gen in one call: speech tokens for `text_tokens` in the voice
+// of params.conditionals (both parts; NULL: the model's stock voice), drawn as vs_generate_tokens
+// draws them (at most max_tokens; their number to *n_tokens), those past S3Gen's vocabulary
+// dropped and three of its silence tokens appended, then S3Gen as vs_decode_tokens runs it; the
+// audio to *audio (freed by the caller). With stream_tokens > 0, S3Gen runs while the tokens
+// are drawn: on the first stream_tokens of them, then each time twice as many more have come
+// as the time before (at most eight times stream_tokens), its flow conditioned on the mel
+// already made, and params.on_chunk gets each piece of audio (chunk: the piece's index) as soon
+// as it is made; 0: S3Gen once, on every token (the audio of vs_generate_tokens, then
+// vs_decode_tokens, and one piece). Timings: stages tokens (the token model's own time),
+// encoder, flow and generator (all their runs); n_frames the mel's frames.
+VS_API int vs_speak_tokens(vs_context * ctx, const int32_t * text_tokens, size_t n_text_tokens,
+                           struct vs_synth_params params, size_t max_tokens, size_t stream_tokens, size_t * n_tokens,
+                           vs_audio ** audio);
+
 // Chatterbox's speech tokenizer (S3Gen's S3TokenizerV2): the speech tokens (0 to 6560, 25 a
 // second) of mono `samples` at 16 kHz (at most 60 s), at most max_tokens of them written to
 // `tokens`, their number to *n_tokens: what a voice's conditionals take as prompt tokens.

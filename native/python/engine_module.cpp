@@ -149,6 +149,15 @@ NB_MODULE(_engine, m) {
              "seed"_a = 0, "on_stage"_a = nb::none(), "abort"_a = nb::none(),
              "Chatterbox's S3Gen on speech tokens (its flow's mel, then its vocoder) in the voice of an x-vector, "
              "prompt tokens and prompt mel [frames, 80]: 24 kHz audio.")
+        .def("speak_tokens", &Context::speak_tokens, "text_tokens"_a, "speaker_embedding"_a = nb::none(),
+             "prompt_tokens"_a = nb::none(), "gen_prompt_tokens"_a = nb::none(), "prompt_mel"_a = nb::none(),
+             "xvector"_a = nb::none(), "max_tokens"_a = 1000, "stream_tokens"_a = 0, "temperature"_a = -1.0f,
+             "top_k"_a = -1, "top_p"_a = -1.0f, "repetition_penalty"_a = -1.0f, "min_p"_a = -1.0f,
+             "cfg_weight"_a = -1.0f, "exaggeration"_a = -1.0f, "noise_scale"_a = -1.0f, "seed"_a = 0,
+             "on_stage"_a = nb::none(), "on_chunk"_a = nb::none(), "abort"_a = nb::none(),
+             "Chatterbox's text tokens to 24 kHz audio in a voice (both parts of its conditionals, or none: the "
+             "stock voice), S3Gen streamed through the token model's run where stream_tokens > 0: (audio, speech "
+             "tokens drawn).")
         .def("speech_tokens", &Context::speech_tokens, "audio"_a, "max_tokens"_a = 1500,
              "Chatterbox's speech tokens (25 a second) of mono 16 kHz audio.")
         .def("xvector", &Context::xvector, "audio"_a, "size"_a = 192,

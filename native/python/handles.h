@@ -287,33 +287,15 @@ class Context {
                                  float exaggeration, uint64_t seed, std::optional<durations_array> speech_tokens,
                                  nb::object on_stage, nb::object abort) {
         vs_conditionals cond{};  // none given: the model's stock voice
-        if (speaker_embedding) {
-            cond.speaker_embedding = speaker_embedding->data();
-            if (prompt_tokens) {
-                cond.prompt_tokens   = prompt_tokens->data();
-                cond.n_prompt_tokens = prompt_tokens->shape(0);
-            }
-            const int size = vs_model_embedding_size(vs_context_model(get()));
-            if (size > 0 && speaker_embedding->shape(0) != (size_t) size) {
-                throw engine_error(VS_ERR_INVALID_ARG, "the speaker embedding has " +
-                                                           std::to_string(speaker_embedding->shape(0)) +
-                                                           " values; the model takes " + std::to_string(size));
-            }
-        }
+        t3_voice(cond, speaker_embedding, prompt_tokens);
         auto *      out = new int32_t[std::max<size_t>(max_tokens, 1)];
         nb::capsule owner(out, [](void * ptr) noexcept { delete[] (int32_t *) ptr; });
         size_t      n = 0;
         run(-1.0f, -1.0f, -1.0f, seed, on_stage, nb::none(), abort, 0, std::nullopt, std::nullopt, std::nullopt, 1,
             [&](vs_context * c, const vs_synth_params & base) {
-                vs_synth_params p    = base;
-                p.conditionals       = speaker_embedding ? &cond : nullptr;
-                p.temperature        = temperature;
-                p.top_k              = top_k;
-                p.top_p              = top_p;
-                p.repetition_penalty = repetition_penalty;
-                p.min_p              = min_p;
-                p.cfg_weight         = cfg_weight;
-                p.exaggeration       = exaggeration;
+                vs_synth_params p = base;
+                p.conditionals    = speaker_embedding ? &cond : nullptr;
+                sampling(p, temperature, top_k, top_p, repetition_penalty, min_p, cfg_weight, exaggeration);
                 if (speech_tokens) {
                     p.speech_tokens   = speech_tokens->data();
                     p.n_speech_tokens = speech_tokens->shape(0);
@@ -397,25 +379,7 @@ class Context {
                               std::optional<mel_array> noise, float noise_scale, uint64_t seed, nb::object on_stage,
                               nb::object abort) {
         vs_conditionals cond{};  // no x-vector given: the model's stock voice
-        if (xvector) {
-            cond.xvector   = xvector->data();
-            cond.n_xvector = xvector->shape(0);
-            if (prompt_tokens) {
-                cond.gen_prompt_tokens   = prompt_tokens->data();
-                cond.n_gen_prompt_tokens = prompt_tokens->shape(0);
-            }
-            if (prompt_mel) {
-                if (prompt_mel->shape(1) != 80) {
-                    throw engine_error(VS_ERR_INVALID_ARG, "the prompt's mel has " +
-                                                               std::to_string(prompt_mel->shape(1)) +
-                                                               " bands a frame; S3Gen's have 80");
-                }
-                cond.prompt_mel      = prompt_mel->data();
-                cond.n_prompt_frames = prompt_mel->shape(0);
-            }
-        } else if (prompt_tokens || prompt_mel) {
-            throw engine_error(VS_ERR_INVALID_ARG, "S3Gen's prompt tokens and mel need the voice's x-vector too");
-        }
+        s3gen_voice(cond, prompt_tokens, prompt_mel, xvector);
         if (noise && noise->shape(1) != 80) {
             throw engine_error(VS_ERR_INVALID_ARG, "the flow noise has " + std::to_string(noise->shape(1)) +
                                                        " bands a frame; S3Gen's have 80");
@@ -437,6 +401,36 @@ class Context {
         return to_array(std::move(out));
     }
 
+    nb::tuple speak_tokens(durations_array text_tokens, std::optional<vector_array> speaker_embedding,
+                           std::optional<durations_array> prompt_tokens,
+                           std::optional<durations_array> gen_prompt_tokens, std::optional<mel_array> prompt_mel,
+                           std::optional<vector_array> xvector, size_t max_tokens, size_t stream_tokens,
+                           float temperature, int top_k, float top_p, float repetition_penalty, float min_p,
+                           float cfg_weight, float exaggeration, float noise_scale, uint64_t seed, nb::object on_stage,
+                           nb::object on_chunk, nb::object abort) {
+        vs_conditionals cond{};  // none given: the model's stock voice
+        if (speaker_embedding.has_value() != xvector.has_value()) {
+            throw engine_error(VS_ERR_INVALID_ARG,
+                               "a voice's conditionals for speech need both parts: the token model's and S3Gen's");
+        }
+        t3_voice(cond, speaker_embedding, prompt_tokens);
+        s3gen_voice(cond, gen_prompt_tokens, prompt_mel, xvector);
+        audio_ptr out;
+        size_t    n = 0;
+        run(noise_scale, -1.0f, -1.0f, seed, on_stage, on_chunk, abort, 0, std::nullopt, std::nullopt, std::nullopt, 1,
+            [&](vs_context * c, const vs_synth_params & base) {
+                vs_synth_params p = base;
+                p.conditionals    = xvector ? &cond : nullptr;
+                sampling(p, temperature, top_k, top_p, repetition_penalty, min_p, cfg_weight, exaggeration);
+                vs_audio * a = nullptr;
+                const int  status =
+                    vs_speak_tokens(c, text_tokens.data(), text_tokens.shape(0), p, max_tokens, stream_tokens, &n, &a);
+                out.reset(a);
+                return status;
+            });
+        return nb::make_tuple(to_array(std::move(out)), n);
+    }
+
     audio_array embed(nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> audio) {
         busy_guard   busy = guard();
         vs_context * c    = get();
@@ -453,6 +447,61 @@ class Context {
         nb::capsule owner(out, [](void * p) noexcept { delete[] (float *) p; });
         check(status);
         return audio_array(out, { (size_t) size }, owner);
+    }
+
+    // The token model's part of a voice's conditionals: its speaker embedding and prompt tokens.
+    void t3_voice(vs_conditionals & cond, const std::optional<vector_array> & speaker_embedding,
+                  const std::optional<durations_array> & prompt_tokens) {
+        if (!speaker_embedding) {
+            return;
+        }
+        cond.speaker_embedding = speaker_embedding->data();
+        if (prompt_tokens) {
+            cond.prompt_tokens   = prompt_tokens->data();
+            cond.n_prompt_tokens = prompt_tokens->shape(0);
+        }
+        const int size = vs_model_embedding_size(vs_context_model(get()));
+        if (size > 0 && speaker_embedding->shape(0) != (size_t) size) {
+            throw engine_error(VS_ERR_INVALID_ARG, "the speaker embedding has " +
+                                                       std::to_string(speaker_embedding->shape(0)) +
+                                                       " values; the model takes " + std::to_string(size));
+        }
+    }
+
+    // S3Gen's part: its prompt tokens, prompt mel [frames, 80] and x-vector.
+    static void s3gen_voice(vs_conditionals & cond, const std::optional<durations_array> & prompt_tokens,
+                            const std::optional<mel_array> & prompt_mel, const std::optional<vector_array> & xvector) {
+        if (!xvector) {
+            if (prompt_tokens || prompt_mel) {
+                throw engine_error(VS_ERR_INVALID_ARG, "S3Gen's prompt tokens and mel need the voice's x-vector too");
+            }
+            return;
+        }
+        cond.xvector   = xvector->data();
+        cond.n_xvector = xvector->shape(0);
+        if (prompt_tokens) {
+            cond.gen_prompt_tokens   = prompt_tokens->data();
+            cond.n_gen_prompt_tokens = prompt_tokens->shape(0);
+        }
+        if (prompt_mel) {
+            if (prompt_mel->shape(1) != 80) {
+                throw engine_error(VS_ERR_INVALID_ARG, "the prompt's mel has " + std::to_string(prompt_mel->shape(1)) +
+                                                           " bands a frame; S3Gen's have 80");
+            }
+            cond.prompt_mel      = prompt_mel->data();
+            cond.n_prompt_frames = prompt_mel->shape(0);
+        }
+    }
+
+    static void sampling(vs_synth_params & p, float temperature, int top_k, float top_p, float repetition_penalty,
+                         float min_p, float cfg_weight, float exaggeration) {
+        p.temperature        = temperature;
+        p.top_k              = top_k;
+        p.top_p              = top_p;
+        p.repetition_penalty = repetition_penalty;
+        p.min_p              = min_p;
+        p.cfg_weight         = cfg_weight;
+        p.exaggeration       = exaggeration;
     }
 
     // Builds a synthesis's parameters and callbacks, runs `call` with the GIL released and

@@ -430,6 +430,39 @@ int vs_generate_tokens(vs_context * ctx, const int32_t * text_tokens, size_t n_t
     });
 }
 
+int vs_speak_tokens(vs_context * ctx, const int32_t * text_tokens, size_t n_text_tokens, struct vs_synth_params params,
+                    size_t max_tokens, size_t stream_tokens, size_t * n_tokens, vs_audio ** audio) {
+    if (ctx) {
+        ctx->clear_results();
+    }
+    return vs::guarded([&] {
+        if (!ctx || (!text_tokens && n_text_tokens) || !n_tokens || !audio) {
+            throw vs::error(VS_ERR_INVALID_ARG, "vs_speak_tokens: ctx, text_tokens, n_tokens and audio are required");
+        }
+        *audio    = nullptr;
+        *n_tokens = 0;
+        if (ctx->model->arch != "chatterbox") {
+            throw vs::error(VS_ERR_INVALID_ARG,
+                            "'" + ctx->model->path + "' is a " + ctx->model->arch + " model, which has no token model");
+        }
+        if (params.speech_tokens || params.flow_noise || params.f0) {
+            throw vs::error(VS_ERR_INVALID_ARG,
+                            "vs_speak_tokens draws its own tokens and noise: no speech_tokens, "
+                            "flow_noise or f0");
+        }
+        const auto              t0 = std::chrono::steady_clock::now();
+        vs_context::active_call call(ctx, &params);
+        auto                    out = std::make_unique<vs_audio>();
+        out->samples     = vs::chatterbox_speak(*ctx, std::vector<int32_t>(text_tokens, text_tokens + n_text_tokens),
+                                                params, max_tokens, stream_tokens, *n_tokens);
+        out->sample_rate = ctx->model->sample_rate;
+        ctx->timings.n_chunks  = 1;
+        ctx->timings.n_samples = (int64_t) out->samples.size();
+        ctx->timings.total_ms  = vs::ms_since(t0);
+        *audio                 = out.release();
+    });
+}
+
 int vs_vocode(vs_context * ctx, const float * mel, size_t n_frames, struct vs_synth_params params, vs_audio ** audio) {
     if (ctx) {
         ctx->clear_results();

@@ -339,14 +339,19 @@ struct vs_context {
     void keep_output_on_device(const std::string & name, const void * src, int64_t rows, int64_t cols);
 
     // Runs one stage of one chunk: polls abort first, adds its milliseconds to the
-    // timings and reports them through the synthesis's on_stage.
+    // timings and reports them through the synthesis's on_stage. A stage run inside another
+    // (S3Gen on the tokens drawn so far, inside the token model's) counts as its own only.
+    double nested_ms = 0.0;  // of the stages run inside the one running
     template <typename F>
     void timed_stage(int stage, int chunk, const vs_synth_params & p, F && fn) {
         check_abort();
-        const auto t0 = std::chrono::steady_clock::now();
+        const auto   t0    = std::chrono::steady_clock::now();
+        const double outer = nested_ms;
+        nested_ms          = 0.0;
         try {
             fn();
         } catch (...) {
+            nested_ms = outer;
             try {
                 drain();  // nothing of the stage's left running
             } catch (...) {
@@ -354,7 +359,9 @@ struct vs_context {
             throw;
         }
         drain();
-        const double ms = vs::ms_since(t0);
+        const double total = vs::ms_since(t0);
+        const double ms    = total - nested_ms;  // less the stages run inside it
+        nested_ms          = outer + total;
         timings.stage_ms[stage] += ms;
         if (p.on_stage) {
             p.on_stage(stage, chunk, ms, p.on_stage_user_data);
@@ -443,10 +450,16 @@ std::vector<float> chatterbox_prompt_mel(vs_context & ctx, const float * samples
 int64_t chatterbox_speaker_size(const vs_model & model);
 // A few tokens of a short text in a voice of zeros (vs_context::prewarm).
 void chatterbox_prewarm(vs_context & ctx);
-// Chatterbox's speech tokens for text tokens (vs_generate_tokens).
+// Chatterbox's speech tokens for text tokens (vs_generate_tokens); `on_token`, where given, gets
+// the tokens so far after each one drawn.
 std::vector<int32_t> chatterbox_generate(vs_context & ctx, const std::vector<int32_t> & text, const vs_synth_params & p,
-                                         size_t max_tokens);
-int64_t              ge2e_embedding_size(const vs_model & model);
+                                         size_t                                                    max_tokens,
+                                         const std::function<void(const std::vector<int32_t> &)> & on_token = {});
+// Chatterbox's text tokens to audio, S3Gen streamed through the token model's run where
+// stream_tokens > 0 (vs_speak_tokens); n_tokens: the speech tokens drawn.
+std::vector<float> chatterbox_speak(vs_context & ctx, const std::vector<int32_t> & text, const vs_synth_params & p,
+                                    size_t max_tokens, size_t stream_tokens, size_t & n_tokens);
+int64_t            ge2e_embedding_size(const vs_model & model);
 // Utterance embedding (L2-normalized) of mono audio at the model's sample rate.
 std::vector<float> ge2e_embed(vs_context & ctx, const float * samples, size_t n_samples);
 

@@ -144,6 +144,7 @@ struct vs_model {
     std::map<ggml_backend_dev_t, std::unique_ptr<vs::derived_weights>> derived;
 
     ggml_tensor *            tensor(const std::string & name) const;  // throws if absent
+    bool                     has(const std::string & key) const;      // a metadata key
     uint32_t                 u32(const std::string & key) const;
     float                    f32(const std::string & key) const;
     std::vector<int32_t>     i32_array(const std::string & key) const;

@@ -314,6 +314,10 @@ static int64_t require_key(const vs_model & m, const std::string & key) {
     return id;
 }
 
+bool vs_model::has(const std::string & key) const {
+    return gguf_find_key(meta.get(), key.c_str()) >= 0;
+}
+
 uint32_t vs_model::u32(const std::string & key) const {
     int64_t id = require_key(*this, key);
     if (gguf_get_kv_type(meta.get(), id) != GGUF_TYPE_UINT32) {

@@ -250,6 +250,35 @@ def s3gen(ckpt: Path):
     return s3.eval()
 
 
+def record_flow(s3, tokens: np.ndarray, gen: dict, noise: np.ndarray, velocity=lambda v: v[0].numpy()):
+    """S3Gen.flow_inference on ``tokens`` with ``noise`` as its starting noise; the mel, and the
+    encoder's output and each solver step's velocity (``velocity`` of the estimator's batch) seen
+    on the way."""
+    mu, velocities = [], []
+    hook = s3.flow.encoder_proj.register_forward_hook(lambda m, i, o: mu.append(o[0].T.numpy()))
+    estimator = s3.flow.decoder.estimator
+    forward = estimator.forward  # called directly by the solver, so no hook sees it
+
+    def record(*args, **kwargs):
+        v = forward(*args, **kwargs)
+        velocities.append(velocity(v))
+        return v
+
+    def randn(*shape, **kwargs):  # the noise of the new frames, which Turbo's flow_inference draws
+        return torch.from_numpy(noise[:, noise.shape[1] - shape[-1] :].copy())[None]
+
+    estimator.forward = record
+    saved = torch.randn_like, torch.randn
+    torch.randn_like, torch.randn = (lambda x: torch.from_numpy(noise.copy())[None].to(x.dtype)), randn
+    try:
+        mel = s3.flow_inference(torch.from_numpy(tokens)[None], ref_dict=dict(gen), finalize=True)
+    finally:
+        torch.randn_like, torch.randn = saved
+        hook.remove()
+        estimator.forward = forward
+    return mel, mu, velocities
+
+
 @torch.inference_mode()
 def flow_golden(ckpt: Path) -> dict[str, np.ndarray]:
     from chatterbox.models.s3gen import hifigan
@@ -263,31 +292,13 @@ def flow_golden(ckpt: Path) -> dict[str, np.ndarray]:
     noise = rng.standard_normal((80, frames)).astype(np.float32)
     out = {"flow_tokens": tokens.astype(np.int32), "flow_noise": noise}
 
-    mu, velocities = [], []
-    hook = s3.flow.encoder_proj.register_forward_hook(lambda m, i, o: mu.append(o[0].T.numpy()))
-    estimator = s3.flow.decoder.estimator
-    forward = estimator.forward  # called directly by the solver, so no hook sees it
-
-    def record(*args, **kwargs):
-        v = forward(*args, **kwargs)
-        velocities.append(v[0].numpy())
-        return v
-
-    estimator.forward = record
-    randn_like = torch.randn_like
-    torch.randn_like = lambda x: torch.from_numpy(noise)[None].to(x.dtype)
-    try:
-        mel = s3.flow_inference(torch.from_numpy(tokens)[None], ref_dict=dict(gen), finalize=True)
-    finally:
-        torch.randn_like = randn_like
-        hook.remove()
-        estimator.forward = forward
+    mel, mu, velocities = record_flow(s3, tokens, gen, noise)
     out["flow_mu"] = mu[0]
     for i, v in enumerate(velocities):
         out[f"flow_v.{i}"] = v
     out["flow_mel"] = mel[0].numpy()
 
-    uniform = hifigan.Uniform
+    randn_like, uniform = torch.randn_like, hifigan.Uniform
     torch.randn_like, hifigan.Uniform = torch.zeros_like, _NoPhase
     try:
         wav, _ = s3.hift_inference(mel)
@@ -531,23 +542,8 @@ def flow_multilingual_golden(ckpt: Path) -> dict[str, np.ndarray]:
     frames = 2 * (gen["prompt_token"].shape[1] + tokens.size)
     noise = rng.standard_normal((80, frames)).astype(np.float32)
     out = {"mtl_flow_tokens": tokens.astype(np.int32), "mtl_flow_noise": noise}
-    velocities = []
-    estimator = s3.flow.decoder.estimator
-    forward = estimator.forward
-
-    def record(*args, **kwargs):
-        v = forward(*args, **kwargs)  # the conditional and the unconditional estimate
-        velocities.append((1.0 + 0.7) * v[0].numpy() - 0.7 * v[1].numpy())
-        return v
-
-    estimator.forward = record
-    randn_like = torch.randn_like
-    torch.randn_like = lambda x: torch.from_numpy(noise)[None].to(x.dtype)
-    try:
-        mel = s3.flow_inference(torch.from_numpy(tokens)[None], ref_dict=dict(gen), finalize=True)
-    finally:
-        torch.randn_like = randn_like
-        estimator.forward = forward
+    # The estimator's batch: the conditional and the unconditional estimate, guided by 0.7.
+    mel, _, velocities = record_flow(s3, tokens, gen, noise, lambda v: 1.7 * v[0].numpy() - 0.7 * v[1].numpy())
     for i, v in enumerate(velocities):
         out[f"mtl_flow_v.{i}"] = v
     out["mtl_flow_mel"] = mel[0].numpy()

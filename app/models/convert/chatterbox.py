@@ -419,6 +419,7 @@ FLOW = {
     "n_layer": 6,
     "n_up_layer": 4,
     "lookahead": 3,
+    "silence_token": 4299,  # S3GEN_SIL: three of them close each run of tokens, a silent ending
     "token_mel_ratio": 2,
     "n_mels": 80,
     "xvector": 192,

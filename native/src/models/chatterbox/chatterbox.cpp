@@ -59,136 +59,231 @@ void check_recording(const float * samples, size_t n, int64_t rate, const char *
 
 // S3Token2Wav's fade-in against spillover from the prompt: the first 20 ms silent, the next
 // 20 ms rising as half a cosine.
-void trim_fade(std::vector<float> & audio, int64_t sample_rate) {
+// `first`: the audio's first sample's place in the whole.
+void trim_fade(std::vector<float> & audio, int64_t sample_rate, int64_t first) {
     const int64_t n = sample_rate / 50;
-    for (int64_t i = 0; i < 2 * n && i < (int64_t) audio.size(); ++i) {
+    for (int64_t i = first; i < 2 * n && i - first < (int64_t) audio.size(); ++i) {
         const float ramp =
             i < n ? 0.0f : (std::cos((float) M_PI - (float) (i - n) * ((float) M_PI / (float) (n - 1))) + 1.0f) * 0.5f;
-        audio[(size_t) i] *= ramp;
+        audio[(size_t) (i - first)] *= ramp;
     }
 }
 
 }  // namespace
 
 std::vector<float> chatterbox_decode(vs_context & c, const std::vector<int32_t> & tokens, const vs_synth_params & p) {
-    const chatterbox::flow_hparams h = chatterbox::read_flow_hparams(*c.model);
-    const int64_t                  M = h.n_mels;
-    if (tokens.empty()) {
+    chatterbox::s3gen_stream stream(c, p);
+    std::vector<float>       audio = stream.feed(tokens, true);
+    c.timings.n_frames             = (int32_t) stream.frames();
+    return audio;
+}
+
+namespace chatterbox {
+
+s3gen_stream::s3gen_stream(vs_context & c, const vs_synth_params & p) :
+    c_(c), p_(p), h_(read_flow_hparams(*c.model)), vh_(read_hift_hparams(*c.model)) {
+    const int64_t M = h_.n_mels;
+    // The voice: the conditionals' S3Gen part, or the stock voice's.
+    if (const vs_conditionals * cond = p.conditionals) {
+        if (!cond->xvector) {
+            throw error(VS_ERR_INVALID_ARG, "the conditionals have no x-vector (S3Gen's speaker embedding)");
+        }
+        if ((int64_t) cond->n_xvector != h_.xvector) {
+            throw error(VS_ERR_INVALID_ARG, "the x-vector has " + std::to_string(cond->n_xvector) +
+                                                " values; the model takes " + std::to_string(h_.xvector));
+        }
+        if ((cond->n_gen_prompt_tokens && !cond->gen_prompt_tokens) || (cond->n_prompt_frames && !cond->prompt_mel)) {
+            throw error(VS_ERR_INVALID_ARG, "the conditionals count S3Gen prompt tokens or mel frames but hold none");
+        }
+        prompt_.assign(cond->gen_prompt_tokens, cond->gen_prompt_tokens + cond->n_gen_prompt_tokens);
+        prompt_mel_.assign(cond->prompt_mel, cond->prompt_mel + cond->n_prompt_frames * (size_t) M);
+        xvector_.assign(cond->xvector, cond->xvector + h_.xvector);
+    } else {
+        prompt_     = stock_ids(*c.model, "voice.gen_prompt_tokens");
+        prompt_mel_ = stock_values(*c.model, "voice.prompt_feat");
+        xvector_    = stock_values(*c.model, "voice.xvector");
+        if ((int64_t) xvector_.size() != h_.xvector || prompt_mel_.size() % (size_t) M) {
+            c.model->bad("its stock voice's S3Gen conditionals are not of the flow's sizes");
+        }
+    }
+    prompt_frames_  = (int64_t) (prompt_mel_.size() / (size_t) M);
+    const int64_t P = (int64_t) prompt_.size(), R = h_.token_mel_ratio;
+    if (prompt_frames_ != R * P && prompt_frames_ != R * P + 1) {
+        throw error(VS_ERR_INVALID_ARG, "the prompt's mel has " + std::to_string(prompt_frames_) + " frames for " +
+                                            std::to_string(P) + " prompt tokens: two a token (or one more)");
+    }
+    double norm = 0.0;
+    for (float v : xvector_) {
+        if (!std::isfinite(v)) {
+            throw error(VS_ERR_INVALID_ARG, "the x-vector holds a NaN or infinite value");
+        }
+        norm += (double) v * v;
+    }
+    for (float v : prompt_mel_) {
+        if (!std::isfinite(v)) {
+            throw error(VS_ERR_INVALID_ARG, "the prompt's mel holds a NaN or infinite value");
+        }
+    }
+    for (float & v : xvector_) {  // F.normalize
+        v = (float) (v / std::max(std::sqrt(norm), 1e-12));
+    }
+    if (!(p.noise_scale < 0.0f) && !(p.noise_scale <= 10.0f)) {
+        throw error(VS_ERR_INVALID_ARG, "noise_scale must be at most 10");
+    }
+}
+
+std::vector<float> s3gen_stream::feed(const std::vector<int32_t> & tokens, bool final) {
+    if (ended_) {
+        throw error(VS_ERR_INVALID_ARG, "S3Gen's stream has had its final feed");
+    }
+    if ((int64_t) tokens.size() < tokens_done_) {
+        throw error(VS_ERR_INVALID_ARG, "a stream's tokens only grow");
+    }
+    if (final && tokens.empty()) {
         throw error(VS_ERR_INVALID_ARG, "no speech tokens to decode");
     }
     if (tokens.size() > 15000) {  // 10 minutes
         throw error(VS_ERR_INVALID_ARG,
                     std::to_string(tokens.size()) + " speech tokens: at most 15000 (10 minutes) a call");
     }
-    // The voice: the conditionals' S3Gen part, or the stock voice's.
-    std::vector<int32_t> prompt;
-    std::vector<float>   prompt_mel, xvector;
-    if (const vs_conditionals * cond = p.conditionals) {
-        if (!cond->xvector) {
-            throw error(VS_ERR_INVALID_ARG, "the conditionals have no x-vector (S3Gen's speaker embedding)");
-        }
-        if ((int64_t) cond->n_xvector != h.xvector) {
-            throw error(VS_ERR_INVALID_ARG, "the x-vector has " + std::to_string(cond->n_xvector) +
-                                                " values; the model takes " + std::to_string(h.xvector));
-        }
-        if ((cond->n_gen_prompt_tokens && !cond->gen_prompt_tokens) || (cond->n_prompt_frames && !cond->prompt_mel)) {
-            throw error(VS_ERR_INVALID_ARG, "the conditionals count S3Gen prompt tokens or mel frames but hold none");
-        }
-        prompt.assign(cond->gen_prompt_tokens, cond->gen_prompt_tokens + cond->n_gen_prompt_tokens);
-        prompt_mel.assign(cond->prompt_mel, cond->prompt_mel + cond->n_prompt_frames * (size_t) M);
-        xvector.assign(cond->xvector, cond->xvector + h.xvector);
-    } else {
-        prompt     = stock_ids(*c.model, "voice.gen_prompt_tokens");
-        prompt_mel = stock_values(*c.model, "voice.prompt_feat");
-        xvector    = stock_values(*c.model, "voice.xvector");
-        if ((int64_t) xvector.size() != h.xvector || prompt_mel.size() % (size_t) M) {
-            c.model->bad("its stock voice's S3Gen conditionals are not of the flow's sizes");
+    for (int32_t id : tokens) {
+        if (id < 0 || id >= h_.vocab) {
+            throw error(VS_ERR_INVALID_ARG, "speech token " + std::to_string(id) + " is not one of the flow's 0 to " +
+                                                std::to_string(h_.vocab - 1));
         }
     }
-    const int64_t n_prompt_frames = (int64_t) (prompt_mel.size() / (size_t) M);
-    const int64_t P = (int64_t) prompt.size(), N = (int64_t) tokens.size();
-    if (n_prompt_frames != h.token_mel_ratio * P && n_prompt_frames != h.token_mel_ratio * P + 1) {
-        throw error(VS_ERR_INVALID_ARG, "the prompt's mel has " + std::to_string(n_prompt_frames) + " frames for " +
-                                            std::to_string(P) + " prompt tokens: two a token (or one more)");
+    const int64_t hold = final ? 0 : h_.lookahead;
+    if ((int64_t) tokens.size() - hold > tokens_done_ || (final && (int64_t) tokens.size() > tokens_done_)) {
+        flow(tokens, final);
     }
-    double norm = 0.0;
-    for (float v : xvector) {
-        if (!std::isfinite(v)) {
-            throw error(VS_ERR_INVALID_ARG, "the x-vector holds a NaN or infinite value");
-        }
-        norm += (double) v * v;
+    ended_ = final;
+    return vocode(final);
+}
+
+void s3gen_stream::flow(const std::vector<int32_t> & tokens, bool final) {
+    const int64_t M = h_.n_mels, R = h_.token_mel_ratio, P = (int64_t) prompt_.size(), N = (int64_t) tokens.size();
+    const bool    first = tokens_done_ == 0;
+    const int64_t off   = prompt_frames_ - R * P;  // the prompt's extra frame overlays the first speech frame
+    // The window: the prompt, the context (its frames pinned as made), the new tokens; the
+    // decoder stops short of the held-back tokens' frames.
+    const int64_t ctx = first ? 0 : std::min(context_tokens, tokens_done_ - off);
+    const int64_t w0 = tokens_done_ - ctx, lead = first ? prompt_frames_ : R * P, pinned = R * ctx;
+    const int64_t T = R * (P + N - w0), hold = final ? 0 : h_.lookahead, Tv = T - R * hold;
+    if (p_.flow_noise && !(first && final)) {
+        throw error(VS_ERR_INVALID_ARG, "flow noise is given for one decode of every token, not for a stream");
     }
-    for (float v : prompt_mel) {
-        if (!std::isfinite(v)) {
-            throw error(VS_ERR_INVALID_ARG, "the prompt's mel holds a NaN or infinite value");
-        }
-    }
-    for (float & v : xvector) {  // F.normalize
-        v = (float) (v / std::max(std::sqrt(norm), 1e-12));
-    }
-    const int64_t T = h.token_mel_ratio * (P + N);
-    if (p.flow_noise && p.n_flow_noise != (size_t) (T * M)) {
-        throw error(VS_ERR_INVALID_ARG, "flow noise of " + std::to_string(p.n_flow_noise) + " values; " +
+    if (p_.flow_noise && p_.n_flow_noise != (size_t) (T * M)) {
+        throw error(VS_ERR_INVALID_ARG, "flow noise of " + std::to_string(p_.n_flow_noise) + " values; " +
                                             std::to_string(T) + " frames of " + std::to_string(M) + " take " +
                                             std::to_string(T * M));
     }
-
-    std::vector<int32_t> ids(prompt);
-    ids.insert(ids.end(), tokens.begin(), tokens.end());
+    std::vector<int32_t> ids(prompt_);
+    ids.insert(ids.end(), tokens.begin() + w0, tokens.end());
     std::vector<float> mu;
-    c.timed_stage(VS_STAGE_ENCODER, 0, p, [&] { mu = chatterbox::flow_encode(c, h, ids); });
-    c.set_output("flow_mu", mu, T, M);
+    c_.timed_stage(VS_STAGE_ENCODER, 0, p_, [&] { mu = flow_encode(c_, h_, ids); });
+    mu.resize((size_t) (Tv * M));
+    c_.set_output("flow_mu", mu, Tv, M);
 
-    std::vector<float> x((size_t) (T * M)), cond((size_t) (T * M), 0.0f);
-    std::copy(prompt_mel.begin(), prompt_mel.end(), cond.begin());
-    if (p.flow_noise) {
-        std::copy(p.flow_noise, p.flow_noise + T * M, x.begin());
+    std::vector<float> x((size_t) (Tv * M)), cond((size_t) (Tv * M), 0.0f);
+    std::copy(prompt_mel_.begin(), prompt_mel_.begin() + lead * M, cond.begin());
+    std::copy(mel_.end() - pinned * M, mel_.end(), cond.begin() + lead * M);
+    if (p_.flow_noise) {
+        std::copy(p_.flow_noise, p_.flow_noise + T * M, x.begin());
         for (float v : x) {
             if (!std::isfinite(v)) {
                 throw error(VS_ERR_INVALID_ARG, "the flow noise holds a NaN or infinite value");
             }
         }
-    } else {
-        for (int64_t i = 0; i < T * M; i += 2) {
-            float a, b;
-            gaussian_pair(p.seed ^ 0xf10e5eedull, (uint64_t) (i / 2), 1.0f, a, b);
-            x[(size_t) i] = a;
-            if (i + 1 < T * M) {
-                x[(size_t) i + 1] = b;
+    } else {  // a frame's noise is the same in every window that holds it
+        for (int64_t w = 0; w < Tv; ++w) {
+            const int64_t frame = w + (w >= R * P ? R * w0 : 0);
+            for (int64_t b = 0; b < M; b += 2) {
+                float n0, n1;
+                gaussian_pair(p_.seed ^ 0xf10e5eedull, (uint64_t) ((frame * M + b) / 2), 1.0f, n0, n1);
+                x[(size_t) (w * M + b)] = n0;
+                if (b + 1 < M) {
+                    x[(size_t) (w * M + b + 1)] = n1;
+                }
             }
         }
     }
     // Euler steps from 0 to 1: mean flow over a linear span; else over a cosine one
     // (1 - cos(pi s / 2)), each velocity guided: (1 + rate) v - rate v_uncond.
     auto at = [&](int64_t s) {
-        const float u = (float) s / (float) h.steps;
-        return h.meanflow ? u : 1.0f - std::cos(u * 0.5f * (float) M_PI);
+        const float u = (float) s / (float) h_.steps;
+        return h_.meanflow ? u : 1.0f - std::cos(u * 0.5f * (float) M_PI);
     };
-    c.timed_stage(VS_STAGE_FLOW, 0, p, [&] {
-        for (int64_t s = 0; s < h.steps; ++s) {
-            c.check_abort();
+    c_.timed_stage(VS_STAGE_FLOW, 0, p_, [&] {
+        for (int64_t s = 0; s < h_.steps; ++s) {
+            c_.check_abort();
             const float        t = at(s), r = at(s + 1);
-            std::vector<float> v = chatterbox::flow_velocity(c, h, x, mu, xvector, cond, t, r);
-            if (h.cfg_rate > 0.0f) {
-                const std::vector<float> u = chatterbox::flow_velocity(c, h, x, mu, xvector, cond, t, r, true);
+            std::vector<float> v = flow_velocity(c_, h_, x, mu, xvector_, cond, t, r);
+            if (h_.cfg_rate > 0.0f) {
+                const std::vector<float> u = flow_velocity(c_, h_, x, mu, xvector_, cond, t, r, true);
                 for (size_t i = 0; i < v.size(); ++i) {
-                    v[i] = (1.0f + h.cfg_rate) * v[i] - h.cfg_rate * u[i];
+                    v[i] = (1.0f + h_.cfg_rate) * v[i] - h_.cfg_rate * u[i];
                 }
             }
             for (size_t i = 0; i < x.size(); ++i) {
                 x[i] += (r - t) * v[i];
             }
-            c.set_output("flow_v." + std::to_string(s), std::move(v), T, M);
+            c_.set_output("flow_v." + std::to_string(s), std::move(v), Tv, M);
         }
     });
-    const int64_t      F = T - n_prompt_frames;
-    std::vector<float> mel(x.begin() + n_prompt_frames * M, x.end());
-    std::vector<float> audio = chatterbox_vocode(c, mel.data(), (size_t) F, p);
-    c.set_output("mel", std::move(mel), F, M);
-    trim_fade(audio, c.model->sample_rate);
-    c.timings.n_frames = (int32_t) F;
+    mel_.insert(mel_.end(), x.begin() + (lead + pinned) * M, x.end());
+    tokens_done_ = N - hold;
+    c_.set_output("mel", mel_, (int64_t) (mel_.size() / (size_t) M), M);
+}
+
+std::vector<float> s3gen_stream::vocode(bool final) {
+    const int64_t M = h_.n_mels, E = (int64_t) (mel_.size() / (size_t) M), per = hift_samples_per_frame(vh_);
+    const int64_t end = final ? E : std::max(vocoded_, E - hold_frames);
+    if (end <= vocoded_) {
+        return {};
+    }
+    if (E > 30000) {  // 10 minutes
+        throw error(VS_ERR_INVALID_ARG, std::to_string(E) + " mel frames: at most 30000 (10 minutes) a call");
+    }
+    const int64_t start = std::max<int64_t>(0, vocoded_ - context_frames), T = E - start;
+    if (p_.f0 && !(start == 0 && final && (int64_t) p_.n_f0 == E)) {
+        throw error(VS_ERR_INVALID_ARG, std::to_string(p_.n_f0) + " F0 values for " + std::to_string(E) + " frames");
+    }
+    const float        noise = p_.noise_scale < 0.0f ? 1.0f : p_.noise_scale;
+    const float *      mel   = mel_.data() + start * M;
+    std::vector<float> audio, f0;
+    c_.timed_stage(VS_STAGE_GENERATOR, 0, p_, [&] {
+        f0 = p_.f0 ? std::vector<float>(p_.f0, p_.f0 + E) : hift_f0(c_, vh_, mel, T);
+        // The excitation: the context's as made, the new frames' going on from it, the held-back
+        // ones' provisionally (made again with the frames after them).
+        std::vector<float> source(source_.end() - (vocoded_ - start) * per, source_.end());
+        std::vector<float> made =
+            hift_source(c_, vh_, std::vector<float>(f0.begin() + (vocoded_ - start), f0.begin() + (end - start)), noise,
+                        p_.seed, &source_state_);
+        source.insert(source.end(), made.begin(), made.end());
+        source_.insert(source_.end(), made.begin(), made.end());
+        c_.set_output("source", made, (int64_t) made.size(), 1);
+        if (end < E) {
+            source_state       ahead = source_state_;
+            std::vector<float> more =
+                hift_source(c_, vh_, std::vector<float>(f0.begin() + (end - start), f0.end()), noise, p_.seed, &ahead);
+            source.insert(source.end(), more.begin(), more.end());
+        }
+        c_.check_abort();
+        std::vector<float> window = hift_vocode(c_, vh_, mel, T, source);
+        audio.assign(window.begin() + (vocoded_ - start) * per, window.begin() + (end - start) * per);
+    });
+    if (source_.size() > (size_t) (context_frames * per)) {
+        source_.erase(source_.begin(), source_.end() - context_frames * per);
+    }
+    c_.set_output("f0", std::vector<float>(f0.begin() + (vocoded_ - start), f0.begin() + (end - start)), end - vocoded_,
+                  1);
+    trim_fade(audio, c_.model->sample_rate, samples_);
+    vocoded_ = end;
+    samples_ += (int64_t) audio.size();
     return audio;
 }
+
+}  // namespace chatterbox
 
 std::vector<int32_t> chatterbox_speech_tokens(vs_context & c, const float * samples, size_t n_samples,
                                               const vs_synth_params & p) {
@@ -262,7 +357,7 @@ std::unique_ptr<model_state> make_chatterbox_state(const vs_model & model) {
 }
 
 std::vector<int32_t> chatterbox_generate(vs_context & c, const std::vector<int32_t> & text, const vs_synth_params & p,
-                                         size_t max_tokens) {
+                                         size_t max_tokens, const chatterbox::token_callback & on_token) {
     const vs_conditionals * cond = p.conditionals;
     std::vector<float>      stock_speaker;
     std::vector<int32_t>    stock_prompt;
@@ -286,7 +381,54 @@ std::vector<int32_t> chatterbox_generate(vs_context & c, const std::vector<int32
     }
     const std::vector<int32_t> prompt(cond->prompt_tokens, cond->prompt_tokens + cond->n_prompt_tokens);
     auto *                     state = static_cast<chatterbox::t3_state *>(c.state.get());
-    return state->generate(c, text, cond->speaker_embedding, prompt, p, max_tokens);
+    return state->generate(c, text, cond->speaker_embedding, prompt, p, max_tokens, on_token);
+}
+
+std::vector<float> chatterbox_speak(vs_context & c, const std::vector<int32_t> & text, const vs_synth_params & p,
+                                    size_t max_tokens, size_t stream_tokens, size_t & n_tokens) {
+    const auto                     t0 = std::chrono::steady_clock::now();
+    const chatterbox::flow_hparams h  = chatterbox::read_flow_hparams(*c.model);
+    chatterbox::s3gen_stream       stream(c, p);  // the voice checked before any token is drawn
+    std::vector<float>             audio;
+    int                            piece = 0;
+    auto                           emit  = [&](const std::vector<float> & a) {
+        if (!a.empty()) {
+            if (piece == 0) {
+                c.timings.first_audio_ms = ms_since(t0);
+            }
+            audio.insert(audio.end(), a.begin(), a.end());
+            if (p.on_chunk) {
+                p.on_chunk(piece, a.data(), a.size(), p.on_chunk_user_data);
+            }
+            ++piece;
+        }
+    };
+    // The tokens S3Gen speaks: those past its vocabulary (the token model's own) dropped.
+    std::vector<int32_t> speech;
+    size_t               next = stream_tokens, step = stream_tokens;
+    auto                 on_token = [&](const std::vector<int32_t> & tokens) {
+        if (tokens.back() < h.vocab) {
+            speech.push_back(tokens.back());
+        }
+        if (speech.size() >= next) {  // each piece twice the last, up to eight times the first
+            emit(stream.feed(speech, false));
+            step = std::min(2 * step, 8 * stream_tokens);
+            next = speech.size() + step;
+        }
+    };
+    const std::vector<int32_t> tokens =
+        chatterbox_generate(c, text, p, max_tokens, stream_tokens ? chatterbox::token_callback(on_token) : nullptr);
+    n_tokens = tokens.size();
+    speech.clear();
+    for (int32_t t : tokens) {
+        if (t < h.vocab) {
+            speech.push_back(t);
+        }
+    }
+    speech.insert(speech.end(), 3, (int32_t) h.silence_token);
+    emit(stream.feed(speech, true));
+    c.timings.n_frames = (int32_t) stream.frames();
+    return audio;
 }
 
 void chatterbox_prewarm(vs_context & c) {

@@ -4,12 +4,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "../../vs-context.h"
 
 namespace vs::chatterbox {
+
+using token_callback = std::function<void(const std::vector<int32_t> & tokens)>;
 
 struct t3_hparams {
     std::string variant;   // "turbo" or "multilingual"
@@ -113,10 +116,17 @@ int64_t                  hift_samples_per_frame(const hift_hparams & h);
 std::vector<int64_t> hift_source_strides(const hift_hparams & h);
 // F0 in Hz [T] of a mel [n_mels, T] (its F0 predictor).
 std::vector<float> hift_f0(vs_context & c, const hift_hparams & h, const float * mel, int64_t T);
+// The excitation's running state through the pieces of one stream: each harmonic's cycles so
+// far and the samples made, so that a piece's sines and noise go on from the last piece's.
+struct source_state {
+    std::vector<double> cycles;
+    int64_t             samples = 0;
+};
 // The neural source filter's excitation, hift_samples_per_frame samples a frame of f0: its
-// harmonics' sines where voiced, noise (times noise_scale; 0: none, and no random phases).
+// harmonics' sines where voiced, noise (times noise_scale; 0: none, and no random phases); from
+// `state` and advancing it where given, else from the start.
 std::vector<float> hift_source(vs_context & c, const hift_hparams & h, const std::vector<float> & f0, float noise_scale,
-                               uint64_t seed);
+                               uint64_t seed, source_state * state = nullptr);
 // Audio of a mel [n_mels, T] and its source.
 std::vector<float> hift_vocode(vs_context & c, const hift_hparams & h, const float * mel, int64_t T,
                                const std::vector<float> & source);
@@ -124,6 +134,7 @@ std::vector<float> hift_vocode(vs_context & c, const hift_hparams & h, const flo
 // S3Gen's flow (flow.cpp): speech tokens to a mel.
 struct flow_hparams {
     int64_t vocab = 0, n_embd = 0, n_head = 0, ffn = 0, n_layer = 0, n_up_layer = 0, lookahead = 0;
+    int64_t silence_token   = 0;  // what closes a run of tokens, three times: a silent ending
     int64_t token_mel_ratio = 2, n_mels = 80, xvector = 0;
     int64_t dec_channels = 0, dec_n_head = 0, dec_head_dim = 0, dec_n_tfm = 0, dec_n_mid = 0;
     int64_t dec_time_embed = 0, dec_time_sinusoid = 0;
@@ -146,6 +157,42 @@ std::vector<float> flow_encode(vs_context & c, const flow_hparams & h, const std
 std::vector<float> flow_velocity(vs_context & c, const flow_hparams & h, const std::vector<float> & state,
                                  const std::vector<float> & mu, const std::vector<float> & spk,
                                  const std::vector<float> & cond, float t, float r, bool uncond = false);
+
+// S3Gen on a run of speech tokens as it grows (chatterbox.cpp): each feed, given every token so
+// far, returns the audio that follows the earlier feeds'. A feed runs the flow over the voice's
+// prompt, the last `context_tokens` tokens already spoken (their mel as its condition, as the
+// prompt's is) and the new ones, the last `lookahead` of which only a final feed finishes (the
+// reference's finalize: their frames wait for the tokens after them); then the vocoder over the
+// new frames after `context_frames` already vocoded, its excitation going on from theirs, the
+// last `hold_frames` waiting for the frames after them. One final feed of every token is
+// vs_decode_tokens.
+class s3gen_stream {
+  public:
+    static constexpr int64_t context_tokens = 25, context_frames = 24, hold_frames = 16;
+
+    s3gen_stream(vs_context & c, const vs_synth_params & p);
+    std::vector<float> feed(const std::vector<int32_t> & tokens, bool final);
+
+    int64_t tokens_done() const { return tokens_done_; }  // tokens whose frames are made
+    int64_t frames() const { return (int64_t) (mel_.size() / (size_t) h_.n_mels); }
+
+  private:
+    void               flow(const std::vector<int32_t> & tokens, bool final);
+    std::vector<float> vocode(bool final);
+
+    vs_context &            c_;
+    const vs_synth_params & p_;
+    flow_hparams            h_;
+    hift_hparams            vh_;
+    std::vector<int32_t>    prompt_;
+    std::vector<float>      prompt_mel_, xvector_;  // [frames, n_mels]; normalized
+    int64_t                 prompt_frames_ = 0;
+    std::vector<float>      mel_;  // the speech's frames made [frames, n_mels]
+    int64_t                 tokens_done_ = 0, vocoded_ = 0, samples_ = 0;
+    std::vector<float>      source_;  // the excitation of the last context_frames vocoded
+    source_state            source_state_;
+    bool                    ended_ = false;
+};
 
 // S3Gen's speech tokenizer (s3tok.cpp): 16 kHz audio to speech tokens.
 struct s3tok_hparams {
@@ -188,8 +235,10 @@ class t3_state : public model_state {
     // position are left in output "t3_logits" (Llama with guidance: the unconditional
     // sequence's in "t3_logits_uncond"). At most `max_tokens` tokens; the stop token ends the
     // run and is not returned. Llama leaves the alignment guard's rows in "t3_alignment".
+    // `on_token`, where given, is called with the tokens so far after each one drawn.
     std::vector<int32_t> generate(vs_context & c, const std::vector<int32_t> & text, const float * speaker,
-                                  const std::vector<int32_t> & prompt, const vs_synth_params & p, size_t max_tokens);
+                                  const std::vector<int32_t> & prompt, const vs_synth_params & p, size_t max_tokens,
+                                  const token_callback & on_token = {});
 
   private:
     struct step_out {

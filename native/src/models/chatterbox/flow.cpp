@@ -22,6 +22,8 @@ flow_hparams read_flow_hparams(const vs_model & m) {
     h.n_layer           = m.u32_in(k + "n_layer", 0, 64);
     h.n_up_layer        = m.u32_in(k + "n_up_layer", 0, 64);
     h.lookahead         = m.u32_in(k + "lookahead", 0, 64);
+    // Files converted before the key was written hold the reference's S3GEN_SIL.
+    h.silence_token     = m.has(k + "silence_token") ? m.u32_in(k + "silence_token", 0, h.vocab - 1) : 4299;
     h.token_mel_ratio   = m.u32_in(k + "token_mel_ratio", 1, 8);
     h.n_mels            = m.u32_in(k + "n_mels", 1, 512);
     h.xvector           = m.u32_in(k + "xvector", 1, 4096);

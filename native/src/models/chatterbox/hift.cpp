@@ -165,15 +165,16 @@ std::vector<float> hift_f0(vs_context & c, const hift_hparams & h, const float *
 }
 
 std::vector<float> hift_source(vs_context & c, const hift_hparams & h, const std::vector<float> & f0, float noise_scale,
-                               uint64_t seed) {
+                               uint64_t seed, source_state * state) {
     const int64_t            per = hift_samples_per_frame(h), L = (int64_t) f0.size() * per, H = h.harmonics + 1;
-    const std::vector<float> w = host_floats(c.model->tensor("hift.m_source.l_linear.weight"));
-    const float              b = host_floats(c.model->tensor("hift.m_source.l_linear.bias"))[0];
+    const int64_t            first = state ? state->samples : 0;
+    const std::vector<float> w     = host_floats(c.model->tensor("hift.m_source.l_linear.weight"));
+    const float              b     = host_floats(c.model->tensor("hift.m_source.l_linear.bias"))[0];
     // SineGen: per harmonic, the running sum of f0 (i + 1) / sr (summed in double, as PyTorch's
     // cumsum on the CPU does), its fraction, a phase: harmonic 0 none, the others uniform in
     // [-pi, pi) from the seed (none without noise); voiced samples (f0 > the threshold) the
     // sine, unvoiced ones noise of a third of its amplitude, voiced ones noise of nsf_sigma.
-    std::vector<double> cum((size_t) H, 0.0);
+    std::vector<double> cum = state && !state->cycles.empty() ? state->cycles : std::vector<double>((size_t) H, 0.0);
     std::vector<float>  phase((size_t) H, 0.0f);
     if (noise_scale > 0.0f) {
         for (int64_t i = 1; i < H; ++i) {
@@ -196,12 +197,16 @@ std::vector<float> hift_source(vs_context & c, const hift_hparams & h, const std
             float       v      = voiced ? h.nsf_alpha * std::sin(two_pi * frac + phase[(size_t) i]) : 0.0f;
             if (noise_scale > 0.0f) {
                 float n0, n1;
-                gaussian_pair(seed, (uint64_t) (j * H + i), 1.0f, n0, n1);
+                gaussian_pair(seed, (uint64_t) ((first + j) * H + i), 1.0f, n0, n1);
                 v += noise_scale * amp * n0;
             }
             acc += w[(size_t) i] * v;
         }
         src[(size_t) j] = std::tanh(acc);
+    }
+    if (state) {
+        state->cycles = std::move(cum);
+        state->samples += L;
     }
     return src;
 }

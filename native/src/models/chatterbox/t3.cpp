@@ -10,14 +10,6 @@
 
 namespace vs::chatterbox {
 
-namespace {
-
-bool has_key(const vs_model & m, const std::string & key) {
-    return gguf_find_key(m.meta.get(), key.c_str()) >= 0;
-}
-
-}  // namespace
-
 t3_hparams read_t3_hparams(const vs_model & m) {
     t3_hparams h;
     h.variant = m.strings.count("chatterbox.variant") ? m.strings.at("chatterbox.variant") : "";
@@ -71,7 +63,7 @@ t3_hparams read_t3_hparams(const vs_model & m) {
     }
     // The variant's sampling defaults.
     const std::string d = k + "default.";
-    if (has_key(m, d + "temperature")) {
+    if (m.has(d + "temperature")) {
         h.temperature        = m.f32_in(d + "temperature", 0.0f, 10.0f);
         h.top_p              = m.f32_in(d + "top_p", 0.0f, 1.0f);
         h.min_p              = m.f32_in(d + "min_p", 0.0f, 1.0f);
@@ -461,7 +453,7 @@ void alignment_guard::step(std::vector<float> rows, int32_t last, std::vector<fl
 
 std::vector<int32_t> t3_state::generate(vs_context & c, const std::vector<int32_t> & text_ids, const float * speaker,
                                         const std::vector<int32_t> & prompt, const vs_synth_params & p,
-                                        size_t max_tokens) {
+                                        size_t max_tokens, const token_callback & on_token) {
     const int64_t Vs    = h_.speech_vocab;
     const bool    llama = h_.llama();
     if (text_ids.empty()) {
@@ -608,6 +600,9 @@ std::vector<int32_t> t3_state::generate(vs_context & c, const std::vector<int32_
                 break;
             }
             out.push_back(tok);
+            if (on_token) {
+                on_token(out);
+            }
             if (out.size() == max_tokens) {
                 break;
             }

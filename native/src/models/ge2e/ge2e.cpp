@@ -26,10 +26,6 @@ struct ge2e_hparams {
     float trim_top_db = 0.0f;
 };
 
-bool has_key(const vs_model & m, const std::string & key) {
-    return gguf_find_key(m.meta.get(), key.c_str()) >= 0;
-}
-
 ge2e_hparams read_hparams(const vs_model & m) {
     ge2e_hparams      h;
     const bool        ve = m.arch == "chatterbox";
@@ -44,21 +40,21 @@ ge2e_hparams read_hparams(const vs_model & m) {
     h.hidden             = m.u32_in(k + "hidden", 1, 4096);
     h.partial_rate       = m.f32_in(k + "partial_rate", 1e-3f, 1e3f);
     h.min_coverage       = m.f32_in(k + "min_coverage", 1e-3f, 1.0f);
-    if (has_key(m, k + "pad")) {
+    if (m.has(k + "pad")) {
         const std::string pad = m.strings.count(k + "pad") ? m.strings.at(k + "pad") : "";
         if (pad != "zeros" && pad != "reflect") {
             m.bad("metadata '" + k + "pad' is '" + pad + "'; one of zeros, reflect");
         }
         h.reflect = pad == "reflect";
     }
-    if (has_key(m, k + "partials")) {
+    if (m.has(k + "partials")) {
         const std::string cut = m.strings.count(k + "partials") ? m.strings.at(k + "partials") : "";
         if (cut != "resemblyzer" && cut != "chatterbox") {
             m.bad("metadata '" + k + "partials' is '" + cut + "'; one of resemblyzer, chatterbox");
         }
         h.ve_partials = cut == "chatterbox";
     }
-    if (has_key(m, k + "trim_top_db")) {
+    if (m.has(k + "trim_top_db")) {
         h.trim_top_db = m.f32_in(k + "trim_top_db", 0.0f, 200.0f);
     }
     return h;
