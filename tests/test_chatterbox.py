@@ -576,6 +576,28 @@ def test_streamed_speech_comes_in_pieces_while_the_tokens_are_drawn(t3):
     np.testing.assert_array_equal(again, audio)
 
 
+def test_several_runs_at_once_draw_what_each_draws_alone(t3):
+    """speak_many: the token model's steps for three texts of different lengths in one graph a
+    step; each run's tokens are those it draws alone with its seed, and its audio S3Gen's of them."""
+    texts = [t3.text_chunks(t)[0] for t in ("Hello there.", "A longer sentence than the first one.", "Fine!")]
+    runs = list(zip(texts, (40, 25, 33), (7, 8, 9), strict=True))
+    alone = [t3.speak(ids, max_tokens=limit, seed=seed) for ids, limit, seed in runs]
+    heard = []
+    together = t3.speak_many(texts, max_tokens=[40, 25, 33], seeds=[7, 8, 9], on_audio=lambda i, a: heard.append(i))
+    assert [n for _, n in together] == [n for _, n in alone] == [40, 25, 33]
+    for (audio, _), (want, _) in zip(together, alone, strict=True):
+        np.testing.assert_array_equal(audio, want)
+    assert heard == [0, 1, 2]
+    timings = t3.timings()
+    assert timings["chunks"] == 3 and timings["stages_ms"]["tokens"] > 0
+    # synthesize in batches of two: the same audio as one chunk at a time.
+    text = "Hello there. Fine! One more."
+    one, t1 = t3.synthesize(text, seed=3)
+    two, t2 = t3.synthesize(text, seed=3, batch=2)
+    np.testing.assert_array_equal(one, two)
+    assert t1["n_tokens"] == t2["n_tokens"] and t2["n_chunks"] == 3
+
+
 def test_streaming_refuses_bad_input_and_can_be_cancelled(t3, voice):
     ids = t3.text_chunks("Hello there.")[0]
     with pytest.raises(InvalidArgumentError, match="stream_tokens must be 0"):

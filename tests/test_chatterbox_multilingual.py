@@ -194,6 +194,13 @@ def test_text_to_speech_in_a_language(model):
                                    on_chunk=lambda i, a: pieces.append(a))  # fmt: skip
     assert len(pieces) >= 2 and t["n_tokens"] == timings["n_tokens"] and streamed.size == audio.size
     assert log_mel_cosine(streamed, audio, 24000) >= 0.99
+    # Two runs at once, guided (a pair of sequences each) and guarded: what each gives alone.
+    texts = [model.encode("Guten Tag.", "de"), model.encode("Bonjour à tous, mes amis.", "fr")]
+    alone = [model.speak(ids, max_tokens=20, seed=s) for ids, s in zip(texts, (4, 5), strict=True)]
+    together = model.speak_many(texts, max_tokens=20, seeds=[4, 5])
+    for (a, n), (want, m) in zip(together, alone, strict=True):
+        assert n == m
+        np.testing.assert_array_equal(a, want)
 
 
 def test_the_cli_installs_and_speaks_a_language(checkpoint, tmp_path, home_cli):

@@ -38,7 +38,7 @@ def cmd_bench(args) -> int:
     with engine:
         # Chatterbox reads text (its comparison with the reference: tools/chatterbox/bench_*.py).
         chatterbox = engine.stages == STAGES_BY_FAMILY["chatterbox"]
-        if chatterbox and (phonemes_input or args.compare or args.batch > 1 or args.streams > 1):
+        if chatterbox and (phonemes_input or args.compare or args.streams > 1):
             raise VoiceStudioError("Chatterbox is benchmarked on text, one call a line, without --compare")
         if args.stream_tokens and not chatterbox:
             raise VoiceStudioError("--stream-tokens streams Chatterbox's speech tokens; other voices have none")
@@ -46,6 +46,7 @@ def cmd_bench(args) -> int:
         def synthesize(item: str):
             if chatterbox:  # the same seed each run: the same tokens, so runs compare
                 options = {"language": args.language} if args.language else {}
+                options["batch"] = args.batch
                 if args.stream_tokens:
                     options["stream_tokens"] = args.stream_tokens
                 return engine.synthesize(text=item, seed=0, **options)

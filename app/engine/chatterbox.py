@@ -119,6 +119,17 @@ def _sampling(max_tokens, temperature, top_k, top_p, repetition_penalty, min_p, 
     return args | {"max_tokens": max_tokens, "top_k": -1 if top_k is None else int(top_k), "seed": seed}
 
 
+def _speaking_voice(voice: Conditionals | None) -> tuple:
+    """A voice's conditionals as the native speak calls take them (all None: the stock voice),
+    S3Gen's part checked present."""
+    if voice is None:
+        return (None,) * 5
+    if not voice.speaks:
+        raise InvalidArgumentError("the voice's conditionals lack S3Gen's part (prompt mel and x-vector)")
+    prompt_mel = np.ascontiguousarray(voice.prompt_mel.T)
+    return voice.speaker_embedding, voice.prompt_tokens, voice.gen_prompt_tokens, prompt_mel, voice.xvector
+
+
 @dataclass(frozen=True)
 class Conditionals:
     """A voice as Chatterbox takes it, computed from a recording of the speaker. The token
@@ -510,8 +521,6 @@ class ChatterboxModel:
         conditioned on the mel already made, and ``on_piece(k, audio)`` gets each piece of audio
         as soon as it is made. 0: S3Gen once, on every token (the audio of ``generate`` then
         ``decode``). Returns the audio and the number of speech tokens drawn."""
-        if voice is not None and not voice.speaks:
-            raise InvalidArgumentError("the voice's conditionals lack S3Gen's part (prompt mel and x-vector)")
         if noise_scale is not None and not 0.0 <= noise_scale <= 10.0:
             raise InvalidArgumentError(f"noise_scale must be from 0 to 10, not {noise_scale}")
         if isinstance(stream_tokens, bool) or not isinstance(stream_tokens, int) or stream_tokens < 0:
@@ -521,17 +530,61 @@ class ChatterboxModel:
         )
         return self._context.speak_tokens(
             np.ascontiguousarray(text_tokens, dtype=np.int32).reshape(-1),
-            None if voice is None else voice.speaker_embedding,
-            None if voice is None else voice.prompt_tokens,
-            None if voice is None else voice.gen_prompt_tokens,
-            None if voice is None else np.ascontiguousarray(voice.prompt_mel.T),
-            None if voice is None else voice.xvector,
+            *_speaking_voice(voice),
             stream_tokens=stream_tokens,
             noise_scale=-1.0 if noise_scale is None else float(noise_scale),
             on_stage=on_stage,
             on_chunk=on_piece,
             abort=cancelled,
             **args,
+        )
+
+    def speak_many(
+        self,
+        texts: list[np.ndarray],
+        voice: Conditionals | None = None,
+        *,
+        max_tokens: int | list[int] = 1000,
+        seeds: list[int] | None = None,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        repetition_penalty: float | None = None,
+        min_p: float | None = None,
+        cfg_weight: float | None = None,
+        exaggeration: float | None = None,
+        noise_scale: float | None = None,
+        on_audio: Callable[[int, np.ndarray], None] | None = None,
+        on_stage: Callable[[str, int, float], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> list[tuple[np.ndarray, int]]:
+        """``speak`` (unstreamed) for several runs at once: the token model's steps for all of
+        them in one graph a step, so that its matmuls read the weights once for all, then S3Gen
+        on each in turn. Run i: ``texts[i]``, at most ``max_tokens`` (or ``max_tokens[i]``)
+        tokens, drawn from ``seeds[i]`` (default i); its tokens are those ``speak`` draws for it
+        alone with that seed. ``on_audio(i, audio)`` gets each run's audio once made. Returns
+        each run's audio and speech tokens drawn."""
+        if not texts:
+            raise InvalidArgumentError("no texts to speak")
+        if noise_scale is not None and not 0.0 <= noise_scale <= 10.0:
+            raise InvalidArgumentError(f"noise_scale must be from 0 to 10, not {noise_scale}")
+        limits = [max_tokens] * len(texts) if isinstance(max_tokens, int) else list(max_tokens)
+        seeds = list(range(len(texts))) if seeds is None else list(seeds)
+        if len(limits) != len(texts) or len(seeds) != len(texts):
+            raise InvalidArgumentError(f"{len(texts)} texts take as many limits and seeds")
+        args = [_sampling(m, temperature, top_k, top_p, repetition_penalty, min_p, cfg_weight, exaggeration, seed)
+                for m, seed in zip(limits, seeds, strict=True)]  # fmt: skip
+        common = {k: v for k, v in args[0].items() if k not in ("max_tokens", "seed")}
+        return self._context.speak_many(
+            [np.ascontiguousarray(t, dtype=np.int32).reshape(-1) for t in texts],
+            *_speaking_voice(voice),
+            max_tokens=[a["max_tokens"] for a in args],
+            seeds=[a["seed"] for a in args],
+            noise_scale=-1.0 if noise_scale is None else float(noise_scale),
+            on_stage=on_stage,
+            on_chunk=on_audio,
+            abort=cancelled,
+            **common,
         )
 
     def synthesize(
@@ -550,6 +603,7 @@ class ChatterboxModel:
         noise_scale: float | None = None,
         seed: int = 0,
         stream_tokens: int = 0,
+        batch: int = 1,
         on_chunk: Callable[[int, np.ndarray], None] | None = None,
         on_stage: Callable[[str, int, float], None] | None = None,
         cancelled: Callable[[], bool] | None = None,
@@ -559,7 +613,8 @@ class ChatterboxModel:
         ``language``, with its guidance and exaggeration) makes it, one chunk (a sentence; long
         ones cut) at a time: its text normalized and tokenized, then ``speak`` (chunk i from seed
         + i; a run without its stop token ends at about three times a normal speaking length;
-        ``stream_tokens`` > 0: S3Gen streamed through the run). ``on_chunk(k, audio)`` gets each
+        ``stream_tokens`` > 0: S3Gen streamed through the run; ``batch`` > 1: that many chunks'
+        runs at once, ``speak_many``, the same audio). ``on_chunk(k, audio)`` gets each
         piece of audio as soon as it is made (a chunk's, or with streaming a part of one),
         numbered through the call. Returns the audio and the timings summed over the chunks
         (``stages_ms``, ``total_ms``, ``first_audio_ms``, ``n_chunks``, ``n_tokens``,
@@ -578,27 +633,36 @@ class ChatterboxModel:
                 on_chunk(len(pieces), audio)
             pieces.append(audio)
 
-        for i, ids in enumerate(chunks):
-            _, drawn = self.speak(
-                ids,
-                voice,
-                max_tokens=min(MAX_RUN_TOKENS, TOKENS_EXTRA + TOKENS_PER_TEXT_TOKEN * ids.size),
-                stream_tokens=stream_tokens,
-                temperature=temperature,
-                top_k=top_k,
-                top_p=top_p,
-                repetition_penalty=repetition_penalty,
-                min_p=min_p,
-                cfg_weight=cfg_weight,
-                exaggeration=exaggeration,
-                noise_scale=noise_scale,
-                seed=(seed + i) % 2**64,
-                on_piece=piece,
-                on_stage=None if on_stage is None else lambda s, _c, ms, i=i: on_stage(s, i, ms),
-                cancelled=cancelled,
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise InvalidArgumentError(f"batch must be 1 or more, not {batch!r}")
+        if batch > 1 and stream_tokens:
+            raise InvalidArgumentError("streaming speaks one chunk at a time: batch 1")
+        sampling = {
+            "temperature": temperature,
+            "top_k": top_k,
+            "top_p": top_p,
+            "repetition_penalty": repetition_penalty,
+            "min_p": min_p,
+            "cfg_weight": cfg_weight,
+            "exaggeration": exaggeration,
+            "noise_scale": noise_scale,
+            "cancelled": cancelled,
+        }
+        for first in range(0, len(chunks), batch):
+            group = chunks[first : first + batch]
+            limits = [min(MAX_RUN_TOKENS, TOKENS_EXTRA + TOKENS_PER_TEXT_TOKEN * ids.size) for ids in group]
+            seeds = [(seed + first + k) % 2**64 for k in range(len(group))]
+            sampling["on_stage"] = (
+                None if on_stage is None else lambda s, c, ms, first=first: on_stage(s, first + c, ms)
             )
+            if len(group) == 1:
+                _, drawn = self.speak(group[0], voice, max_tokens=limits[0], stream_tokens=stream_tokens,
+                                      seed=seeds[0], on_piece=piece, **sampling)  # fmt: skip
+                n_tokens += drawn
+            else:
+                runs = self.speak_many(group, voice, max_tokens=limits, seeds=seeds, on_audio=piece, **sampling)
+                n_tokens += sum(drawn for _, drawn in runs)
             self._add_stages(stages, graphs)
-            n_tokens += drawn
         timings = {
             "stages_ms": stages,
             "total_ms": (time.perf_counter() - t0) * 1000.0,

@@ -282,8 +282,9 @@ class Engine:
         Kokoro: ``length_scale`` is 1 / speed; ``style`` a pack of its own ([rows, 256]) instead
         of the voice's; ``durations`` frames per token replacing the predicted ones (tests).
         ``batch``: sentences synthesized together (Kokoro shares its LSTM steps between them;
-        on a GPU Piper's sentences share each stage's graph; their audio arrives together);
-        1 streams sentence by sentence. The audio is the same.
+        on a GPU Piper's sentences share each stage's graph; Chatterbox's token model steps
+        through them together; their audio arrives together); 1 streams sentence by sentence.
+        The audio is the same.
         Chatterbox Multilingual: ``language`` (its code: ``languages``), ``cfg_weight`` (its
         guidance) and ``exaggeration`` (its emotion conditioning); None: its defaults.
         Chatterbox: ``stream_tokens`` > 0 runs S3Gen while the speech tokens are drawn, the first
@@ -305,7 +306,7 @@ class Engine:
                 on_chunk,
                 cancelled,
                 {"language": language, "cfg_weight": cfg_weight, "exaggeration": exaggeration,
-                 "stream_tokens": stream_tokens},
+                 "stream_tokens": stream_tokens, "batch": batch},
             )  # fmt: skip
         if stream_tokens:
             raise InvalidArgumentError(f"a {self._model.arch} voice streams sentence by sentence, not by speech tokens")

@@ -418,6 +418,17 @@ VS_API int vs_speak_tokens(vs_context * ctx, const int32_t * text_tokens, size_t
                            struct vs_synth_params params, size_t max_tokens, size_t stream_tokens, size_t * n_tokens,
                            vs_audio ** audio);
 
+// Several runs of Chatterbox at once: n_texts texts (text_tokens[i], n_text_tokens[i] ids) in the
+// voice of params.conditionals (as vs_speak_tokens), the token model's steps for all of them in
+// one graph a step (its matmuls read the weights once for all), text i drawn from seeds[i] (in
+// place of params.seed) with at most max_tokens[i] tokens, their numbers to n_tokens[i]; then
+// S3Gen on each in turn (unstreamed, its noise from seeds[i]). audio[i] gets text i's audio
+// (each freed by the caller), params.on_chunk each once made (chunk: i). Text i's tokens are
+// those vs_speak_tokens draws for it alone. On an error no audio is returned.
+VS_API int vs_speak_many(vs_context * ctx, const int32_t * const * text_tokens, const size_t * n_text_tokens,
+                         size_t n_texts, struct vs_synth_params params, const size_t * max_tokens,
+                         const uint64_t * seeds, size_t * n_tokens, vs_audio ** audio);
+
 // Chatterbox's speech tokenizer (S3Gen's S3TokenizerV2): the speech tokens (0 to 6560, 25 a
 // second) of mono `samples` at 16 kHz (at most 60 s), at most max_tokens of them written to
 // `tokens`, their number to *n_tokens: what a voice's conditionals take as prompt tokens.

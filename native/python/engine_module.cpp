@@ -158,6 +158,14 @@ NB_MODULE(_engine, m) {
              "Chatterbox's text tokens to 24 kHz audio in a voice (both parts of its conditionals, or none: the "
              "stock voice), S3Gen streamed through the token model's run where stream_tokens > 0: (audio, speech "
              "tokens drawn).")
+        .def("speak_many", &Context::speak_many, "text_tokens"_a, "speaker_embedding"_a = nb::none(),
+             "prompt_tokens"_a = nb::none(), "gen_prompt_tokens"_a = nb::none(), "prompt_mel"_a = nb::none(),
+             "xvector"_a = nb::none(), "max_tokens"_a, "seeds"_a, "temperature"_a = -1.0f, "top_k"_a = -1,
+             "top_p"_a = -1.0f, "repetition_penalty"_a = -1.0f, "min_p"_a = -1.0f, "cfg_weight"_a = -1.0f,
+             "exaggeration"_a = -1.0f, "noise_scale"_a = -1.0f, "on_stage"_a = nb::none(), "on_chunk"_a = nb::none(),
+             "abort"_a = nb::none(),
+             "Several texts' runs of Chatterbox at once (the token model's steps together, then S3Gen on each): a "
+             "list of (audio, speech tokens drawn).")
         .def("speech_tokens", &Context::speech_tokens, "audio"_a, "max_tokens"_a = 1500,
              "Chatterbox's speech tokens (25 a second) of mono 16 kHz audio.")
         .def("xvector", &Context::xvector, "audio"_a, "size"_a = 192,

@@ -431,6 +431,52 @@ class Context {
         return nb::make_tuple(to_array(std::move(out)), n);
     }
 
+    nb::list speak_many(const std::vector<durations_array> & text_tokens, std::optional<vector_array> speaker_embedding,
+                        std::optional<durations_array> prompt_tokens, std::optional<durations_array> gen_prompt_tokens,
+                        std::optional<mel_array> prompt_mel, std::optional<vector_array> xvector,
+                        const std::vector<size_t> & max_tokens, const std::vector<uint64_t> & seeds, float temperature,
+                        int top_k, float top_p, float repetition_penalty, float min_p, float cfg_weight,
+                        float exaggeration, float noise_scale, nb::object on_stage, nb::object on_chunk,
+                        nb::object abort) {
+        vs_conditionals cond{};  // none given: the model's stock voice
+        if (speaker_embedding.has_value() != xvector.has_value()) {
+            throw engine_error(VS_ERR_INVALID_ARG,
+                               "a voice's conditionals for speech need both parts: the token model's and S3Gen's");
+        }
+        if (max_tokens.size() != text_tokens.size() || seeds.size() != text_tokens.size()) {
+            throw engine_error(VS_ERR_INVALID_ARG, "a limit and a seed for each text");
+        }
+        t3_voice(cond, speaker_embedding, prompt_tokens);
+        s3gen_voice(cond, gen_prompt_tokens, prompt_mel, xvector);
+        const size_t                 n = text_tokens.size();
+        std::vector<audio_ptr>       outs(n);
+        std::vector<size_t>          drawn(n, 0);
+        std::vector<const int32_t *> texts;
+        std::vector<size_t>          lengths;
+        for (const auto & t : text_tokens) {
+            texts.push_back(t.data());
+            lengths.push_back(t.shape(0));
+        }
+        run(noise_scale, -1.0f, -1.0f, 0, on_stage, on_chunk, abort, 0, std::nullopt, std::nullopt, std::nullopt, 1,
+            [&](vs_context * c, const vs_synth_params & base) {
+                vs_synth_params p = base;
+                p.conditionals    = xvector ? &cond : nullptr;
+                sampling(p, temperature, top_k, top_p, repetition_penalty, min_p, cfg_weight, exaggeration);
+                std::vector<vs_audio *> a(n, nullptr);
+                const int status = vs_speak_many(c, texts.data(), lengths.data(), n, p, max_tokens.data(), seeds.data(),
+                                                 drawn.data(), a.data());
+                for (size_t i = 0; i < n; ++i) {
+                    outs[i].reset(a[i]);
+                }
+                return status;
+            });
+        nb::list result;
+        for (size_t i = 0; i < n; ++i) {
+            result.append(nb::make_tuple(to_array(std::move(outs[i])), drawn[i]));
+        }
+        return result;
+    }
+
     audio_array embed(nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu> audio) {
         busy_guard   busy = guard();
         vs_context * c    = get();

@@ -463,6 +463,59 @@ int vs_speak_tokens(vs_context * ctx, const int32_t * text_tokens, size_t n_text
     });
 }
 
+int vs_speak_many(vs_context * ctx, const int32_t * const * text_tokens, const size_t * n_text_tokens, size_t n_texts,
+                  struct vs_synth_params params, const size_t * max_tokens, const uint64_t * seeds, size_t * n_tokens,
+                  vs_audio ** audio) {
+    if (ctx) {
+        ctx->clear_results();
+    }
+    return vs::guarded([&] {
+        if (!ctx || !text_tokens || !n_text_tokens || !max_tokens || !seeds || !n_tokens || !audio || n_texts == 0) {
+            throw vs::error(VS_ERR_INVALID_ARG,
+                            "vs_speak_many: ctx, one or more texts, their lengths, limits and "
+                            "seeds, n_tokens and audio are required");
+        }
+        std::fill(audio, audio + n_texts, nullptr);
+        std::fill(n_tokens, n_tokens + n_texts, 0);
+        if (ctx->model->arch != "chatterbox") {
+            throw vs::error(VS_ERR_INVALID_ARG,
+                            "'" + ctx->model->path + "' is a " + ctx->model->arch + " model, which has no token model");
+        }
+        if (params.speech_tokens || params.flow_noise || params.f0) {
+            throw vs::error(VS_ERR_INVALID_ARG,
+                            "vs_speak_many draws its own tokens and noise: no speech_tokens, "
+                            "flow_noise or f0");
+        }
+        std::vector<std::vector<int32_t>> texts;
+        for (size_t i = 0; i < n_texts; ++i) {
+            if (!text_tokens[i] && n_text_tokens[i]) {
+                throw vs::error(VS_ERR_INVALID_ARG, "vs_speak_many: text " + std::to_string(i) + " has no tokens");
+            }
+            texts.emplace_back(text_tokens[i], text_tokens[i] + n_text_tokens[i]);
+        }
+        const auto                      t0 = std::chrono::steady_clock::now();
+        vs_context::active_call         call(ctx, &params);
+        std::vector<size_t>             drawn;
+        std::vector<std::vector<float>> out =
+            vs::chatterbox_speak_many(*ctx, texts, params, std::vector<size_t>(max_tokens, max_tokens + n_texts),
+                                      std::vector<uint64_t>(seeds, seeds + n_texts), drawn);
+        int64_t samples = 0;
+        for (const auto & a : out) {
+            samples += (int64_t) a.size();
+        }
+        ctx->timings.n_chunks  = (int32_t) n_texts;
+        ctx->timings.n_samples = samples;
+        ctx->timings.total_ms  = vs::ms_since(t0);
+        for (size_t i = 0; i < n_texts; ++i) {
+            auto a         = std::make_unique<vs_audio>();
+            a->samples     = std::move(out[i]);
+            a->sample_rate = ctx->model->sample_rate;
+            audio[i]       = a.release();
+            n_tokens[i]    = drawn[i];
+        }
+    });
+}
+
 int vs_vocode(vs_context * ctx, const float * mel, size_t n_frames, struct vs_synth_params params, vs_audio ** audio) {
     if (ctx) {
         ctx->clear_results();

@@ -455,6 +455,18 @@ void chatterbox_prewarm(vs_context & ctx);
 std::vector<int32_t> chatterbox_generate(vs_context & ctx, const std::vector<int32_t> & text, const vs_synth_params & p,
                                          size_t                                                    max_tokens,
                                          const std::function<void(const std::vector<int32_t> &)> & on_token = {});
+// Several texts' runs of the token model at once, text i at most max_tokens[i] tokens drawn from
+// seeds[i] (vs_speak_many).
+std::vector<std::vector<int32_t>> chatterbox_generate_many(
+    vs_context & ctx, const std::vector<std::vector<int32_t>> & texts, const vs_synth_params & p,
+    const std::vector<size_t> & max_tokens, const std::vector<uint64_t> & seeds,
+    const std::function<void(const std::vector<int32_t> &)> & on_token = {});
+// Their audio: the token model's runs together, then S3Gen on each (vs_speak_many); n_tokens
+// gets each run's speech tokens.
+std::vector<std::vector<float>> chatterbox_speak_many(vs_context & ctx, const std::vector<std::vector<int32_t>> & texts,
+                                                      const vs_synth_params & p, const std::vector<size_t> & max_tokens,
+                                                      const std::vector<uint64_t> & seeds,
+                                                      std::vector<size_t> &         n_tokens);
 // Chatterbox's text tokens to audio, S3Gen streamed through the token model's run where
 // stream_tokens > 0 (vs_speak_tokens); n_tokens: the speech tokens drawn.
 std::vector<float> chatterbox_speak(vs_context & ctx, const std::vector<int32_t> & text, const vs_synth_params & p,

@@ -358,6 +358,15 @@ std::unique_ptr<model_state> make_chatterbox_state(const vs_model & model) {
 
 std::vector<int32_t> chatterbox_generate(vs_context & c, const std::vector<int32_t> & text, const vs_synth_params & p,
                                          size_t max_tokens, const chatterbox::token_callback & on_token) {
+    return chatterbox_generate_many(c, { text }, p, { max_tokens }, { p.seed }, on_token)[0];
+}
+
+std::vector<std::vector<int32_t>> chatterbox_generate_many(vs_context &                              c,
+                                                           const std::vector<std::vector<int32_t>> & texts,
+                                                           const vs_synth_params &                   p,
+                                                           const std::vector<size_t> &               max_tokens,
+                                                           const std::vector<uint64_t> &             seeds,
+                                                           const chatterbox::token_callback &        on_token) {
     const vs_conditionals * cond = p.conditionals;
     std::vector<float>      stock_speaker;
     std::vector<int32_t>    stock_prompt;
@@ -381,7 +390,54 @@ std::vector<int32_t> chatterbox_generate(vs_context & c, const std::vector<int32
     }
     const std::vector<int32_t> prompt(cond->prompt_tokens, cond->prompt_tokens + cond->n_prompt_tokens);
     auto *                     state = static_cast<chatterbox::t3_state *>(c.state.get());
-    return state->generate(c, text, cond->speaker_embedding, prompt, p, max_tokens, on_token);
+    return state->generate_many(c, texts, cond->speaker_embedding, prompt, p, max_tokens, seeds, on_token);
+}
+
+namespace {
+
+// A run's tokens as S3Gen speaks them: those past its vocabulary (the token model's own) dropped,
+// its silence tokens appended.
+std::vector<int32_t> s3gen_tokens(const chatterbox::flow_hparams & h, const std::vector<int32_t> & tokens) {
+    std::vector<int32_t> speech;
+    for (int32_t t : tokens) {
+        if (t < h.vocab) {
+            speech.push_back(t);
+        }
+    }
+    speech.insert(speech.end(), 3, (int32_t) h.silence_token);
+    return speech;
+}
+
+}  // namespace
+
+std::vector<std::vector<float>> chatterbox_speak_many(vs_context & c, const std::vector<std::vector<int32_t>> & texts,
+                                                      const vs_synth_params & p, const std::vector<size_t> & max_tokens,
+                                                      const std::vector<uint64_t> & seeds,
+                                                      std::vector<size_t> &         n_tokens) {
+    const auto                     t0 = std::chrono::steady_clock::now();
+    const chatterbox::flow_hparams h  = chatterbox::read_flow_hparams(*c.model);
+    {
+        chatterbox::s3gen_stream check(c, p);
+    }  // the voice checked before any token is drawn
+    const std::vector<std::vector<int32_t>> runs = chatterbox_generate_many(c, texts, p, max_tokens, seeds);
+    std::vector<std::vector<float>>         audio;
+    int64_t                                 frames = 0;
+    for (size_t i = 0; i < runs.size(); ++i) {
+        n_tokens.push_back(runs[i].size());
+        vs_synth_params q = p;
+        q.seed            = seeds[i];
+        chatterbox::s3gen_stream stream(c, q);
+        audio.push_back(stream.feed(s3gen_tokens(h, runs[i]), true));
+        frames += stream.frames();
+        if (i == 0) {
+            c.timings.first_audio_ms = ms_since(t0);
+        }
+        if (p.on_chunk) {
+            p.on_chunk((int) i, audio.back().data(), audio.back().size(), p.on_chunk_user_data);
+        }
+    }
+    c.timings.n_frames = (int32_t) frames;
+    return audio;
 }
 
 std::vector<float> chatterbox_speak(vs_context & c, const std::vector<int32_t> & text, const vs_synth_params & p,
@@ -419,14 +475,7 @@ std::vector<float> chatterbox_speak(vs_context & c, const std::vector<int32_t> &
     const std::vector<int32_t> tokens =
         chatterbox_generate(c, text, p, max_tokens, stream_tokens ? chatterbox::token_callback(on_token) : nullptr);
     n_tokens = tokens.size();
-    speech.clear();
-    for (int32_t t : tokens) {
-        if (t < h.vocab) {
-            speech.push_back(t);
-        }
-    }
-    speech.insert(speech.end(), 3, (int32_t) h.silence_token);
-    emit(stream.feed(speech, true));
+    emit(stream.feed(s3gen_tokens(h, tokens), true));
     c.timings.n_frames = (int32_t) stream.frames();
     return audio;
 }

@@ -239,6 +239,16 @@ class t3_state : public model_state {
     std::vector<int32_t> generate(vs_context & c, const std::vector<int32_t> & text, const float * speaker,
                                   const std::vector<int32_t> & prompt, const vs_synth_params & p, size_t max_tokens,
                                   const token_callback & on_token = {});
+    // Runs for several texts in the one voice at once, text i at most max_tokens[i] tokens drawn
+    // from seeds[i] (as generate draws from params.seed): their prefixes one after another, then
+    // their steps together, a sequence a text (two with guidance) in one graph, so that a step's
+    // matmuls read the weights once for all of them. A text's tokens are those it gets alone.
+    // `on_token` sees the first text's.
+    std::vector<std::vector<int32_t>> generate_many(vs_context & c, const std::vector<std::vector<int32_t>> & texts,
+                                                    const float * speaker, const std::vector<int32_t> & prompt,
+                                                    const vs_synth_params & p, const std::vector<size_t> & max_tokens,
+                                                    const std::vector<uint64_t> & seeds,
+                                                    const token_callback &        on_token = {});
 
   private:
     struct step_out {
@@ -248,11 +258,22 @@ class t3_state : public model_state {
     // Runs the backbone over `n` new positions from `pos` whose embeddings a graph makes
     // from the inputs; returns the speech head's logits of the last `n_logits` positions.
     // `speech_pos`: the speech tokens' learned positions (Llama).
+    // `slot0`: the cache row of its first sequence.
     step_out forward(vs_context & c, int64_t pos, const std::vector<int32_t> & text,
                      const std::vector<int32_t> & speech, const float * speaker, const std::vector<int32_t> & prompt,
                      int64_t n_logits, const std::vector<int32_t> & speech_pos, float emotion, int64_t batch,
-                     int64_t n_text, int64_t n_align);
-    void     reserve(vs_context & c, int64_t n_ctx, int64_t batch);
+                     int64_t n_text, int64_t n_align, int64_t slot0 = 0);
+    // One step of several sequences at once: row r feeds token tok[r] at cache position pos[r]
+    // (Llama: speech position speech_pos[r]) into cache row slot[r]; its logits, and (Llama,
+    // where align_text[r] > 0) the alignment heads' mean attention over its first align_text[r]
+    // text positions.
+    std::vector<step_out> advance(vs_context & c, const std::vector<int32_t> & tok,
+                                  const std::vector<int32_t> & speech_pos, const std::vector<int64_t> & pos,
+                                  const std::vector<int64_t> & slot, const std::vector<int64_t> & align_text);
+    // The conditioning's keys and values (its first n_cond positions) of cache rows [0, per)
+    // copied to rows [per, n_seq), row b from row b % per.
+    void copy_conditioning(vs_context & c, int64_t n_cond, int64_t per, int64_t n_seq);
+    void reserve(vs_context & c, int64_t n_ctx, int64_t batch);
 
     t3_hparams                 h_;
     ggml_ctx_ptr               cache_ctx_;

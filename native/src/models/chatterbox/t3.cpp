@@ -189,13 +189,45 @@ ggml_tensor * perceiver(vs_context & c, ggml_context * g, const t3_hparams & h, 
     return named(block(pre, pre), "t3_cond_perceiver");  // [C, queries]
 }
 
+// A block's input norm and its query, key and value projection [3C, n] of x [C, n].
+ggml_tensor * attn_input(vs_context & c, ggml_context * g, const t3_hparams & h, ggml_tensor * x,
+                         const std::string & p) {
+    ggml_tensor * a = h.llama() ? ggml_mul(g, ggml_rms_norm(g, x, h.norm_eps), c.w(p + "attn_norm.weight"))
+                                : layer_norm(g, x, c.w(p + "attn_norm.weight"), c.w(p + "attn_norm.bias"), h.norm_eps);
+    return linear(c, g, a, p + "attn_qkv", !h.llama());
+}
+
+// The rest of block `il` after its attention `o`: the output projection added to x, then the
+// feed-forward (Llama's gated SiLU, GPT-2's GELU) added.
+ggml_tensor * block_rest(vs_context & c, ggml_context * g, const t3_hparams & h, ggml_tensor * x, ggml_tensor * o,
+                         const std::string & p, int64_t il) {
+    const bool llama = h.llama();
+    x                = named(ggml_add(g, x, linear(c, g, o, p + "attn_out", !llama)), "t3_attn_out", (int) il);
+    if (llama) {
+        ggml_tensor * f = ggml_mul(g, ggml_rms_norm(g, x, h.norm_eps), c.w(p + "ffn_norm.weight"));
+        f = ggml_mul(g, ggml_silu(g, linear(c, g, f, p + "ffn_gate", false)), linear(c, g, f, p + "ffn_up", false));
+        return named(ggml_add(g, x, linear(c, g, f, p + "ffn_down", false)), "t3_layer", (int) il);
+    }
+    const graph_options gelu_on{ ggml_backend_dev_type(c.dev) == GGML_BACKEND_DEVICE_TYPE_CPU, c.limits };
+    ggml_tensor *       f = layer_norm(g, x, c.w(p + "ffn_norm.weight"), c.w(p + "ffn_norm.bias"), h.norm_eps);
+    f                     = linear(c, g, gelu_tanh(gelu_on, g, linear(c, g, f, p + "ffn_up")), p + "ffn_down");
+    return named(ggml_add(g, x, f), "t3_layer", (int) il);  // [C, n]
+}
+
+// The output norm and the speech head: logits [Vs, n] of x [C, n].
+ggml_tensor * speech_logits(vs_context & c, ggml_context * g, const t3_hparams & h, ggml_tensor * x) {
+    x = h.llama() ? ggml_mul(g, ggml_rms_norm(g, x, h.norm_eps), c.w("t3.out_norm.weight"))
+                  : layer_norm(g, x, c.w("t3.out_norm.weight"), c.w("t3.out_norm.bias"), h.norm_eps);
+    return named(linear(c, g, x, "t3.speech_head", !h.llama()), "t3_logits");
+}
+
 }  // namespace
 
 t3_state::step_out t3_state::forward(vs_context & c, int64_t pos, const std::vector<int32_t> & text,
                                      const std::vector<int32_t> & speech, const float * speaker,
                                      const std::vector<int32_t> & prompt, int64_t n_logits,
                                      const std::vector<int32_t> & speech_pos, float emotion, int64_t batch,
-                                     int64_t n_text, int64_t n_align) {
+                                     int64_t n_text, int64_t n_align, int64_t slot0) {
     const bool     llama  = h_.llama();
     const int64_t  C      = h_.n_embd;
     const int64_t  n_cond = speaker ? h_.n_cond((int64_t) prompt.size()) : 0;
@@ -294,15 +326,12 @@ t3_state::step_out t3_state::forward(vs_context & c, int64_t pos, const std::vec
     }
     ggml_tensor * rope_pos = llama ? input_ids(range(pos, n)) : nullptr;
 
-    const graph_options gelu_on{ ggml_backend_dev_type(c.dev) == GGML_BACKEND_DEVICE_TYPE_CPU, c.limits };
-    const int64_t       d     = C / h_.n_head;
-    const float         scale = 1.0f / std::sqrt((float) d);
-    ggml_tensor *       align = nullptr;
+    const int64_t d     = C / h_.n_head;
+    const float   scale = 1.0f / std::sqrt((float) d);
+    ggml_tensor * align = nullptr;
     for (int64_t il = 0; il < h_.n_layer; ++il) {
         const std::string p   = "t3.blk." + std::to_string(il) + ".";
-        ggml_tensor *     a   = llama ? ggml_mul(g, ggml_rms_norm(g, x, h_.norm_eps), c.w(p + "attn_norm.weight"))
-                                      : layer_norm(g, x, c.w(p + "attn_norm.weight"), c.w(p + "attn_norm.bias"), h_.norm_eps);
-        ggml_tensor *     qkv = linear(c, g, a, p + "attn_qkv", !llama);  // [3C, n * batch]
+        ggml_tensor *     qkv = attn_input(c, g, h_, x, p);  // [3C, n * batch]
         const size_t      es  = ggml_element_size(qkv);
         ggml_tensor *     q = nullptr, *k = nullptr;
         if (llama) {  // rotary positions on each head's halves (Hugging Face's rotate_half)
@@ -322,7 +351,7 @@ t3_state::step_out t3_state::forward(vs_context & c, int64_t pos, const std::vec
             };
             auto seq = [&](ggml_tensor * t) { return ggml_view_2d(g, t, C, n, t->nb[2], (size_t) b * t->nb[3]); };
             ggml_tensor * scores = nullptr;
-            const size_t  slot   = (size_t) (il * batch_ + b);
+            const size_t  slot   = (size_t) (il * batch_ + slot0 + b);
             outs.push_back(cached_attention(g, gf, llama ? seq(q) : part(0), llama ? seq(k) : part(1), part(2),
                                             k_[slot], v_[slot], pos, h_.n_head, kq_mask, scale, &scores));
             // The alignment heads' attention of the last n_align positions over the text (the
@@ -338,26 +367,13 @@ t3_state::step_out t3_state::forward(vs_context & c, int64_t pos, const std::vec
                 align             = align ? ggml_add(g, align, row) : ggml_cont(g, row);
             }
         }
-        ggml_tensor * o = concat_all(g, outs, 1);
-        x               = named(ggml_add(g, x, linear(c, g, o, p + "attn_out", !llama)), "t3_attn_out", (int) il);
-        if (llama) {
-            ggml_tensor * f = ggml_mul(g, ggml_rms_norm(g, x, h_.norm_eps), c.w(p + "ffn_norm.weight"));
-            f = ggml_mul(g, ggml_silu(g, linear(c, g, f, p + "ffn_gate", false)), linear(c, g, f, p + "ffn_up", false));
-            x = named(ggml_add(g, x, linear(c, g, f, p + "ffn_down", false)), "t3_layer", (int) il);
-            continue;
-        }
-        ggml_tensor * f = layer_norm(g, x, c.w(p + "ffn_norm.weight"), c.w(p + "ffn_norm.bias"), h_.norm_eps);
-        f               = linear(c, g, gelu_tanh(gelu_on, g, linear(c, g, f, p + "ffn_up")), p + "ffn_down");
-        x               = named(ggml_add(g, x, f), "t3_layer", (int) il);  // [C, n * batch]
+        x = block_rest(c, g, h_, x, concat_all(g, outs, 1), p, il);  // [C, n * batch]
     }
     std::vector<ggml_tensor *> last;
     for (int64_t b = 0; b < batch; ++b) {
         last.push_back(ggml_view_2d(g, x, C, n_logits, x->nb[1], (size_t) (b * n + n - n_logits) * x->nb[1]));
     }
-    ggml_tensor * y      = concat_all(g, last, 1);
-    y                    = llama ? ggml_mul(g, ggml_rms_norm(g, y, h_.norm_eps), c.w("t3.out_norm.weight"))
-                                 : layer_norm(g, y, c.w("t3.out_norm.weight"), c.w("t3.out_norm.bias"), h_.norm_eps);
-    ggml_tensor * logits = named(linear(c, g, y, "t3.speech_head", !llama), "t3_logits");  // [Vs, n_logits * batch]
+    ggml_tensor * logits = speech_logits(c, g, h_, concat_all(g, last, 1));  // [Vs, n_logits * batch]
     ggml_set_output(logits);
     ggml_build_forward_expand(gf, logits);
     if (align) {
@@ -451,26 +467,134 @@ void alignment_guard::step(std::vector<float> rows, int32_t last, std::vector<fl
     ++frame_;
 }
 
+void t3_state::copy_conditioning(vs_context & c, int64_t n_cond, int64_t per, int64_t n_seq) {
+    auto           gb = c.new_graph((size_t) (h_.n_layer * n_seq * 6 + 16));
+    ggml_context * g  = gb.ctx.get();
+    for (int64_t il = 0; il < h_.n_layer; ++il) {
+        for (int64_t b = per; b < n_seq; ++b) {
+            const size_t  from = (size_t) (il * batch_ + b % per), to = (size_t) (il * batch_ + b);
+            ggml_tensor * k = k_[from];
+            ggml_tensor * v = v_[from];
+            ggml_build_forward_expand(gb.gf, ggml_cpy(g, ggml_view_2d(g, k, k->ne[0], n_cond, k->nb[1], 0),
+                                                      ggml_view_2d(g, k_[to], k->ne[0], n_cond, k->nb[1], 0)));
+            ggml_build_forward_expand(gb.gf, ggml_cpy(g, ggml_view_2d(g, v, n_cond, v->ne[1], v->nb[1], 0),
+                                                      ggml_view_2d(g, v_[to], n_cond, v->ne[1], v->nb[1], 0)));
+        }
+    }
+    c.alloc(VS_STAGE_TOKENS, gb.gf);
+    c.compute(gb.gf);
+}
+
+std::vector<t3_state::step_out> t3_state::advance(vs_context & c, const std::vector<int32_t> & tok,
+                                                  const std::vector<int32_t> & speech_pos,
+                                                  const std::vector<int64_t> & pos, const std::vector<int64_t> & slot,
+                                                  const std::vector<int64_t> & align_text) {
+    const bool                                          llama = h_.llama();
+    const int64_t                                       C = h_.n_embd, R = (int64_t) tok.size(), d = C / h_.n_head;
+    const float                                         scale = 1.0f / std::sqrt((float) d);
+    auto                                                gb = c.new_graph((size_t) (h_.n_layer * (40 + 40 * R) + 256));
+    ggml_context *                                      g  = gb.ctx.get();
+    ggml_cgraph *                                       gf = gb.gf;
+    std::vector<std::pair<ggml_tensor *, const void *>> inputs;
+    auto                                                input_ids = [&](const void * data) {
+        ggml_tensor * t = ggml_new_tensor_1d(g, GGML_TYPE_I32, R);
+        ggml_set_input(t);
+        inputs.push_back({ t, data });
+        return t;
+    };
+    std::vector<int32_t> positions(pos.begin(), pos.end());
+    ggml_tensor *        x  = ggml_get_rows(g, c.w("t3.speech_emb"), input_ids(tok.data()));  // [C, R]
+    ggml_tensor *        at = input_ids(positions.data());
+    x                       = ggml_add(g, x,
+                 llama ? ggml_get_rows(g, c.w("t3.speech_pos_emb"), input_ids(speech_pos.data()))
+                                             : ggml_get_rows(g, c.w("t3.pos_emb"), at));
+    x                       = named(x, "t3_embd");
+
+    std::vector<ggml_tensor *> align((size_t) R, nullptr);
+    for (int64_t il = 0; il < h_.n_layer; ++il) {
+        const std::string p   = "t3.blk." + std::to_string(il) + ".";
+        ggml_tensor *     qkv = attn_input(c, g, h_, x, p);  // [3C, R]
+        const size_t      es  = ggml_element_size(qkv);
+        ggml_tensor *     q = nullptr, *k = nullptr;
+        if (llama) {  // rotary positions, each row its own
+            auto rope = [&](int i) {
+                ggml_tensor * t =
+                    ggml_view_4d(g, qkv, d, h_.n_head, R, 1, d * es, qkv->nb[1], R * qkv->nb[1], (size_t) i * C * es);
+                return ggml_rope_ext(g, t, at, c.w("t3.rope_freqs"), (int) d, GGML_ROPE_TYPE_NEOX, 0, h_.rope_base,
+                                     1.0f, 0.0f, 1.0f, 0.0f, 0.0f);  // [d, h, R, 1]
+            };
+            q = rope(0);
+            k = rope(1);
+        }
+        std::vector<ggml_tensor *> outs;
+        for (int64_t r = 0; r < R; ++r) {
+            auto part = [&](int i) {
+                return ggml_view_2d(g, qkv, C, 1, qkv->nb[1], (size_t) r * qkv->nb[1] + (size_t) i * C * es);
+            };
+            auto row = [&](ggml_tensor * t) { return ggml_view_2d(g, t, C, 1, t->nb[2], (size_t) r * t->nb[2]); };
+            ggml_tensor * scores = nullptr;
+            const size_t  s      = (size_t) (il * batch_ + slot[(size_t) r]);
+            outs.push_back(cached_attention(g, gf, llama ? row(q) : part(0), llama ? row(k) : part(1), part(2), k_[s],
+                                            v_[s], pos[(size_t) r], h_.n_head, nullptr, scale, &scores));
+            for (size_t i = 0; llama && align_text[(size_t) r] > 0 && i < h_.alignment_heads.size(); i += 2) {
+                if (h_.alignment_heads[i] != il) {
+                    continue;
+                }
+                ggml_tensor * seen = ggml_view_2d(
+                    g, scores, align_text[(size_t) r], 1, scores->nb[1],
+                    (size_t) h_.alignment_heads[i + 1] * scores->nb[2] + (size_t) text_at_ * scores->nb[0]);
+                align[(size_t) r] = align[(size_t) r] ? ggml_add(g, align[(size_t) r], seen) : ggml_cont(g, seen);
+            }
+        }
+        x = block_rest(c, g, h_, x, concat_all(g, outs, 1), p, il);  // [C, R]
+    }
+    ggml_tensor * logits = speech_logits(c, g, h_, x);  // [Vs, R]
+    ggml_set_output(logits);
+    ggml_build_forward_expand(gf, logits);
+    for (ggml_tensor *& t : align) {
+        if (t) {
+            t = ggml_scale(g, t, 2.0f / (float) h_.alignment_heads.size());  // their mean
+            ggml_set_output(t);
+            ggml_build_forward_expand(gf, t);
+        }
+    }
+    c.alloc(VS_STAGE_TOKENS, gf);
+    for (const auto & [t, data] : inputs) {
+        c.set_input(t, data);
+    }
+    c.compute(gf);
+    std::vector<float> all((size_t) ggml_nelements(logits));
+    ggml_backend_tensor_get(logits, all.data(), 0, ggml_nbytes(logits));
+    std::vector<step_out> out((size_t) R);
+    const int64_t         Vs = h_.speech_vocab;
+    for (int64_t r = 0; r < R; ++r) {
+        out[(size_t) r].logits.assign(all.begin() + r * Vs, all.begin() + (r + 1) * Vs);
+        if (ggml_tensor * t = align[(size_t) r]) {
+            out[(size_t) r].align.resize((size_t) ggml_nelements(t));
+            ggml_backend_tensor_get(t, out[(size_t) r].align.data(), 0, ggml_nbytes(t));
+        }
+    }
+    return out;
+}
+
 std::vector<int32_t> t3_state::generate(vs_context & c, const std::vector<int32_t> & text_ids, const float * speaker,
                                         const std::vector<int32_t> & prompt, const vs_synth_params & p,
                                         size_t max_tokens, const token_callback & on_token) {
-    const int64_t Vs    = h_.speech_vocab;
-    const bool    llama = h_.llama();
-    if (text_ids.empty()) {
-        throw error(VS_ERR_TEXT, "no text tokens to speak");
+    return generate_many(c, { text_ids }, speaker, prompt, p, { max_tokens }, { p.seed }, on_token)[0];
+}
+
+std::vector<std::vector<int32_t>> t3_state::generate_many(
+    vs_context & c, const std::vector<std::vector<int32_t>> & texts, const float * speaker,
+    const std::vector<int32_t> & prompt, const vs_synth_params & p, const std::vector<size_t> & max_tokens,
+    const std::vector<uint64_t> & seeds, const token_callback & on_token) {
+    const int64_t Vs = h_.speech_vocab, G = (int64_t) texts.size();
+    const bool    llama  = h_.llama();
+    const bool    forced = p.speech_tokens != nullptr;
+    if (texts.empty() || max_tokens.size() != texts.size() || seeds.size() != texts.size()) {
+        throw error(VS_ERR_INVALID_ARG, "a run of the token model takes one or more texts, a limit and a seed each");
     }
-    for (int32_t t : text_ids) {
-        if (t < 0 || t >= h_.text_vocab) {
-            throw error(VS_ERR_INVALID_ARG, "text token " + std::to_string(t) +
-                                                " is not in the model's vocabulary of " +
-                                                std::to_string(h_.text_vocab));
-        }
-    }
-    // Llama's text goes between its start and stop tokens.
-    std::vector<int32_t> text = text_ids;
-    if (llama) {
-        text.insert(text.begin(), (int32_t) h_.start_text);
-        text.push_back((int32_t) h_.stop_text);
+    if (forced && G > 1) {
+        throw error(VS_ERR_INVALID_ARG, "given speech tokens are for one text");
     }
     for (int32_t t : prompt) {
         if (t < 0 || t >= h_.start_speech) {
@@ -487,29 +611,60 @@ std::vector<int32_t> t3_state::generate(vs_context & c, const std::vector<int32_
             throw error(VS_ERR_INVALID_ARG, "the speaker embedding holds a NaN or infinite value");
         }
     }
-    const bool forced = p.speech_tokens != nullptr;
     for (size_t i = 0; forced && i < p.n_speech_tokens; ++i) {
         if (p.speech_tokens[i] < 0 || p.speech_tokens[i] >= Vs) {
             throw error(VS_ERR_INVALID_ARG, "speech token " + std::to_string(p.speech_tokens[i]) +
-                                                " is not in the "
-                                                "model's vocabulary of " +
-                                                std::to_string(Vs));
+                                                " is not in the model's vocabulary of " + std::to_string(Vs));
         }
     }
-    const int64_t n_cond   = h_.n_cond((int64_t) prompt.size());
-    const int64_t n_prefix = n_cond + (int64_t) text.size() + (llama ? 2 : 1);
-    const int64_t n_speech = (int64_t) (forced ? p.n_speech_tokens : max_tokens);
-    const int64_t n_total  = n_prefix + n_speech;
-    if (llama ? (int64_t) text.size() > h_.text_positions : n_total > h_.n_positions) {
-        throw error(VS_ERR_INVALID_ARG, std::to_string(text.size()) + " text tokens with " +
-                                            std::to_string(prompt.size()) + " prompt tokens and up to " +
-                                            std::to_string(n_speech) + " speech tokens pass the model's " +
-                                            std::to_string(llama ? h_.text_positions : h_.n_positions) +
-                                            (llama ? " text" : "") + " positions");
-    }
-    if (llama && n_speech + 1 > h_.speech_positions) {
-        throw error(VS_ERR_INVALID_ARG, std::to_string(n_speech) + " speech tokens pass the model's " +
-                                            std::to_string(h_.speech_positions - 1));
+    const int64_t n_cond = h_.n_cond((int64_t) prompt.size());
+    // Each text as the model reads it (Llama's between its start and stop tokens), checked.
+    struct run {
+        std::vector<int32_t> text;
+        int64_t              n_prefix = 0, pos = 0;
+        size_t               max_tokens = 0;
+        uint64_t             seed       = 0;
+        std::vector<int32_t> history, out;
+        alignment_guard      guard{ 0, 0 };
+        step_out             last;  // the logits (and alignment rows) of its newest position
+        bool                 done = false;
+    };
+    std::vector<run> runs((size_t) G);
+    int64_t          n_ctx = 0;
+    for (int64_t g = 0; g < G; ++g) {
+        run & r = runs[(size_t) g];
+        if (texts[(size_t) g].empty()) {
+            throw error(VS_ERR_TEXT, "no text tokens to speak");
+        }
+        for (int32_t t : texts[(size_t) g]) {
+            if (t < 0 || t >= h_.text_vocab) {
+                throw error(VS_ERR_INVALID_ARG, "text token " + std::to_string(t) +
+                                                    " is not in the model's vocabulary of " +
+                                                    std::to_string(h_.text_vocab));
+            }
+        }
+        r.text = texts[(size_t) g];
+        if (llama) {
+            r.text.insert(r.text.begin(), (int32_t) h_.start_text);
+            r.text.push_back((int32_t) h_.stop_text);
+        }
+        r.max_tokens           = max_tokens[(size_t) g];
+        r.seed                 = seeds[(size_t) g];
+        r.n_prefix             = n_cond + (int64_t) r.text.size() + (llama ? 2 : 1);
+        const int64_t n_speech = (int64_t) (forced ? p.n_speech_tokens : r.max_tokens);
+        const int64_t n_total  = r.n_prefix + n_speech;
+        if (llama ? (int64_t) r.text.size() > h_.text_positions : n_total > h_.n_positions) {
+            throw error(VS_ERR_INVALID_ARG, std::to_string(r.text.size()) + " text tokens with " +
+                                                std::to_string(prompt.size()) + " prompt tokens and up to " +
+                                                std::to_string(n_speech) + " speech tokens pass the model's " +
+                                                std::to_string(llama ? h_.text_positions : h_.n_positions) +
+                                                (llama ? " text" : "") + " positions");
+        }
+        if (llama && n_speech + 1 > h_.speech_positions) {
+            throw error(VS_ERR_INVALID_ARG, std::to_string(n_speech) + " speech tokens pass the model's " +
+                                                std::to_string(h_.speech_positions - 1));
+        }
+        n_ctx = std::max(n_ctx, n_total);
     }
 
     sampling s;
@@ -524,9 +679,9 @@ std::vector<int32_t> t3_state::generate(vs_context & c, const std::vector<int32_
     if (!std::isfinite(cfg) || cfg > 100.0f || !std::isfinite(emotion) || emotion > 100.0f) {
         throw error(VS_ERR_INVALID_ARG, "cfg_weight and exaggeration must be from 0 to 100");
     }
-    const int64_t batch = cfg > 0.0f ? 2 : 1;
+    const int64_t batch = cfg > 0.0f ? 2 : 1;  // sequences a text: guidance's conditional and unconditional
 
-    reserve(c, n_total, batch);
+    reserve(c, n_ctx, G * batch);
     // The conditioning is the same for every sentence in one voice: its keys and values stay in
     // the cache, and the next call in that voice starts after them.
     uint64_t key = mix64((uint64_t) prompt.size() ^ ((uint64_t) batch << 32));
@@ -542,14 +697,14 @@ std::vector<int32_t> t3_state::generate(vs_context & c, const std::vector<int32_
     std::memcpy(&emotion_bits, &emotion, sizeof emotion_bits);
     key += mix64(emotion_bits ^ (uint64_t(1) << 41));
     key += key == 0;
-    const bool    reuse  = key == cond_key_;
-    const int64_t pos0   = reuse ? n_cond : 0;
-    cond_key_            = 0;  // until this call's forward has written it
-    const int64_t n_text = llama ? (int64_t) text.size() : 0;
-    text_at_             = n_cond;
+    const bool    reuse = key == cond_key_;
+    const int64_t pos0  = reuse ? n_cond : 0;
+    cond_key_           = 0;  // until this call's forward has written it
+    text_at_            = n_cond;
+    auto n_text         = [&](const run & r) { return llama ? (int64_t) r.text.size() : (int64_t) 0; };
 
-    std::vector<int32_t> out;
     c.timed_stage(VS_STAGE_TOKENS, 0, p, [&] {
+        run & first = runs[0];
         if (forced) {
             // One pass over the prefix and the given tokens; logits at every speech position.
             std::vector<int32_t> speech{ (int32_t) h_.start_speech };
@@ -557,62 +712,111 @@ std::vector<int32_t> t3_state::generate(vs_context & c, const std::vector<int32_
             const int64_t        n_logits = (int64_t) speech.size();
             std::vector<int32_t> at((size_t) n_logits);
             std::iota(at.begin(), at.end(), 0);
-            step_out r = forward(c, pos0, text, speech, reuse ? nullptr : speaker, prompt, n_logits, at, emotion, batch,
-                                 n_text, 1);
+            step_out r = forward(c, pos0, first.text, speech, reuse ? nullptr : speaker, prompt, n_logits, at, emotion,
+                                 batch, n_text(first), 1);
             cond_key_  = key;
             const auto half = r.logits.begin() + n_logits * Vs;
             if (batch == 2) {
                 c.set_output("t3_logits_uncond", std::vector<float>(half, r.logits.end()), n_logits, Vs);
             }
             c.set_output("t3_logits", std::vector<float>(r.logits.begin(), half), n_logits, Vs);
-            out.assign(p.speech_tokens, p.speech_tokens + p.n_speech_tokens);
+            first.out.assign(p.speech_tokens, p.speech_tokens + p.n_speech_tokens);
             return;
         }
         // The reference's run: the prefix ends in the start token (Multilingual's in two, both at
         // the first speech position), whose logits give the first token; each later step feeds
         // the last token. Turbo's repetition penalty reads the start token for the first draw
-        // and the drawn tokens after; Multilingual's all of them.
+        // and the drawn tokens after; Multilingual's all of them. The texts' prefixes run one
+        // after another (the first writes the voice's conditioning, which the others copy); their
+        // steps run together, a sequence a text (two with guidance) in one graph.
         const std::vector<int32_t> start(llama ? 2 : 1, (int32_t) h_.start_speech);
-        step_out                   r = forward(c, pos0, text, start, reuse ? nullptr : speaker, prompt, 1,
-                                               std::vector<int32_t>(start.size(), 0), emotion, batch, n_text, (int64_t) start.size());
-        cond_key_                    = key;
-        std::vector<int32_t> history{ (int32_t) h_.start_speech };
-        alignment_guard      guard(n_text, (int32_t) h_.stop_speech);
-        int64_t              pos = n_prefix;
-        for (size_t step = 0; step < max_tokens; ++step) {
+        for (int64_t g = 0; g < G; ++g) {
+            run & r = runs[(size_t) g];
+            if (g == 1) {
+                copy_conditioning(c, n_cond, batch, G * batch);
+            }
+            const bool own = g == 0 && !reuse;
+            r.last         = forward(c, own ? 0 : n_cond, r.text, start, own ? speaker : nullptr, prompt, 1,
+                                     std::vector<int32_t>(start.size(), 0), emotion, batch, n_text(r), (int64_t) start.size(),
+                                     g * batch);
+            cond_key_      = key;
+            r.history      = { (int32_t) h_.start_speech };
+            r.guard        = alignment_guard(n_text(r), (int32_t) h_.stop_speech);
+            r.pos          = r.n_prefix;
+        }
+        for (size_t step = 0;; ++step) {
             c.check_abort();
-            std::vector<float> logits(r.logits.begin(), r.logits.begin() + Vs);
-            if (batch == 2) {  // guidance: cond + cfg (cond - uncond)
-                for (int64_t i = 0; i < Vs; ++i) {
-                    logits[(size_t) i] += cfg * (logits[(size_t) i] - r.logits[(size_t) (Vs + i)]);
+            std::vector<int32_t> tok, spos;
+            std::vector<int64_t> pos, slot, align_text;
+            for (int64_t g = 0; g < G; ++g) {
+                run & r = runs[(size_t) g];
+                if (r.done) {
+                    continue;
                 }
+                std::vector<float> logits(r.last.logits.begin(), r.last.logits.begin() + Vs);
+                if (batch == 2) {  // guidance: cond + cfg (cond - uncond)
+                    for (int64_t i = 0; i < Vs; ++i) {
+                        logits[(size_t) i] += cfg * (logits[(size_t) i] - r.last.logits[(size_t) (Vs + i)]);
+                    }
+                }
+                if (llama && !h_.alignment_heads.empty()) {
+                    r.guard.step(std::move(r.last.align), r.history.back(), logits);
+                }
+                const double  u = (double) (mix64(r.seed ^ mix64(step)) >> 11) * (1.0 / 9007199254740992.0);
+                const int32_t t = sample_token(logits, r.history, s, u);
+                if (step == 0 && !llama) {
+                    r.history.clear();
+                }
+                r.history.push_back(t);
+                if (t == (int32_t) h_.stop_speech) {
+                    r.done = true;
+                    continue;
+                }
+                r.out.push_back(t);
+                if (on_token && g == 0) {
+                    on_token(r.out);
+                }
+                if (r.out.size() >= r.max_tokens) {
+                    r.done = true;
+                    continue;
+                }
+                for (int64_t b = 0; b < batch; ++b) {
+                    tok.push_back(t);
+                    spos.push_back((int32_t) step + 1);
+                    pos.push_back(r.pos);
+                    slot.push_back(g * batch + b);
+                    align_text.push_back(b == 0 ? n_text(r) : 0);
+                }
+                ++r.pos;
             }
-            if (llama && !h_.alignment_heads.empty()) {
-                guard.step(std::move(r.align), history.back(), logits);
-            }
-            const double  u   = (double) (mix64(p.seed ^ mix64(step)) >> 11) * (1.0 / 9007199254740992.0);
-            const int32_t tok = sample_token(logits, history, s, u);
-            if (step == 0 && !llama) {
-                history.clear();
-            }
-            history.push_back(tok);
-            if (tok == (int32_t) h_.stop_speech) {
+            if (tok.empty()) {
                 break;
             }
-            out.push_back(tok);
-            if (on_token) {
-                on_token(out);
+            std::vector<step_out> rows = advance(c, tok, spos, pos, slot, align_text);
+            size_t                row  = 0;
+            for (run & r : runs) {
+                if (r.done) {
+                    continue;
+                }
+                r.last.logits.clear();
+                for (int64_t b = 0; b < batch; ++b) {
+                    r.last.logits.insert(r.last.logits.end(), rows[row + (size_t) b].logits.begin(),
+                                         rows[row + (size_t) b].logits.end());
+                }
+                r.last.align = std::move(rows[row].align);
+                row += (size_t) batch;
             }
-            if (out.size() == max_tokens) {
-                break;
-            }
-            r = forward(c, pos++, {}, { tok }, nullptr, {}, 1, { (int32_t) step + 1 }, emotion, batch, n_text, 1);
         }
         if (llama) {
-            c.set_output("t3_alignment", guard.alignment(), (int64_t) (guard.alignment().size() / (size_t) n_text),
-                         n_text);
+            c.set_output("t3_alignment", first.guard.alignment(),
+                         (int64_t) (first.guard.alignment().size() / (size_t) std::max<int64_t>(n_text(first), 1)),
+                         n_text(first));
         }
     });
+    std::vector<std::vector<int32_t>> out;
+    for (run & r : runs) {
+        out.push_back(std::move(r.out));
+    }
     return out;
 }
 
