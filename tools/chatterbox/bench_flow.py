@@ -1,11 +1,13 @@
-"""S3Gen's flow (speech tokens to a mel: the conformer encoder and Turbo's two mean-flow steps),
-the engine against the reference implementation, side by side on the same machine, weights
-(tools/chatterbox/weights.py), speech tokens (10 s by default) and voice (a 10 s prompt, as the
-reference conditions on at most). Prints each one's best milliseconds of `--runs` and the
-engine's time as a fraction of the reference's.
+"""S3Gen's flow (speech tokens to a mel: the conformer encoder and Turbo's two mean-flow steps, or
+Multilingual's ten guided ones with --variant multilingual), the engine against the reference
+implementation, side by side on the same machine, weights (tools/chatterbox/weights.py), speech
+tokens (10 s by default) and voice (a 10 s prompt, as the reference conditions on at most).
+Prints each one's best milliseconds of `--runs` and the engine's time as a fraction of the
+reference's.
 
     .venv/bin/python -m tools.chatterbox.bench_flow --reference-python /tmp/cbref/bin/python \\
-        [--threads 2] [--tokens 250] [--prompt-tokens 250] [--weights f32 f16 q8_0] [--device cpu]
+        [--threads 2] [--tokens 250] [--prompt-tokens 250] [--weights f32 f16 q8_0] [--device cpu] \\
+        [--variant multilingual]
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--weights", nargs="*", default=["f32"], choices=["f32", "f16", "q8_0"])
     ap.add_argument("--cache", type=Path, default=REPO / "build" / "test-models")
+    ap.add_argument("--variant", choices=["turbo", "multilingual"], default="turbo")
     args = ap.parse_args()
     official = args.cache / "chatterbox"
-    weights.write(official, weights.TURBO)
+    weights.write(official, weights.TURBO if args.variant == "turbo" else weights.MULTILINGUAL)
     rng = np.random.default_rng(5)
     inputs = {
         "tokens": rng.integers(0, 6561, args.tokens).astype(np.int32),
@@ -51,12 +54,14 @@ def main() -> None:
         f"{os.cpu_count()} CPUs here; {args.threads} threads; {args.tokens} speech tokens ({args.tokens / 25:.0f} s)"
         f" after a prompt of {args.prompt_tokens} ({args.prompt_tokens / 25:.0f} s)"
     )
-    reference = run_reference(args.reference_python, "reference_flow", official, threads=args.threads, runs=args.runs)
+    reference = run_reference(args.reference_python, "reference_flow", official, threads=args.threads, runs=args.runs,
+                              variant=args.variant)  # fmt: skip
     print(f"reference (PyTorch, F32): {reference['ms']:8.0f} ms")
     voice = Conditionals(np.zeros(256), [], inputs["prompt_tokens"], inputs["prompt_mel"], inputs["xvector"])
     with tempfile.TemporaryDirectory() as tmp:
         for kind in args.weights:
-            path = convert.convert(official / "turbo", Path(tmp) / f"turbo-{kind}.gguf", weights=kind)
+            path = convert.convert(official / args.variant, Path(tmp) / f"{args.variant}-{kind}.gguf", weights=kind,
+                                   variant=args.variant)  # fmt: skip
             times = []
             with ChatterboxModel.open(path, device=args.device, threads=args.threads) as m:
                 for _ in range(1 + args.runs):

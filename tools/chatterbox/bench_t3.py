@@ -42,16 +42,23 @@ def run_reference(python: str, module: str, official: Path, **options) -> dict:
     return json.loads(ref.stdout.strip().splitlines()[-1])
 
 
-def engine_ms(path: Path, device: str, threads: int, tokens: int, runs: int) -> dict:
+def engine_ms(path: Path, device: str, threads: int, tokens: int, runs: int, variant: str = "turbo") -> dict:
     """The first call on a new context, and the best of the next ``runs`` in the same voice
-    (whose conditioning the context's cache keeps)."""
-    g = np.load(GOLDEN)
+    (whose conditioning the context's cache keeps). Multilingual: the reference's draws as
+    reference_t3 makes them (the most likely token after its penalty; guidance and exaggeration
+    as golden_multilingual.npz's)."""
+    if variant == "multilingual":
+        g = {k[4:]: v for k, v in np.load(GOLDEN.with_name("golden_multilingual.npz")).items() if k.startswith("mtl_")}
+        options = {"exaggeration": float(g["exaggeration"]), "cfg_weight": float(g["cfg_weight"])}
+        options |= {"repetition_penalty": 2.0, "min_p": 0.05, "top_p": 1.0}
+    else:
+        g, options = np.load(GOLDEN), {}
     voice = Conditionals(g["speaker_emb"], g["prompt_tokens"])
     times = []
     with ChatterboxModel.open(path, device=device, threads=threads) as t3:
         for _ in range(1 + runs):
             t0 = time.perf_counter()
-            out = t3.generate(g["text_tokens"], voice, max_tokens=tokens, temperature=0)
+            out = t3.generate(g["text_tokens"], voice, max_tokens=tokens, temperature=0, **options)
             times.append((time.perf_counter() - t0) * 1000)
     return {"first_ms": times[0], "next_ms": min(times[1:]), "tokens": len(out)}
 
@@ -65,19 +72,22 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--weights", nargs="*", default=["f16", "q8_0"], choices=["f32", "f16", "q8_0"])
     ap.add_argument("--cache", type=Path, default=REPO / "build" / "test-models")
+    ap.add_argument("--variant", choices=["turbo", "multilingual"], default="turbo")
     args = ap.parse_args()
     official = args.cache / "chatterbox"
-    weights.write(official, weights.TURBO)
+    weights.write(official, weights.TURBO if args.variant == "turbo" else weights.MULTILINGUAL)
     print(f"{os.cpu_count()} CPUs here; {args.threads} threads; {args.tokens} speech tokens after the prompt and text")
 
     reference = run_reference(
-        args.reference_python, "reference_t3", official, threads=args.threads, tokens=args.tokens, runs=args.runs
-    )
+        args.reference_python, "reference_t3", official, threads=args.threads, tokens=args.tokens, runs=args.runs,
+        variant=args.variant,
+    )  # fmt: skip
     print(f"reference (PyTorch, F32): {reference['total_ms']:8.0f} ms  ({reference['tokens']} tokens)")
     with tempfile.TemporaryDirectory() as tmp:
         for kind in args.weights:
-            path = convert.convert(official / "turbo", Path(tmp) / f"turbo-{kind}.gguf", weights=kind)
-            ours = engine_ms(path, args.device, args.threads, args.tokens, args.runs)
+            path = convert.convert(official / args.variant, Path(tmp) / f"{args.variant}-{kind}.gguf", weights=kind,
+                                   variant=args.variant)  # fmt: skip
+            ours = engine_ms(path, args.device, args.threads, args.tokens, args.runs, args.variant)
             path.unlink()
             first, later = ours["first_ms"] / reference["total_ms"], ours["next_ms"] / reference["total_ms"]
             print(

@@ -1,7 +1,8 @@
 """The reference implementation's S3Gen flow (S3Token2Wav.flow_inference: the conformer encoder
-and Turbo's two mean-flow steps) timed on the weights of tools/chatterbox/weights.py, on the
-speech tokens and voice tools/chatterbox/bench_flow.py saves. Run in the reference environment
-by bench_flow.py; prints one JSON line.
+and Turbo's two mean-flow steps, or Multilingual's ten guided ones with --variant multilingual)
+timed on the weights of tools/chatterbox/weights.py, on the speech tokens and voice
+tools/chatterbox/bench_flow.py saves. Run in the reference environment by bench_flow.py; prints
+one JSON line.
 """
 
 from __future__ import annotations
@@ -22,12 +23,15 @@ def main() -> None:
     ap.add_argument("--weights", type=Path, required=True)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--variant", choices=["turbo", "multilingual"], default="turbo")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from chatterbox.models.s3gen import S3Gen
 
-    s3 = S3Gen(meanflow=True)
-    s3.load_state_dict(load_file(args.weights / "turbo" / "s3gen_meanflow.safetensors"))
+    turbo = args.variant == "turbo"
+    s3 = S3Gen(meanflow=turbo)
+    name = "s3gen_meanflow.safetensors" if turbo else "s3gen.safetensors"
+    s3.load_state_dict(load_file(args.weights / args.variant / name))
     s3.eval()
     z = np.load(args.weights / "bench_flow.npz")
     ref = {
