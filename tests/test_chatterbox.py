@@ -571,6 +571,17 @@ def test_streamed_speech_comes_in_pieces_while_the_tokens_are_drawn(t3):
     # audio's steps around the same place.
     for b in np.cumsum([p.size for p in pieces])[:-1]:
         assert abs(audio[b] - audio[b - 1]) <= 1.5 * np.abs(np.diff(whole[b - 240 : b + 240])).max()
+    # The last run's condition: the stock voice's prompt mel, then the mel of the 25 tokens
+    # before its own (their frames as the earlier runs made them), then nothing.
+    from app.models import torch_checkpoint
+
+    gen = torch_checkpoint.load(GOLDEN.parent / "conds.pt")["gen"]
+    lead = 2 * np.asarray(gen["prompt_token"]).size
+    cond, mel = t3.output("flow_cond"), t3.output("mel")
+    np.testing.assert_array_equal(cond[:lead], np.asarray(gen["prompt_feat"], np.float32)[0, :lead])
+    new = len(cond) - lead - 50
+    np.testing.assert_array_equal(cond[lead : lead + 50], mel[len(mel) - new - 50 : len(mel) - new])
+    assert np.abs(cond[lead : lead + 50]).max(axis=1).min() > 0 and not cond[lead + 50 :].any()
     # The same seed, the same pieces.
     again, _ = t3.speak(ids, max_tokens=90, seed=5, stream_tokens=15)
     np.testing.assert_array_equal(again, audio)

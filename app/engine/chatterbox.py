@@ -467,7 +467,8 @@ class ChatterboxModel:
         the model's stock voice): its flow's mel from noise drawn from ``seed`` (or ``noise``
         [80, frames] over the prompt's frames and the new ones), then the vocoder (its noise
         scaled by ``noise_scale`` as in ``vocode``), the first 40 ms faded in. Outputs
-        afterwards: "flow_mu", "flow_v.<step>" and "mel" ([frames, 80])."""
+        afterwards: "flow_mu", "flow_cond" (the flow's condition: the prompt's mel, zeros after),
+        "flow_v.<step>" and "mel" ([frames, 80])."""
         tokens = np.ascontiguousarray(speech_tokens, dtype=np.int32).reshape(-1)
         if tokens.size == 0:
             raise NothingToSpeakError("no speech tokens to decode")

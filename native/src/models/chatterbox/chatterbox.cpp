@@ -80,56 +80,97 @@ std::vector<float> chatterbox_decode(vs_context & c, const std::vector<int32_t> 
 
 namespace chatterbox {
 
-s3gen_stream::s3gen_stream(vs_context & c, const vs_synth_params & p) :
-    c_(c), p_(p), h_(read_flow_hparams(*c.model)), vh_(read_hift_hparams(*c.model)) {
-    const int64_t M = h_.n_mels;
-    // The voice: the conditionals' S3Gen part, or the stock voice's.
-    if (const vs_conditionals * cond = p.conditionals) {
+s3gen_voice read_s3gen_voice(const vs_model & m, const flow_hparams & h, const vs_conditionals * cond) {
+    const int64_t M = h.n_mels;
+    s3gen_voice   v;
+    if (cond) {
         if (!cond->xvector) {
             throw error(VS_ERR_INVALID_ARG, "the conditionals have no x-vector (S3Gen's speaker embedding)");
         }
-        if ((int64_t) cond->n_xvector != h_.xvector) {
+        if ((int64_t) cond->n_xvector != h.xvector) {
             throw error(VS_ERR_INVALID_ARG, "the x-vector has " + std::to_string(cond->n_xvector) +
-                                                " values; the model takes " + std::to_string(h_.xvector));
+                                                " values; the model takes " + std::to_string(h.xvector));
         }
         if ((cond->n_gen_prompt_tokens && !cond->gen_prompt_tokens) || (cond->n_prompt_frames && !cond->prompt_mel)) {
             throw error(VS_ERR_INVALID_ARG, "the conditionals count S3Gen prompt tokens or mel frames but hold none");
         }
-        prompt_.assign(cond->gen_prompt_tokens, cond->gen_prompt_tokens + cond->n_gen_prompt_tokens);
-        prompt_mel_.assign(cond->prompt_mel, cond->prompt_mel + cond->n_prompt_frames * (size_t) M);
-        xvector_.assign(cond->xvector, cond->xvector + h_.xvector);
-    } else {
-        prompt_     = stock_ids(*c.model, "voice.gen_prompt_tokens");
-        prompt_mel_ = stock_values(*c.model, "voice.prompt_feat");
-        xvector_    = stock_values(*c.model, "voice.xvector");
-        if ((int64_t) xvector_.size() != h_.xvector || prompt_mel_.size() % (size_t) M) {
-            c.model->bad("its stock voice's S3Gen conditionals are not of the flow's sizes");
+        v.prompt.assign(cond->gen_prompt_tokens, cond->gen_prompt_tokens + cond->n_gen_prompt_tokens);
+        v.prompt_mel.assign(cond->prompt_mel, cond->prompt_mel + cond->n_prompt_frames * (size_t) M);
+        v.xvector.assign(cond->xvector, cond->xvector + h.xvector);
+    } else {  // the model's stock voice
+        v.prompt     = stock_ids(m, "voice.gen_prompt_tokens");
+        v.prompt_mel = stock_values(m, "voice.prompt_feat");
+        v.xvector    = stock_values(m, "voice.xvector");
+        if ((int64_t) v.xvector.size() != h.xvector || v.prompt_mel.size() % (size_t) M) {
+            m.bad("its stock voice's S3Gen conditionals are not of the flow's sizes");
         }
     }
-    prompt_frames_  = (int64_t) (prompt_mel_.size() / (size_t) M);
-    const int64_t P = (int64_t) prompt_.size(), R = h_.token_mel_ratio;
-    if (prompt_frames_ != R * P && prompt_frames_ != R * P + 1) {
-        throw error(VS_ERR_INVALID_ARG, "the prompt's mel has " + std::to_string(prompt_frames_) + " frames for " +
+    v.prompt_frames = (int64_t) (v.prompt_mel.size() / (size_t) M);
+    const int64_t P = (int64_t) v.prompt.size(), R = h.token_mel_ratio;
+    if (v.prompt_frames != R * P && v.prompt_frames != R * P + 1) {
+        throw error(VS_ERR_INVALID_ARG, "the prompt's mel has " + std::to_string(v.prompt_frames) + " frames for " +
                                             std::to_string(P) + " prompt tokens: two a token (or one more)");
     }
     double norm = 0.0;
-    for (float v : xvector_) {
-        if (!std::isfinite(v)) {
+    for (float x : v.xvector) {
+        if (!std::isfinite(x)) {
             throw error(VS_ERR_INVALID_ARG, "the x-vector holds a NaN or infinite value");
         }
-        norm += (double) v * v;
+        norm += (double) x * x;
     }
-    for (float v : prompt_mel_) {
-        if (!std::isfinite(v)) {
+    for (float x : v.prompt_mel) {
+        if (!std::isfinite(x)) {
             throw error(VS_ERR_INVALID_ARG, "the prompt's mel holds a NaN or infinite value");
         }
     }
-    for (float & v : xvector_) {  // F.normalize
-        v = (float) (v / std::max(std::sqrt(norm), 1e-12));
+    for (float & x : v.xvector) {  // F.normalize
+        x = (float) (x / std::max(std::sqrt(norm), 1e-12));
     }
+    return v;
+}
+
+namespace {
+
+void check_noise_scale(const vs_synth_params & p) {
     if (!(p.noise_scale < 0.0f) && !(p.noise_scale <= 10.0f)) {
         throw error(VS_ERR_INVALID_ARG, "noise_scale must be at most 10");
     }
+}
+
+void check_mel_frames(int64_t frames) {
+    if (frames > 30000) {  // 10 minutes
+        throw error(VS_ERR_INVALID_ARG, std::to_string(frames) + " mel frames: at most 30000 (10 minutes) a call");
+    }
+}
+
+}  // namespace
+
+s3gen_stream::s3gen_stream(vs_context & c, const vs_synth_params & p, std::shared_ptr<const s3gen_voice> voice) :
+    c_(c),
+    p_(p),
+    h_(read_flow_hparams(*c.model)),
+    vh_(read_hift_hparams(*c.model)),
+    voice_(voice ? std::move(voice)
+                 : std::make_shared<const s3gen_voice>(read_s3gen_voice(*c.model, h_, p.conditionals))) {
+    check_noise_scale(p);
+}
+
+std::vector<float> s3gen_stream::vocode_mel(vs_context & c, const vs_synth_params & p, const float * mel,
+                                            size_t n_frames) {
+    if (n_frames == 0) {
+        throw error(VS_ERR_INVALID_ARG, "no mel frames to vocode");
+    }
+    check_mel_frames((int64_t) n_frames);
+    check_noise_scale(p);
+    s3gen_stream s(c, p, std::make_shared<const s3gen_voice>());
+    s.mel_.assign(mel, mel + n_frames * (size_t) s.h_.n_mels);
+    for (float v : s.mel_) {
+        if (!std::isfinite(v)) {
+            throw error(VS_ERR_INVALID_ARG, "the mel holds a NaN or infinite value");
+        }
+    }
+    s.fade_ = false;
+    return s.vocode(true);
 }
 
 std::vector<float> s3gen_stream::feed(const std::vector<int32_t> & tokens, bool final) {
@@ -161,13 +202,14 @@ std::vector<float> s3gen_stream::feed(const std::vector<int32_t> & tokens, bool 
 }
 
 void s3gen_stream::flow(const std::vector<int32_t> & tokens, bool final) {
-    const int64_t M = h_.n_mels, R = h_.token_mel_ratio, P = (int64_t) prompt_.size(), N = (int64_t) tokens.size();
+    const s3gen_voice & v = *voice_;
+    const int64_t M = h_.n_mels, R = h_.token_mel_ratio, P = (int64_t) v.prompt.size(), N = (int64_t) tokens.size();
     const bool    first = tokens_done_ == 0;
-    const int64_t off   = prompt_frames_ - R * P;  // the prompt's extra frame overlays the first speech frame
+    const int64_t off   = v.prompt_frames - R * P;  // the prompt's extra frame overlays the first speech frame
     // The window: the prompt, the context (its frames pinned as made), the new tokens; the
     // decoder stops short of the held-back tokens' frames.
     const int64_t ctx = first ? 0 : std::min(context_tokens, tokens_done_ - off);
-    const int64_t w0 = tokens_done_ - ctx, lead = first ? prompt_frames_ : R * P, pinned = R * ctx;
+    const int64_t w0 = tokens_done_ - ctx, lead = first ? v.prompt_frames : R * P, pinned = R * ctx;
     const int64_t T = R * (P + N - w0), hold = final ? 0 : h_.lookahead, Tv = T - R * hold;
     if (p_.flow_noise && !(first && final)) {
         throw error(VS_ERR_INVALID_ARG, "flow noise is given for one decode of every token, not for a stream");
@@ -177,7 +219,7 @@ void s3gen_stream::flow(const std::vector<int32_t> & tokens, bool final) {
                                             std::to_string(T) + " frames of " + std::to_string(M) + " take " +
                                             std::to_string(T * M));
     }
-    std::vector<int32_t> ids(prompt_);
+    std::vector<int32_t> ids(v.prompt);
     ids.insert(ids.end(), tokens.begin() + w0, tokens.end());
     std::vector<float> mu;
     c_.timed_stage(VS_STAGE_ENCODER, 0, p_, [&] { mu = flow_encode(c_, h_, ids); });
@@ -185,8 +227,9 @@ void s3gen_stream::flow(const std::vector<int32_t> & tokens, bool final) {
     c_.set_output("flow_mu", mu, Tv, M);
 
     std::vector<float> x((size_t) (Tv * M)), cond((size_t) (Tv * M), 0.0f);
-    std::copy(prompt_mel_.begin(), prompt_mel_.begin() + lead * M, cond.begin());
+    std::copy(v.prompt_mel.begin(), v.prompt_mel.begin() + lead * M, cond.begin());
     std::copy(mel_.end() - pinned * M, mel_.end(), cond.begin() + lead * M);
+    c_.set_output("flow_cond", cond, Tv, M);
     if (p_.flow_noise) {
         std::copy(p_.flow_noise, p_.flow_noise + T * M, x.begin());
         for (float v : x) {
@@ -217,17 +260,17 @@ void s3gen_stream::flow(const std::vector<int32_t> & tokens, bool final) {
         for (int64_t s = 0; s < h_.steps; ++s) {
             c_.check_abort();
             const float        t = at(s), r = at(s + 1);
-            std::vector<float> v = flow_velocity(c_, h_, x, mu, xvector_, cond, t, r);
+            std::vector<float> vel = flow_velocity(c_, h_, x, mu, v.xvector, cond, t, r);
             if (h_.cfg_rate > 0.0f) {
-                const std::vector<float> u = flow_velocity(c_, h_, x, mu, xvector_, cond, t, r, true);
-                for (size_t i = 0; i < v.size(); ++i) {
-                    v[i] = (1.0f + h_.cfg_rate) * v[i] - h_.cfg_rate * u[i];
+                const std::vector<float> u = flow_velocity(c_, h_, x, mu, v.xvector, cond, t, r, true);
+                for (size_t i = 0; i < vel.size(); ++i) {
+                    vel[i] = (1.0f + h_.cfg_rate) * vel[i] - h_.cfg_rate * u[i];
                 }
             }
             for (size_t i = 0; i < x.size(); ++i) {
-                x[i] += (r - t) * v[i];
+                x[i] += (r - t) * vel[i];
             }
-            c_.set_output("flow_v." + std::to_string(s), std::move(v), Tv, M);
+            c_.set_output("flow_v." + std::to_string(s), std::move(vel), Tv, M);
         }
     });
     mel_.insert(mel_.end(), x.begin() + (lead + pinned) * M, x.end());
@@ -241,12 +284,15 @@ std::vector<float> s3gen_stream::vocode(bool final) {
     if (end <= vocoded_) {
         return {};
     }
-    if (E > 30000) {  // 10 minutes
-        throw error(VS_ERR_INVALID_ARG, std::to_string(E) + " mel frames: at most 30000 (10 minutes) a call");
-    }
+    check_mel_frames(E);
     const int64_t start = std::max<int64_t>(0, vocoded_ - context_frames), T = E - start;
     if (p_.f0 && !(start == 0 && final && (int64_t) p_.n_f0 == E)) {
         throw error(VS_ERR_INVALID_ARG, std::to_string(p_.n_f0) + " F0 values for " + std::to_string(E) + " frames");
+    }
+    for (size_t i = 0; p_.f0 && i < p_.n_f0; ++i) {
+        if (!(p_.f0[i] >= 0.0f && p_.f0[i] <= 0.5f * (float) vh_.sample_rate)) {
+            throw error(VS_ERR_INVALID_ARG, "F0 value " + std::to_string(i) + " is not from 0 to half the sample rate");
+        }
     }
     const float        noise = p_.noise_scale < 0.0f ? 1.0f : p_.noise_scale;
     const float *      mel   = mel_.data() + start * M;
@@ -277,7 +323,9 @@ std::vector<float> s3gen_stream::vocode(bool final) {
     }
     c_.set_output("f0", std::vector<float>(f0.begin() + (vocoded_ - start), f0.begin() + (end - start)), end - vocoded_,
                   1);
-    trim_fade(audio, c_.model->sample_rate, samples_);
+    if (fade_) {
+        trim_fade(audio, c_.model->sample_rate, samples_);
+    }
     vocoded_ = end;
     samples_ += (int64_t) audio.size();
     return audio;
@@ -309,43 +357,7 @@ std::vector<float> chatterbox_prompt_mel(vs_context & c, const float * samples, 
 }
 
 std::vector<float> chatterbox_vocode(vs_context & c, const float * mel, size_t n_frames, const vs_synth_params & p) {
-    const chatterbox::hift_hparams h = chatterbox::read_hift_hparams(*c.model);
-    if (n_frames == 0) {
-        throw error(VS_ERR_INVALID_ARG, "no mel frames to vocode");
-    }
-    if (n_frames > 30000) {  // 10 minutes
-        throw error(VS_ERR_INVALID_ARG, std::to_string(n_frames) + " mel frames: at most 30000 (10 minutes) a call");
-    }
-    const size_t n = n_frames * (size_t) h.n_mels;
-    for (size_t i = 0; i < n; ++i) {
-        if (!std::isfinite(mel[i])) {
-            throw error(VS_ERR_INVALID_ARG, "the mel holds a NaN or infinite value");
-        }
-    }
-    if (p.f0 && p.n_f0 != n_frames) {
-        throw error(VS_ERR_INVALID_ARG,
-                    std::to_string(p.n_f0) + " F0 values for " + std::to_string(n_frames) + " frames");
-    }
-    for (size_t i = 0; p.f0 && i < n_frames; ++i) {
-        if (!(p.f0[i] >= 0.0f && p.f0[i] <= 0.5f * (float) h.sample_rate)) {
-            throw error(VS_ERR_INVALID_ARG, "F0 value " + std::to_string(i) + " is not from 0 to half the sample rate");
-        }
-    }
-    if (!(p.noise_scale < 0.0f) && !(p.noise_scale <= 10.0f)) {
-        throw error(VS_ERR_INVALID_ARG, "noise_scale must be at most 10");
-    }
-    const float        noise = p.noise_scale < 0.0f ? 1.0f : p.noise_scale;
-    const int64_t      T     = (int64_t) n_frames;
-    std::vector<float> audio, f0, source;
-    c.timed_stage(VS_STAGE_GENERATOR, 0, p, [&] {
-        f0     = p.f0 ? std::vector<float>(p.f0, p.f0 + n_frames) : chatterbox::hift_f0(c, h, mel, T);
-        source = chatterbox::hift_source(c, h, f0, noise, p.seed);
-        c.check_abort();
-        audio = chatterbox::hift_vocode(c, h, mel, T, source);
-    });
-    c.set_output("f0", std::move(f0), T, 1);
-    c.set_output("source", std::move(source), (int64_t) audio.size(), 1);
-    return audio;
+    return chatterbox::s3gen_stream::vocode_mel(c, p, mel, n_frames);
 }
 
 int64_t chatterbox_speaker_size(const vs_model & model) {
@@ -416,9 +428,9 @@ std::vector<std::vector<float>> chatterbox_speak_many(vs_context & c, const std:
                                                       std::vector<size_t> &         n_tokens) {
     const auto                     t0 = std::chrono::steady_clock::now();
     const chatterbox::flow_hparams h  = chatterbox::read_flow_hparams(*c.model);
-    {
-        chatterbox::s3gen_stream check(c, p);
-    }  // the voice checked before any token is drawn
+    // the voice read and checked once, before any token is drawn
+    const auto voice =
+        std::make_shared<const chatterbox::s3gen_voice>(chatterbox::read_s3gen_voice(*c.model, h, p.conditionals));
     const std::vector<std::vector<int32_t>> runs = chatterbox_generate_many(c, texts, p, max_tokens, seeds);
     std::vector<std::vector<float>>         audio;
     int64_t                                 frames = 0;
@@ -426,7 +438,7 @@ std::vector<std::vector<float>> chatterbox_speak_many(vs_context & c, const std:
         n_tokens.push_back(runs[i].size());
         vs_synth_params q = p;
         q.seed            = seeds[i];
-        chatterbox::s3gen_stream stream(c, q);
+        chatterbox::s3gen_stream stream(c, q, voice);
         audio.push_back(stream.feed(s3gen_tokens(h, runs[i]), true));
         frames += stream.frames();
         if (i == 0) {

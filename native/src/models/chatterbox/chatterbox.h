@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -158,20 +159,33 @@ std::vector<float> flow_velocity(vs_context & c, const flow_hparams & h, const s
                                  const std::vector<float> & mu, const std::vector<float> & spk,
                                  const std::vector<float> & cond, float t, float r, bool uncond = false);
 
+// A voice as S3Gen speaks it: the conditionals' S3Gen part (or the model's stock voice's), checked,
+// its x-vector normalized.
+struct s3gen_voice {
+    std::vector<int32_t> prompt;      // the prompt's speech tokens
+    std::vector<float>   prompt_mel;  // [prompt_frames, n_mels]
+    std::vector<float>   xvector;     // normalized
+    int64_t              prompt_frames = 0;
+};
+s3gen_voice read_s3gen_voice(const vs_model & m, const flow_hparams & h, const vs_conditionals * cond);
+
 // S3Gen on a run of speech tokens as it grows (chatterbox.cpp): each feed, given every token so
 // far, returns the audio that follows the earlier feeds'. A feed runs the flow over the voice's
 // prompt, the last `context_tokens` tokens already spoken (their mel as its condition, as the
-// prompt's is) and the new ones, the last `lookahead` of which only a final feed finishes (the
-// reference's finalize: their frames wait for the tokens after them); then the vocoder over the
-// new frames after `context_frames` already vocoded, its excitation going on from theirs, the
-// last `hold_frames` waiting for the frames after them. One final feed of every token is
-// vs_decode_tokens.
+// prompt's is; output "flow_cond") and the new ones, the last `lookahead` of which only a final
+// feed finishes (the reference's finalize: their frames wait for the tokens after them); then the
+// vocoder over the new frames after `context_frames` already vocoded, its excitation going on
+// from theirs, the last `hold_frames` waiting for the frames after them. One final feed of every
+// token is vs_decode_tokens.
 class s3gen_stream {
   public:
     static constexpr int64_t context_tokens = 25, context_frames = 24, hold_frames = 16;
 
-    s3gen_stream(vs_context & c, const vs_synth_params & p);
+    // `voice`: one read for several streams (else the conditionals' of `p`).
+    s3gen_stream(vs_context & c, const vs_synth_params & p, std::shared_ptr<const s3gen_voice> voice = nullptr);
     std::vector<float> feed(const std::vector<int32_t> & tokens, bool final);
+    // The vocoder alone over `n_frames` frames of a given mel [frames, n_mels] (vs_vocode).
+    static std::vector<float> vocode_mel(vs_context & c, const vs_synth_params & p, const float * mel, size_t n_frames);
 
     int64_t tokens_done() const { return tokens_done_; }  // tokens whose frames are made
     int64_t frames() const { return (int64_t) (mel_.size() / (size_t) h_.n_mels); }
@@ -180,18 +194,16 @@ class s3gen_stream {
     void               flow(const std::vector<int32_t> & tokens, bool final);
     std::vector<float> vocode(bool final);
 
-    vs_context &            c_;
-    const vs_synth_params & p_;
-    flow_hparams            h_;
-    hift_hparams            vh_;
-    std::vector<int32_t>    prompt_;
-    std::vector<float>      prompt_mel_, xvector_;  // [frames, n_mels]; normalized
-    int64_t                 prompt_frames_ = 0;
-    std::vector<float>      mel_;  // the speech's frames made [frames, n_mels]
-    int64_t                 tokens_done_ = 0, vocoded_ = 0, samples_ = 0;
-    std::vector<float>      source_;  // the excitation of the last context_frames vocoded
-    source_state            source_state_;
-    bool                    ended_ = false;
+    vs_context &                       c_;
+    const vs_synth_params &            p_;
+    flow_hparams                       h_;
+    hift_hparams                       vh_;
+    std::shared_ptr<const s3gen_voice> voice_;
+    std::vector<float>                 mel_;  // the speech's frames made [frames, n_mels]
+    int64_t                            tokens_done_ = 0, vocoded_ = 0, samples_ = 0;
+    std::vector<float>                 source_;  // the excitation of the last context_frames vocoded
+    source_state                       source_state_;
+    bool                               ended_ = false, fade_ = true;
 };
 
 // S3Gen's speech tokenizer (s3tok.cpp): 16 kHz audio to speech tokens.
