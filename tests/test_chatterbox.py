@@ -665,6 +665,64 @@ def test_the_cli_installs_lists_speaks_and_benches_chatterbox(checkpoint, tmp_pa
     item = json.loads((tmp_path / "stream.json").read_text())["items"][0]
     assert 0 < item["first_audio_ms"] < item["compute_ms"]
 
+    # A clone: a profile of a recording's conditionals, spoken by the installed model.
+    joe, rate = soundfile.read(Path(__file__).parent / "data" / "speaker" / "piper_joe.flac", dtype="float32")
+    short = tmp_path / "short.flac"
+    soundfile.write(short, joe, rate)
+    refused = run("profile", "create", "--audio", str(short), "--name", "Joe", "--no-evaluate", check=False)
+    assert refused.returncode == 1 and "needs more than 5 s" in refused.stderr
+    me = tmp_path / "me.flac"
+    soundfile.write(me, np.concatenate([joe, np.zeros(rate // 4, np.float32), joe]), rate)
+    made = run("profile", "create", "--audio", str(me), "--name", "Joe", "--no-evaluate", "--threads", "2")
+    assert "profile:Joe: a clone for chatterbox-turbo" in made.stdout
+    listed = {r["id"]: r for r in json.loads(run("profile", "list", "--json").stdout)}["profile:Joe"]
+    assert listed["family"] == "chatterbox" and listed["model"] == "chatterbox-turbo"
+    voice = {v["id"]: v for v in json.loads(run("voices", "--json").stdout)}["profile:Joe"]
+    assert voice["family"] == "chatterbox" and voice["installed"]
+    run("synth", "--voice", "profile:Joe", "--text", "Hi.", "--out", str(out), "--threads", "2", "--seed", "3")
+    cloned, _ = soundfile.read(out, dtype="float32")
+    run("synth", "--voice", "chatterbox-turbo:default", "--text", "Hi.", "--out", str(out), "--threads", "2",
+        "--seed", "3")  # fmt: skip
+    stock, _ = soundfile.read(out, dtype="float32")
+    assert cloned.size > 0 and (cloned.size != stock.size or not np.array_equal(cloned, stock))
+    # A recording re-voiced into the clone by S3Gen alone (25 tokens a second, 960 samples a token).
+    run("revoice", "--audio", str(short), "--voice", "profile:Joe", "--out", str(out), "--threads", "2")
+    revoiced = soundfile.info(str(out))
+    assert revoiced.samplerate == 24000 and abs(revoiced.frames / 24000 - joe.size / rate) < 0.2
+    refused = run("revoice", "--audio", str(short), "--voice", "piper:joe", "--out", str(out), check=False)
+    assert refused.returncode == 1 and "re-voicing takes a Chatterbox voice" in refused.stderr
+    # Exported and imported, the clone's files travel whole.
+    run("profile", "export", "Joe", "--out", str(tmp_path / "joe.vsprofile"))
+    run("profile", "import", str(tmp_path / "joe.vsprofile"), "--name", "Joe again")
+    again = {r["id"]: r for r in json.loads(run("profile", "list", "--json").stdout)}["profile:Joe again"]
+    assert again["family"] == "chatterbox"
+
+
+def test_revoicing_speaks_a_recording_in_another_voice_through_s3gen_alone(t3, golden):
+    """ChatterboxVC's path: the recording's speech tokens through S3Gen in a voice."""
+    import soundfile as sf
+
+    wav, rate = sf.read(Path(__file__).parent / "data" / "speaker" / "piper_joe.flac", dtype="float32")
+    tokens = t3.speech_tokens(wav)
+    stock = t3.revoice(wav, rate, seed=2)
+    np.testing.assert_array_equal(stock, t3.decode(tokens, seed=2))
+    assert stock.size == tokens.size * 2 * 480  # two mel frames a token, 480 samples a frame
+    voice = Conditionals(*(golden[f"conds.{k}"] for k in
+                           ("speaker_emb", "prompt_tokens", "gen_prompt_tokens", "prompt_mel", "xvector")))  # fmt: skip
+    other = t3.revoice(wav, rate, voice, seed=2)
+    # (a prompt of an odd number of frames overlays one: a frame less)
+    assert 0 <= stock.size - other.size <= 480 and not np.array_equal(other[:1000], stock[:1000])
+    # A piece at a time (30 s by default): each piece's tokens through S3Gen, from seed + k.
+    pieces = []
+    whole = t3.revoice(wav, rate, voice, seed=2, piece_s=2, on_chunk=lambda k, a: pieces.append(a))
+    assert len(pieces) == 3 and np.array_equal(np.concatenate(pieces), whole)
+    np.testing.assert_array_equal(pieces[1], t3.decode(t3.speech_tokens(wav[2 * rate : 4 * rate]), voice, seed=3))
+    for bad in (np.zeros(0, np.float32), np.full(1600, np.nan, np.float32)):
+        with pytest.raises(InvalidArgumentError, match="no audio to re-voice"):
+            t3.revoice(bad, rate)
+    with pytest.raises(InvalidArgumentError, match="at most 600 s"):
+        t3.revoice(np.zeros(8000 * 601, np.float32), 8000)
+
 
 @pytest.mark.parametrize("clip", ["kokoro_jf_alpha", "kokoro_jm_kumo", "piper_joe"])
 def test_the_speech_tokenizer_matches_the_reference(t3, golden, clip):

@@ -71,6 +71,8 @@ def test_new_profile_dialog_from_import_to_voice(qtbot, window):
     assert "fail" not in statuses.values()
     assert dialog.name.text() == "piper_joe" and dialog.create_button.isEnabled()
     dialog.name.setText("Joe test")
+    dialog.kind.setCurrentIndex(dialog.kind.findData("kokoro"))
+    assert dialog.seconds.isEnabled() and not dialog.plot.isHidden()
     dialog.seconds.setValue(5)
     assert dialog.job is None  # nothing runs before Create
     dialog.create()
@@ -106,6 +108,7 @@ def test_cancel_keeps_the_best_so_far(qtbot, window):
     dialog = window.new_profile_dialog()
     dialog.evaluate = False
     dialog.import_file(CLIP)
+    dialog.kind.setCurrentIndex(dialog.kind.findData("kokoro"))
     dialog.seconds.setValue(600)
     dialog.create()
     qtbot.waitUntil(lambda: len(dialog.points) >= 2, timeout=120_000)
@@ -113,4 +116,25 @@ def test_cancel_keeps_the_best_so_far(qtbot, window):
     qtbot.waitUntil(lambda: dialog.job is None, timeout=60_000)
     assert dialog.draft is not None and dialog.draft.search["cancelled"]
     assert dialog.save_button.isEnabled()
+    dialog.reject()
+
+
+def test_without_chatterbox_the_dialog_offers_the_style_search_and_says_what_to_install(qtbot, window, monkeypatch):
+    monkeypatch.setattr(models, "chatterbox_installed", lambda model="chatterbox-turbo": False)
+    dialog = window.new_profile_dialog()
+    kinds = {dialog.kind.itemData(i): dialog.kind.model().item(i) for i in range(dialog.kind.count())}
+    assert list(kinds) == ["chatterbox-turbo", "chatterbox", "kokoro"]
+    assert dialog.kind.currentData() == "kokoro"
+    for model in ("chatterbox-turbo", "chatterbox"):
+        assert not kinds[model].isEnabled()
+        assert f"models install {model} --from" in kinds[model].toolTip()
+    dialog.reject()
+
+
+def test_with_chatterbox_installed_the_dialog_clones_by_default(qtbot, window, monkeypatch):
+    monkeypatch.setattr(models, "chatterbox_installed", lambda model="chatterbox-turbo": model == "chatterbox")
+    dialog = window.new_profile_dialog()
+    assert dialog.kind.currentData() == "chatterbox"
+    dialog.import_file(CLIP)
+    assert not dialog.seconds.isEnabled() and dialog.plot.isHidden()  # a clone searches nothing
     dialog.reject()

@@ -161,3 +161,60 @@ def test_search_needs_a_budget_and_stock_styles():
         style_search.search(None, None, None, {}, seconds=60)
     with pytest.raises(InvalidArgumentError):
         style_search.search(None, None, None, {"a": np.zeros((510, 1, 256))}, seconds=0)
+
+
+def _clone(name, seed=0, model="chatterbox-turbo", **kw):
+    from app.engine.chatterbox import Conditionals
+
+    rng = np.random.default_rng(seed)
+    conditionals = Conditionals(
+        rng.standard_normal(256).astype(np.float32), rng.integers(0, 6561, 150), rng.integers(0, 6561, 250),
+        rng.standard_normal((80, 500)).astype(np.float32), rng.standard_normal(192).astype(np.float32),
+    )  # fmt: skip
+    reference = (0.1 * rng.standard_normal(48000)).astype(np.float32)
+    return profiles.save_clone(
+        name, reference=reference, sample_rate=48000, conditionals=conditionals, model=model,
+        source={"file": "me.wav"}, checks=[], scores={}, **kw,
+    )  # fmt: skip
+
+
+def test_a_clone_keeps_its_conditionals_and_travels_whole(store, tmp_path):
+    saved = _clone("Ivy")
+    loaded = profiles.load("Ivy")
+    assert loaded.family == "chatterbox" and loaded.model == "chatterbox-turbo" and loaded.pack is None
+    for part in ("speaker_embedding", "prompt_tokens", "gen_prompt_tokens", "prompt_mel", "xvector"):
+        np.testing.assert_array_equal(getattr(loaded.conditionals, part), getattr(saved.conditionals, part))
+    assert sorted(f.name for f in loaded.folder.iterdir()) == ["conditionals.npz", "profile.json", "reference.flac"]
+    copy = profiles.import_file(profiles.export("Ivy", tmp_path / "ivy"), name="Ivy 2")
+    np.testing.assert_array_equal(copy.conditionals.prompt_mel, saved.conditionals.prompt_mel)
+    # A Kokoro profile beside it keeps its own files; one without a family reads as Kokoro's.
+    kokoro = _save("Jo")
+    meta = json.loads((kokoro.folder / "profile.json").read_text())
+    (kokoro.folder / "profile.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "family"}))
+    assert profiles.load("Jo").family == "kokoro" and profiles.load("Jo").model == "kokoro"
+
+
+def test_a_damaged_clone_is_refused_with_a_reason(store):
+    from app.engine.chatterbox import Conditionals
+
+    p = _clone("Kim")
+    (p.folder / "conditionals.npz").write_bytes(b"PK\x03\x04 broken")
+    with pytest.raises(profiles.ProfileError, match="'Kim' is damaged: conditionals.npz"):
+        profiles.load("Kim")
+    p = _clone("Lu")
+    c = p.conditionals
+    Conditionals(c.speaker_embedding, c.prompt_tokens, c.gen_prompt_tokens, c.prompt_mel[:, :7], c.xvector).save(
+        p.folder / "conditionals.npz"
+    )
+    with pytest.raises(profiles.ProfileError, match="not a Chatterbox voice's"):
+        profiles.load("Lu")
+    p = _clone("Mo")
+    meta = json.loads((p.folder / "profile.json").read_text())
+    (p.folder / "profile.json").write_text(json.dumps(dict(meta, model="tortoise")))
+    with pytest.raises(profiles.ProfileError, match="no Chatterbox model"):
+        profiles.load("Mo")
+    (p.folder / "profile.json").write_text(json.dumps(dict(meta, family="bark")))
+    with pytest.raises(profiles.ProfileError, match="family 'bark'"):
+        profiles.load("Mo")
+    with pytest.raises(profiles.ProfileError, match="no Chatterbox model"):
+        _clone("Ned", model="kokoro")

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from app.cli.bench import cmd_bench
-from app.cli.synth import cmd_synth
+from app.cli.synth import cmd_revoice, cmd_synth
 from app.cli.voices import cmd_devices, cmd_embed, cmd_models, cmd_profile, cmd_similarity, cmd_voices
 from app.engine.errors import VoiceStudioError
 
@@ -49,6 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timings-json", type=Path)
     s.add_argument("--print-phonemes", action="store_true", help="print what espeak-ng produced")
     s.add_argument("--format", choices=["pcm16", "pcm24", "float"], default="pcm16")
+
+    r = sub.add_parser("revoice", help="re-voice a recording into a Chatterbox voice (S3Gen alone)")
+    r.add_argument("--audio", type=Path, required=True, help="the speech to re-voice (WAV, FLAC, OGG, MP3)")
+    r.add_argument("--voice", required=True, help="a Chatterbox voice: chatterbox-turbo:default or a clone's profile")
+    r.add_argument("--out", type=Path, required=True, help="WAV file to write")
+    r.add_argument("--seed", type=_seed, default=0, help="0 to 2**64 - 1")
+    _add_device_args(r)
 
     b = sub.add_parser("bench", help="measure synthesis speed, optionally against onnxruntime")
     b.add_argument("--voice", default="piper:joe")
@@ -111,13 +118,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     pr = sub.add_parser("profile", help="speaker profiles: Kokoro voices made to sound like a recording")
     psub = pr.add_subparsers(dest="action", required=True)
-    pc = psub.add_parser("create", help="check a recording, search a style for it, save the profile")
+    pc = psub.add_parser(
+        "create", help="check a recording and make a voice of it (a Chatterbox clone, or a Kokoro style search)"
+    )
     pc.add_argument("--audio", type=Path, required=True)
     pc.add_argument("--name", required=True)
-    pc.add_argument("--seconds", type=float, default=60.0, help="search time budget (default 60)")
+    pc.add_argument(
+        "--family",
+        choices=["chatterbox", "kokoro"],
+        default="chatterbox",
+        help="chatterbox (default): the recording's conditionals, a clone of the voice; kokoro: search a style "
+        "pack that sounds like it",
+    )
+    pc.add_argument(
+        "--model", choices=["chatterbox-turbo", "chatterbox"], help="the Chatterbox model (default: Turbo if installed)"
+    )
+    pc.add_argument("--seconds", type=float, default=60.0, help="Kokoro: search time budget (default 60)")
     pc.add_argument("--evaluations", type=int, help="stop after this many candidates (reproducible anywhere)")
     pc.add_argument("--seed", type=int, default=0)
-    pc.add_argument("--no-evaluate", action="store_true", help="skip the held-out similarity measurement")
+    pc.add_argument(
+        "--no-evaluate", action="store_true", help="skip the preview take (clone) or held-out similarity (Kokoro)"
+    )
     pc.add_argument("--overwrite", action="store_true")
     pc.add_argument("--json", action="store_true")
     _add_device_args(pc)
@@ -174,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 COMMANDS = {
     "synth": cmd_synth,
+    "revoice": cmd_revoice,
     "bench": cmd_bench,
     "devices": cmd_devices,
     "voices": cmd_voices,

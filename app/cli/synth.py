@@ -126,3 +126,29 @@ def cmd_synth(args) -> int:
         args.timings_json.write_text(json.dumps(report, indent=2), encoding="utf-8")
     print(f"{args.out}: {audio_s:.2f} s of audio in {timings['total_ms']:.0f} ms on {device}")
     return 0
+
+
+def cmd_revoice(args) -> int:
+    import numpy as np
+    import soundfile
+
+    from app.core.atomic import atomic_path
+    from app.models import manager as models
+    from app.profiles import speaker_reference
+    from app.profiles.voices import open_engine, speaking_model
+
+    if speaking_model(args.voice) not in models.CHATTERBOX_MODELS:
+        raise VoiceStudioError(
+            f"re-voicing takes a Chatterbox voice (chatterbox-turbo:default, chatterbox:default, or a clone's "
+            f"profile), not '{args.voice}'"
+        )
+    audio, rate = speaker_reference.load(args.audio)
+    with open_engine(args.voice, device=args.device, threads=args.threads) as engine:
+        take = engine.revoice(audio, rate, seed=args.seed)
+    with atomic_path(args.out) as tmp:
+        soundfile.write(str(tmp), np.clip(take.audio, -1.0, 1.0), take.sample_rate, subtype="PCM_16", format="WAV")
+    for warning in take.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    seconds = take.audio.size / take.sample_rate
+    print(f"{args.out}: {seconds:.2f} s of audio in {take.timings['total_ms']:.0f} ms on {take.device}")
+    return 0

@@ -57,6 +57,8 @@ def _profile_row(p) -> dict:
     return {
         "id": p.voice_id,
         "name": p.name,
+        "family": p.family,
+        "model": p.model,
         "created": p.meta.get("created"),
         "source": p.meta.get("source", {}),
         "scores": scores,
@@ -79,7 +81,7 @@ def cmd_profile(args) -> int:
                 detail = ""
                 if held:
                     detail = f"similarity {held['profile']:.3f} (best stock {held['best_stock']['similarity']:.3f})"
-                print(f"{r['id']:<30} {r['created'] or '':<26} {detail}")
+                print(f"{r['id']:<30} {r['model']:<17} {r['created'] or '':<26} {detail}")
         for _folder, reason in broken:
             print(f"warning: {reason}", file=sys.stderr)
         return 0
@@ -131,11 +133,22 @@ def _profile_create(args) -> int:
     name = profiles.check_name(args.name)
     if profiles.exists(name) and not args.overwrite:
         raise profiles.ProfileError(f"a profile named '{name}' exists already (--overwrite replaces it)")
-    draft = profile_builder.build(audio, rate, source={"file": args.audio.name}, settings=settings, on_event=on_event)
+    source = {"file": args.audio.name}
+    if args.family == "chatterbox":
+        draft = profile_builder.clone(
+            audio, rate, model=args.model, source=source, settings=settings, on_event=on_event
+        )
+    else:
+        draft = profile_builder.build(audio, rate, source=source, settings=settings, on_event=on_event)
     profile = draft.save(name, overwrite=args.overwrite)
     row = _profile_row(profile)
     if args.json:
         print(json.dumps(row, indent=2))
+        return 0
+    if profile.family == "chatterbox":
+        preview = row["scores"].get("preview")
+        said = f", preview similarity {preview['similarity']:.3f}" if preview else ""
+        print(f"{profile.voice_id}: a clone for {profile.model} ({row['scores']['conditioning_s']:.1f} s{said})")
         return 0
     held = row["scores"].get("heldout")
     print(f"{profile.voice_id}: search similarity {row['scores']['search']['similarity']:.3f}")
@@ -166,15 +179,16 @@ def cmd_voices(args) -> int:
             }
         )
     for p in profiles.list_profiles():
+        clone = p.family == "chatterbox"
         rows.append(
             {
                 "id": p.voice_id,
-                "family": "kokoro",
+                "family": p.family,
                 "language": "",
-                "sample_rate": models.KOKORO_SAMPLE_RATE,
-                "source_package": "speaker profile",
+                "sample_rate": 24000,
+                "source_package": f"speaker profile ({p.model})",
                 "licence": "",
-                "installed": models.kokoro_installed(),
+                "installed": models.chatterbox_installed(p.model) if clone else models.kokoro_installed(),
             }
         )
     if args.json:

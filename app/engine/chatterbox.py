@@ -33,6 +33,7 @@ MAX_SPEECH_TOKENS = 4096
 # first 15 s (at most 375 tokens).
 MIN_PROMPT_S = 5.0
 MAX_RECORDING_S = 60
+REVOICE_S, MAX_REVOICE_S = 30, 600  # re-voiced a piece at a time; at most 10 minutes a call
 TARGET_LUFS = -27.0
 SILENT_LUFS = -70.0
 GEN_PROMPT_S = 10
@@ -182,11 +183,18 @@ class Conditionals:
 
     @classmethod
     def load(cls, path: Path) -> Conditionals:
+        import zipfile
+        import zlib
+
         try:
-            with np.load(Path(path), allow_pickle=False) as z:
-                gen = [z[k] if k in z.files else None for k in ("gen_prompt_tokens", "prompt_mel", "xvector")]
-                return cls(z["speaker_embedding"], z["prompt_tokens"], *gen)
-        except (OSError, KeyError, ValueError) as e:
+            with open(Path(path), "rb") as fh:
+                z = np.load(fh, allow_pickle=False)
+                if not isinstance(z, np.lib.npyio.NpzFile):
+                    raise ValueError("one array, not an .npz of a voice's parts")
+                with z:
+                    gen = [z[k] if k in z.files else None for k in ("gen_prompt_tokens", "prompt_mel", "xvector")]
+                    return cls(z["speaker_embedding"], z["prompt_tokens"], *gen)
+        except (OSError, KeyError, ValueError, zipfile.BadZipFile, zlib.error, EOFError) as e:
             raise ModelFileError(f"'{path}' holds no Chatterbox conditionals ({e})") from None
 
 
@@ -379,6 +387,49 @@ class ChatterboxModel:
         )
         prompt = self.speech_tokens(wav16[: prompt_s * S3_RATE], max_tokens=prompt_tokens)
         return Conditionals(self.speaker_embedding(wav16), prompt, gen_tokens, mel, self.xvector(ref16))
+
+    def revoice(
+        self,
+        audio: np.ndarray,
+        sample_rate: int,
+        voice: Conditionals | None = None,
+        *,
+        seed: int = 0,
+        piece_s: int = REVOICE_S,
+        on_chunk: Callable[[int, np.ndarray], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> np.ndarray:
+        """The speech of ``audio`` in ``voice`` (None: the stock voice), as the reference's
+        ChatterboxVC makes it: its S3 speech tokens (at 16 kHz) through S3Gen in the voice's
+        conditionals, the token model not involved. Taken ``piece_s`` seconds at a time (at most
+        MAX_REVOICE_S in all), piece k from ``seed`` + k, each piece's audio to
+        ``on_chunk(k, audio)`` as it is made; 24 kHz."""
+        if isinstance(piece_s, bool) or not isinstance(piece_s, int) or not 1 <= piece_s <= REVOICE_S:
+            raise InvalidArgumentError(f"piece_s must be from 1 to {REVOICE_S} s, not {piece_s!r}")
+        from app.core.export import resample
+
+        if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or not 8000 <= sample_rate <= 192000:
+            raise InvalidArgumentError(f"the sample rate must be from 8000 to 192000 Hz, not {sample_rate!r}")
+        audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+        if audio.size == 0 or not np.all(np.isfinite(audio)):
+            raise InvalidArgumentError("no audio to re-voice (empty, or a NaN or infinite sample)")
+        if audio.size > MAX_REVOICE_S * sample_rate:
+            raise InvalidArgumentError(f"{audio.size / sample_rate:.0f} s to re-voice: at most {MAX_REVOICE_S} s")
+        wav16 = resample(audio, sample_rate, S3_RATE)
+        pieces = []
+        for k, start in enumerate(range(0, wav16.size, piece_s * S3_RATE)):
+            piece = wav16[start : start + piece_s * S3_RATE]
+            if piece.size < S3_RATE // 10:  # under 0.1 s: no token's worth
+                break
+            tokens = self.speech_tokens(piece)
+            if tokens.size == 0:
+                continue
+            pieces.append(self.decode(tokens, voice, seed=seed + k, cancelled=cancelled))
+            if on_chunk is not None:
+                on_chunk(len(pieces) - 1, pieces[-1])
+        if not pieces:
+            raise NothingToSpeakError("the audio holds no speech tokens to re-voice")
+        return np.concatenate(pieces)
 
     def vocode(
         self,

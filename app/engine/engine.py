@@ -130,6 +130,7 @@ class Engine:
         self.load_ms = load_ms
         self.style = models.style_name(voice_id)  # the stock style pack it speaks with (Kokoro)
         self.pack: np.ndarray | None = None  # a profile's own pack ([510, 256]), used unless a style is given
+        self.conditionals = None  # a Chatterbox profile's voice (app.engine.chatterbox.Conditionals)
         self.stages = STAGES_BY_FAMILY["chatterbox"] if model.arch == "chatterbox" else tuple(model.stages)
 
     @classmethod
@@ -145,6 +146,7 @@ class Engine:
         workers: int | None = 1,
         debug: EngineDebug | None = None,
         pack: np.ndarray | None = None,
+        clone: tuple[str, object] | None = None,
     ) -> Engine:
         """``prewarm``: synthesize while opening (off the CPU, seven sentences from one word to
         17 s; twice where ggml captures graphs), so that the first real take is not the slow
@@ -157,12 +159,16 @@ class Engine:
         contexts and workers were slower).
         ``debug``: switches for tests and diagnostics (``EngineDebug``).
         ``pack``: a style pack of Kokoro's layout ([510, 256]) to speak with, a speaker
-        profile's (app.profiles opens those); ``voice`` then names the profile."""
+        profile's (app.profiles opens those); ``voice`` then names the profile.
+        ``clone``: (a Chatterbox model's id, the Conditionals of a voice) to speak in, a
+        Chatterbox profile's; ``voice`` then names the profile."""
         native = native_engine()
         native.set_log_handler(_on_log)
         if pack is not None:
             pack = np.asarray(pack, np.float32).reshape(-1, 256)
             path = Path(model_path) if model_path else models.installed_path("kokoro:" + models.KOKORO_VOICES[0])
+        elif clone is not None:
+            path = Path(model_path) if model_path else models.installed_path(f"{clone[0]}:{models.CHATTERBOX_VOICE}")
         else:
             path = Path(model_path) if model_path else models.installed_path(voice)
         t0 = time.perf_counter()
@@ -171,7 +177,7 @@ class Engine:
         try:
             if pack is not None or models.is_kokoro(voice):
                 expected = "kokoro"
-            elif models.is_chatterbox(voice):
+            elif clone is not None or models.is_chatterbox(voice):
                 expected = "chatterbox"
             else:
                 expected = models.lookup(voice).family
@@ -193,6 +199,7 @@ class Engine:
             raise
         engine = cls(model, context, voice, load_ms)
         engine.pack = pack
+        engine.conditionals = None if clone is None else clone[1]
         return engine
 
     def __enter__(self) -> Engine:
@@ -355,9 +362,41 @@ class Engine:
         timings = self._context.timings()
         return [Take(a, self.sample_rate, dict(timings), self.device, self.threads, list(warnings)) for a in audio]
 
+    def revoice(
+        self,
+        audio: np.ndarray,
+        sample_rate: int,
+        *,
+        seed: int = 0,
+        on_chunk: Callable[[int, np.ndarray], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> Take:
+        """A take of the speech in ``audio`` re-voiced into this engine's voice (a Chatterbox
+        voice: its stock voice or a clone's) by S3Gen alone (ChatterboxModel.revoice)."""
+        from app.engine.chatterbox import ChatterboxModel
+
+        if self._model.arch != "chatterbox":
+            raise InvalidArgumentError(f"re-voicing takes a Chatterbox voice; '{self.voice_id}' is {self._model.arch}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+            raise InvalidArgumentError(f"the seed must be a whole number from 0 to 2**64 - 1, not {seed!r}")
+        t0 = time.perf_counter()
+        model = ChatterboxModel(self._model, self._context)
+        audio, warnings = self._collecting_warnings(
+            lambda: model.revoice(
+                audio, sample_rate, self.conditionals, seed=seed, on_chunk=on_chunk, cancelled=cancelled
+            )
+        )
+        stages = self._context.timings()["stages_ms"]
+        timings = {
+            "stages_ms": {stage: stages.get(stage, 0.0) for stage in self.stages},
+            "total_ms": (time.perf_counter() - t0) * 1000.0,
+            "samples": int(audio.size),
+        }
+        return Take(audio, self.sample_rate, timings, self.device, self.threads, warnings)
+
     def _chatterbox_take(self, text, noise_scale, seed, on_stage, on_chunk, cancelled, options) -> Take:
         """Chatterbox's take of ``text``: its chunks through the token model and S3Gen, one after
-        another (app.engine.chatterbox), in the stock voice."""
+        another (app.engine.chatterbox), in the stock voice or a profile's."""
         from app.engine.chatterbox import ChatterboxModel
 
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
@@ -370,6 +409,7 @@ class Engine:
         (audio, t), warnings = self._collecting_warnings(
             lambda: model.synthesize(
                 text,
+                self.conditionals,
                 **options,
                 seed=seed,
                 noise_scale=None if noise_scale < 0 else noise_scale,

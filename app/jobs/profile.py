@@ -1,5 +1,5 @@
-"""A speaker profile's search off the GUI thread: its events, result, cancellation and failure
-delivered through a signals object."""
+"""A speaker profile's making (a clone's conditionals, or a style search) off the GUI thread:
+its events, result, cancellation and failure delivered through a signals object."""
 
 from __future__ import annotations
 
@@ -20,11 +20,15 @@ class BuildSignals(QObject):
 
 
 class BuildJob(QRunnable):
-    def __init__(self, audio: np.ndarray, rate: int, source: dict, settings: profile_builder.Settings):
+    """``model``: a Chatterbox model's id (a clone of the recording), or "kokoro" (a style search)."""
+
+    def __init__(
+        self, audio: np.ndarray, rate: int, source: dict, settings: profile_builder.Settings, model: str = "kokoro"
+    ):
         super().__init__()
         self.setAutoDelete(False)
         self.signals = BuildSignals()
-        self.audio, self.rate, self.source, self.settings = audio, rate, source, settings
+        self.audio, self.rate, self.source, self.settings, self.model = audio, rate, source, settings, model
         self._cancel = threading.Event()
 
     def cancel(self) -> None:
@@ -32,10 +36,12 @@ class BuildJob(QRunnable):
 
     def run(self) -> None:
         try:
-            draft = profile_builder.build(
-                self.audio, self.rate, source=self.source, settings=self.settings,
-                on_event=self.signals.event.emit, cancelled=self._cancel.is_set,
-            )  # fmt: skip
+            common = {"source": self.source, "settings": self.settings, "on_event": self.signals.event.emit,
+                      "cancelled": self._cancel.is_set}  # fmt: skip
+            if self.model == "kokoro":
+                draft = profile_builder.build(self.audio, self.rate, **common)
+            else:
+                draft = profile_builder.clone(self.audio, self.rate, model=self.model, **common)
         except CancelledError:
             self.signals.cancelled.emit()
             return

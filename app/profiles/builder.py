@@ -1,4 +1,8 @@
-"""Make a speaker profile from a reference recording: check it, search a style, measure, save.
+"""Make a speaker profile from a reference recording: a Chatterbox clone (its conditionals
+computed in seconds), or a Kokoro style search.
+
+    draft = clone(*speaker_reference.load("ana.flac"), source={"file": "ana.flac"})
+    profile = draft.save("Ana")   # profile:Ana, spoken by Chatterbox in Ana's voice
 
     draft = build(*speaker_reference.load("ana.flac"), source={"file": "ana.flac"})
     draft.preview_audio           # the best candidate speaking the search sentences
@@ -79,19 +83,25 @@ class Draft:
     search: dict
 
     def save(self, name: str, *, overwrite: bool = False) -> profiles.Profile:
-        ref = self.reference
         return profiles.save(
-            name,
-            reference=ref.audio,
-            sample_rate=ref.sample_rate,
-            pack=self.pack,
-            embedding=self.embedding,
-            source=self.source,
-            checks=[{"name": c.name, "status": c.status, "value": c.value, "detail": c.detail} for c in ref.checks],
-            scores=self.scores,
-            search=self.search,
-            overwrite=overwrite,
-        )
+            name, **_stored(self.reference), pack=self.pack, embedding=self.embedding, source=self.source,
+            scores=self.scores, search=self.search, overwrite=overwrite,
+        )  # fmt: skip
+
+
+def _stored(ref: speaker_reference.Reference) -> dict:
+    """What a profile keeps of its reference: the prepared audio and its checks."""
+    checks = [{"name": c.name, "status": c.status, "value": c.value, "detail": c.detail} for c in ref.checks]
+    return {"reference": ref.audio, "sample_rate": ref.sample_rate, "checks": checks}
+
+
+def _usable(audio: np.ndarray, rate: int) -> speaker_reference.Reference:
+    """The reference prepared (trimmed, level-normalized), or why it cannot make a profile."""
+    ref = speaker_reference.prepare(audio, rate)
+    if not ref.usable:
+        reasons = "; ".join(f"{c.name}: {c.detail}" for c in ref.checks if c.status == "fail")
+        raise InvalidArgumentError(f"the reference cannot make a profile: {reasons}")
+    return ref
 
 
 def build(
@@ -114,10 +124,7 @@ def build(
             on_event(Event(stage, message, progress))
 
     emit("checking", "checking the reference")
-    ref = speaker_reference.prepare(audio, rate)
-    if not ref.usable:
-        reasons = "; ".join(f"{c.name}: {c.detail}" for c in ref.checks if c.status == "fail")
-        raise InvalidArgumentError(f"the reference cannot make a profile: {reasons}")
+    ref = _usable(audio, rate)
     t0 = time.perf_counter()
     with (
         SpeakerEncoder.open(device=settings.device, threads=settings.threads) as encoder,
@@ -187,4 +194,94 @@ def build(
             "device": settings.device,
             "threads": threads,
         },
+    )
+
+
+PREVIEW_SENTENCE = "Here is my voice, made from the recording I gave."
+
+
+def default_clone_model() -> str:
+    """The Chatterbox model a clone is made for: Turbo where installed, else Multilingual; a
+    clear error naming what to install where neither is."""
+    for model in models.CHATTERBOX_MODELS:
+        if models.chatterbox_installed(model):
+            return model
+    raise InvalidArgumentError(
+        "a clone needs a Chatterbox model: run python main.py models install chatterbox-turbo --from <folder> "
+        "(or chatterbox), or make a Kokoro style-search profile (--family kokoro)"
+    )
+
+
+@dataclass
+class CloneDraft:
+    """A clone not yet saved: the reference, the conditionals made of it, a preview take."""
+
+    reference: speaker_reference.Reference
+    conditionals: object  # app.engine.chatterbox.Conditionals
+    model: str
+    preview_audio: np.ndarray | None  # 24 kHz
+    source: dict
+    scores: dict
+
+    def save(self, name: str, *, overwrite: bool = False) -> profiles.Profile:
+        return profiles.save_clone(
+            name, **_stored(self.reference), conditionals=self.conditionals, model=self.model, source=self.source,
+            scores=self.scores, overwrite=overwrite,
+        )  # fmt: skip
+
+
+def clone(
+    audio: np.ndarray,
+    rate: int,
+    *,
+    model: str | None = None,
+    source: dict | None = None,
+    settings: Settings | None = None,
+    on_event: Callable[[Event], None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> CloneDraft:
+    """Check the reference and compute ``model``'s conditionals of it (None: default_clone_model);
+    with ``settings.evaluate``, a preview sentence in the voice and, where the speaker encoder is
+    installed, its similarity to the reference."""
+    from app.engine.chatterbox import ChatterboxModel
+
+    settings = settings or Settings()
+    model = model or default_clone_model()
+    if model not in models.CHATTERBOX_MODELS:
+        raise InvalidArgumentError(f"'{model}' is no Chatterbox model ({', '.join(models.CHATTERBOX_MODELS)})")
+
+    def emit(stage: str, message: str) -> None:
+        if on_event:
+            on_event(Event(stage, message))
+
+    emit("checking", "checking the reference")
+    ref = _usable(audio, rate)
+    t0 = time.perf_counter()
+    path = models.installed_path(f"{model}:{models.CHATTERBOX_VOICE}")
+    with ChatterboxModel.open(path, device=settings.device, threads=settings.threads) as cb:
+        emit("conditioning", f"computing {model}'s conditionals of the reference")
+        conditionals = cb.conditionals(ref.audio, ref.sample_rate)
+        scores: dict = {"conditioning_s": time.perf_counter() - t0}
+        preview = None
+        if settings.evaluate and not (cancelled and cancelled()):
+            emit("previewing", "speaking a preview sentence in the voice")
+            language = "en" if cb.variant == "multilingual" else None
+            preview, _ = cb.synthesize(
+                PREVIEW_SENTENCE, conditionals, language=language, seed=settings.seed, cancelled=cancelled
+            )
+    if preview is not None and models.speaker_encoder_installed():
+        emit("measuring", "measuring the preview against the reference")
+        with SpeakerEncoder.open(device=settings.device, threads=settings.threads) as encoder:
+            target = encoder.embed(ref.audio, ref.sample_rate)
+            scores["preview"] = {
+                "sentence": PREVIEW_SENTENCE,
+                "similarity": similarity(encoder.embed(preview, 24000), target),
+            }
+    return CloneDraft(
+        reference=ref,
+        conditionals=conditionals,
+        model=model,
+        preview_audio=preview,
+        source=dict(source or {}, duration_s=ref.duration_s, source_rate=ref.source_rate),
+        scores=scores,
     )

@@ -1,13 +1,16 @@
-"""Speaker profiles on disk: a Kokoro style pack made to sound like someone.
+"""Speaker profiles on disk: a voice made from someone's recording.
 
-One folder per profile under ``<data dir>/profiles/``:
+One folder per profile under ``<data dir>/profiles/``; its ``family`` (profile.json) says which
+model speaks it:
 
-- ``profile.json``: schema_version, name, created, source (file, durations, rates),
-  checks (the reference's pass/warn/fail list), scores (similarities), search (settings
-  and outcome);
+- ``profile.json``: schema_version, name, family, created, source (file, durations, rates),
+  checks (the reference's pass/warn/fail list), scores (similarities), search (settings and
+  outcome; Kokoro), model (Chatterbox: the model whose encoders made the conditionals);
 - ``reference.flac``: the prepared reference (48 kHz, trimmed, level-normalized);
-- ``style.npy``: the voice pack [510, 1, 256] float32;
-- ``embedding.npy``: the reference's speaker embedding [256].
+- Chatterbox (a clone): ``conditionals.npz``, the voice as Chatterbox takes it
+  (app.engine.chatterbox.Conditionals);
+- Kokoro (a style search): ``style.npy``, the voice pack [510, 1, 256] float32, and
+  ``embedding.npy``, the reference's speaker embedding [256].
 
 A profile is written into a temporary folder and renamed into place, so it appears whole
 or not at all. Export writes the folder as one zip file (``.vsprofile``); import checks it
@@ -24,6 +27,7 @@ import tempfile
 import unicodedata
 import zipfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,7 +41,11 @@ from app.engine.errors import VoiceStudioError
 
 SCHEMA_VERSION = 1
 PREFIX = "profile:"
-FILES = ("profile.json", "reference.flac", "style.npy", "embedding.npy")
+FAMILY_FILES = {
+    "kokoro": ("profile.json", "reference.flac", "style.npy", "embedding.npy"),
+    "chatterbox": ("profile.json", "reference.flac", "conditionals.npz"),
+}
+CHATTERBOX_MODELS = ("chatterbox-turbo", "chatterbox")
 EXTENSION = ".vsprofile"
 PACK_SHAPE = (510, 1, 256)
 MAX_NAME = 64
@@ -49,6 +57,8 @@ MAX_BYTES = {
     "reference.flac": 128 << 20,
     "style.npy": 4 * 510 * 256 + 4096,
     "embedding.npy": 4 * 256 + 4096,
+    # a speaker embedding, at most 375 + 500 prompt tokens, a 10 s prompt mel, an x-vector
+    "conditionals.npz": 4 * (256 + 375 + 500 + 80 * 1001 + 192) + 8192,
 }
 MAX_JSON_DEPTH = 32
 
@@ -62,8 +72,18 @@ class Profile:
     name: str
     folder: Path
     meta: dict
-    pack: np.ndarray  # [510, 1, 256]
-    embedding: np.ndarray  # [256]
+    pack: np.ndarray | None = None  # Kokoro: [510, 1, 256]
+    embedding: np.ndarray | None = None  # Kokoro: [256]
+    conditionals: object | None = None  # Chatterbox: app.engine.chatterbox.Conditionals
+
+    @property
+    def family(self) -> str:
+        return self.meta.get("family", "kokoro")
+
+    @property
+    def model(self) -> str:
+        """The model that speaks the profile: a Chatterbox model's id, or "kokoro"."""
+        return self.meta["model"] if self.family == "chatterbox" else "kokoro"
 
     @property
     def voice_id(self) -> str:
@@ -128,16 +148,24 @@ def _read(folder: Path, *, check_reference: bool = False) -> Profile:
     """The profile in ``folder``, every file checked; ``check_reference`` also decodes the
     reference recording (an imported file's: a profile made here wrote its own)."""
     where = folder.name
-    for f in FILES:
+
+    def check_size(f: str) -> None:
         if not (folder / f).is_file():
             raise ProfileError(f"profile '{where}' is damaged: {f} is missing")
         size = (folder / f).stat().st_size
         if size > MAX_BYTES[f]:
             raise ProfileError(f"profile '{where}' is damaged: {f} has {size:,} bytes, at most {MAX_BYTES[f]:,}")
+
+    check_size("profile.json")
     try:
         meta = json.loads((folder / "profile.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, RecursionError, json.JSONDecodeError) as exc:
         raise ProfileError(f"profile '{where}' is damaged: profile.json is unreadable ({exc})") from exc
+    family = meta.get("family", "kokoro") if isinstance(meta, dict) else None
+    if family not in FAMILY_FILES:
+        raise ProfileError(f"profile '{where}' is damaged: family {family!r} (known: {', '.join(FAMILY_FILES)})")
+    for f in FAMILY_FILES[family][1:]:
+        check_size(f)
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
         raise ProfileError(f"profile '{where}' is damaged: profile.json has no name")
     try:
@@ -151,13 +179,15 @@ def _read(folder: Path, *, check_reference: bool = False) -> Profile:
         raise ProfileError(
             f"profile '{meta['name']}' has schema version {version!r}; this version reads {SCHEMA_VERSION}"
         )
+    if check_reference:
+        _check_reference(folder / "reference.flac", meta["name"])
+    if family == "chatterbox":
+        return Profile(meta["name"], folder, meta, conditionals=_read_conditionals(folder, meta))
     try:
         pack = np.load(folder / "style.npy", allow_pickle=False)
         embedding = np.load(folder / "embedding.npy", allow_pickle=False)
     except Exception as exc:  # numpy's header parser raises what Python's tokenizer and literal_eval do
         raise ProfileError(f"profile '{meta['name']}' is damaged: {type(exc).__name__}: {exc}") from exc
-    if check_reference:
-        _check_reference(folder / "reference.flac", meta["name"])
     if pack.shape != PACK_SHAPE or pack.dtype != np.float32 or not np.all(np.isfinite(pack)):
         raise ProfileError(
             f"profile '{meta['name']}' is damaged: its style is {pack.shape} {pack.dtype},"
@@ -166,6 +196,30 @@ def _read(folder: Path, *, check_reference: bool = False) -> Profile:
     if embedding.shape != (256,) or not np.all(np.isfinite(embedding)):
         raise ProfileError(f"profile '{meta['name']}' is damaged: its embedding is {embedding.shape}")
     return Profile(meta["name"], folder, meta, pack, embedding.astype(np.float32))
+
+
+def _read_conditionals(folder: Path, meta: dict):
+    """A clone's conditionals, every array of the size Chatterbox takes."""
+    from app.engine.chatterbox import Conditionals
+    from app.engine.errors import InvalidArgumentError, ModelFileError
+
+    name = meta["name"]
+    if meta.get("model") not in CHATTERBOX_MODELS:
+        raise ProfileError(f"profile '{name}' is damaged: model {meta.get('model')!r} is no Chatterbox model")
+    try:
+        c = Conditionals.load(folder / "conditionals.npz")
+    except (ModelFileError, InvalidArgumentError) as exc:
+        raise ProfileError(f"profile '{name}' is damaged: conditionals.npz: {exc}") from exc
+    ok = (
+        c.speaks
+        and c.speaker_embedding.size == 256
+        and c.xvector.size == 192
+        and c.prompt_tokens.size <= 375
+        and c.prompt_mel.shape[1] in (2 * c.gen_prompt_tokens.size, 2 * c.gen_prompt_tokens.size + 1)
+    )
+    if not (ok and all(t.size and 0 <= t.min() and t.max() < 6561 for t in (c.prompt_tokens, c.gen_prompt_tokens))):
+        raise ProfileError(f"profile '{name}' is damaged: conditionals.npz is not a Chatterbox voice's")
+    return c
 
 
 def _depth(value, limit: int = 64) -> int:
@@ -252,15 +306,10 @@ def exists(name: str) -> bool:
     return _find_folder(name) is not None
 
 
-def _write_folder(
-    folder: Path, meta: dict, reference: np.ndarray, rate: int, pack: np.ndarray, embedding: np.ndarray
-) -> None:
+def _write_reference(folder: Path, reference: np.ndarray, rate: int) -> None:
     import soundfile as sf
 
-    (folder / "profile.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
     sf.write(folder / "reference.flac", np.asarray(reference, dtype=np.float32), rate, subtype="PCM_24")
-    np.save(folder / "style.npy", np.ascontiguousarray(pack, dtype=np.float32))
-    np.save(folder / "embedding.npy", np.ascontiguousarray(embedding, dtype=np.float32))
 
 
 def _place(tmp: Path, folder: Path) -> None:
@@ -269,6 +318,36 @@ def _place(tmp: Path, folder: Path) -> None:
         with open(f, "rb+") as fh:
             os.fsync(fh.fileno())
     os.replace(tmp, folder)
+
+
+def _store(name: str, meta: dict, write: Callable[[Path], None], overwrite: bool) -> Profile:
+    """A profile of ``meta`` whose files ``write(folder)`` makes, placed whole (replacing the
+    profile of that name where ``overwrite``)."""
+    existing = _find_folder(name)
+    if existing is not None and not overwrite:
+        raise ProfileError(f"a profile named '{name}' exists already")
+    meta = {
+        "schema_version": SCHEMA_VERSION,
+        "name": name,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **meta,
+    }
+    tmp = Path(tempfile.mkdtemp(prefix=".new-", dir=profiles_dir()))
+    try:
+        (tmp / "profile.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
+        write(tmp)
+        if existing is not None:
+            trash = Path(tempfile.mkdtemp(prefix=".old-", dir=profiles_dir()))
+            os.replace(existing, trash / "p")
+            _place(tmp, existing)
+            shutil.rmtree(trash, ignore_errors=True)
+            folder = existing
+        else:
+            folder = _folder_for(name)
+            _place(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return _read(folder)
 
 
 def save(
@@ -284,37 +363,44 @@ def save(
     search: dict,
     overwrite: bool = False,
 ) -> Profile:
+    """A Kokoro profile: the style pack a search found for the reference."""
     name = check_name(name)
     pack = np.asarray(pack, dtype=np.float32).reshape(PACK_SHAPE)
     if not np.all(np.isfinite(pack)):
         raise ProfileError("the style holds NaN or infinite values")
-    existing = _find_folder(name)
-    if existing is not None and not overwrite:
-        raise ProfileError(f"a profile named '{name}' exists already")
-    meta = {
-        "schema_version": SCHEMA_VERSION,
-        "name": name,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "source": source,
-        "checks": checks,
-        "scores": scores,
-        "search": search,
-    }
-    tmp = Path(tempfile.mkdtemp(prefix=".new-", dir=profiles_dir()))
-    try:
-        _write_folder(tmp, meta, reference, sample_rate, pack, embedding)
-        if existing is not None:
-            trash = Path(tempfile.mkdtemp(prefix=".old-", dir=profiles_dir()))
-            os.replace(existing, trash / "p")
-            _place(tmp, existing)
-            shutil.rmtree(trash, ignore_errors=True)
-            folder = existing
-        else:
-            folder = _folder_for(name)
-            _place(tmp, folder)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return _read(folder)
+
+    def write(folder: Path) -> None:
+        _write_reference(folder, reference, sample_rate)
+        np.save(folder / "style.npy", np.ascontiguousarray(pack, dtype=np.float32))
+        np.save(folder / "embedding.npy", np.ascontiguousarray(embedding, dtype=np.float32))
+
+    meta = {"family": "kokoro", "source": source, "checks": checks, "scores": scores, "search": search}
+    return _store(name, meta, write, overwrite)
+
+
+def save_clone(
+    name: str,
+    *,
+    reference: np.ndarray,
+    sample_rate: int,
+    conditionals,
+    model: str,
+    source: dict,
+    checks: list[dict],
+    scores: dict,
+    overwrite: bool = False,
+) -> Profile:
+    """A Chatterbox profile: the conditionals ``model``'s encoders made of the reference."""
+    name = check_name(name)
+    if model not in CHATTERBOX_MODELS:
+        raise ProfileError(f"'{model}' is no Chatterbox model ({', '.join(CHATTERBOX_MODELS)})")
+
+    def write(folder: Path) -> None:
+        _write_reference(folder, reference, sample_rate)
+        conditionals.save(folder / "conditionals.npz")
+
+    meta = {"family": "chatterbox", "model": model, "source": source, "checks": checks, "scores": scores}
+    return _store(name, meta, write, overwrite)
 
 
 def delete(name: str) -> None:
@@ -346,7 +432,7 @@ def export(name: str, dest: Path | str) -> Path:
         dest = dest.with_name(dest.name + EXTENSION)
     with atomic_path(dest) as tmp:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-            for f in FILES:
+            for f in FAMILY_FILES[profile.family]:
                 zf.write(profile.folder / f, f)
     return dest
 
@@ -357,10 +443,11 @@ def import_file(path: Path | str, *, name: str | None = None) -> Profile:
     try:
         with zipfile.ZipFile(path) as zf:
             members = set(zf.namelist())
-            missing = [f for f in FILES if f not in members]
+            files = FAMILY_FILES["chatterbox" if "conditionals.npz" in members else "kokoro"]
+            missing = [f for f in files if f not in members]
             if missing:
                 raise ProfileError(f"{path.name}: not a profile file ({', '.join(missing)} missing)")
-            data = {f: read_bounded(zf, f, MAX_BYTES[f]) for f in FILES}
+            data = {f: read_bounded(zf, f, MAX_BYTES[f]) for f in files}
     except (OSError, zipfile.BadZipFile, zlib.error, NotImplementedError, EOFError, MemberTooLarge) as exc:
         raise ProfileError(f"{path.name}: not a profile file ({exc})") from exc
     tmp = Path(tempfile.mkdtemp(prefix=".imp-", dir=profiles_dir()))

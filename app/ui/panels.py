@@ -35,6 +35,7 @@ from app.engine.chatterbox_text import LANGUAGES
 from app.engine.engine import STAGES_BY_FAMILY
 from app.models import manager as models
 from app.profiles import store as profiles
+from app.profiles.voices import speaking_model
 
 
 def _mib(n: int) -> str:
@@ -92,8 +93,9 @@ class VoicesPanel(QWidget):
         for p in profiles.list_profiles():
             held = p.meta.get("scores", {}).get("heldout")
             status = f"similarity {held['profile']:.2f}" if held else "profile"
-            item = QTreeWidgetItem([p.voice_id, "kokoro", "", str(models.KOKORO_SAMPLE_RATE), status])
-            item.setToolTip(0, f"speaker profile, created {p.meta.get('created', '')}")
+            kind = f"a clone spoken by {p.model}" if p.family == "chatterbox" else "a Kokoro style search"
+            item = QTreeWidgetItem([p.voice_id, p.family, "", "24000", status])
+            item.setToolTip(0, f"speaker profile ({kind}), created {p.meta.get('created', '')}")
             self.tree.addTopLevelItem(item)
         if self.tree.topLevelItemCount():
             self.tree.setCurrentItem(self.tree.topLevelItem(0))
@@ -232,11 +234,12 @@ class Inspector(QWidget):
     def _family_controls(self, voice: str) -> None:
         """Chatterbox speaks at its own pace and has no duration noise: those controls are off;
         language, guidance and exaggeration are Chatterbox Multilingual's alone."""
-        own_pace = models.is_chatterbox(voice)
+        model = speaking_model(voice)
+        own_pace = model in models.CHATTERBOX_MODELS
         for w in (self.speed, self.noise_w):
             w.setEnabled(not own_pace)
             w.setToolTip("Chatterbox speaks at its own pace" if own_pace else "")
-        multilingual = own_pace and models.CHATTERBOX_MODELS[voice.split(":", 1)[0]] == "multilingual"
+        multilingual = own_pace and models.CHATTERBOX_MODELS[model] == "multilingual"
         for w in (self.language, self.cfg_weight, self.exaggeration):
             w.setEnabled(multilingual)
             w.setToolTip("" if multilingual else "Chatterbox Multilingual's alone")

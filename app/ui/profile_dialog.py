@@ -1,7 +1,8 @@
-"""The "new speaker profile" dialog: record or import a reference, see its checks, search a
-style with a live similarity plot, preview the best candidate, save.
+"""The "new speaker profile" dialog: record or import a reference, see its checks, make a
+voice of it (a Chatterbox clone, in seconds; or a Kokoro style search with a live similarity
+plot), preview it, save.
 
-The search runs as a QRunnable on the global pool (app.jobs.profile: it opens its own engine
+The making runs as a QRunnable on the global pool (app.jobs.profile: it opens its own engine
 and speaker encoder on the chosen device); its events arrive queued on the GUI thread.
 """
 
@@ -14,6 +15,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QThreadPool, QTimer, Signal
 from PySide6.QtWidgets import (
+    QComboBox,
     QDialog,
     QDialogButtonBox,
     QFileDialog,
@@ -66,7 +68,7 @@ class NewProfileDialog(QDialog):
         self.source: dict = {}
         self.reference: speaker_reference.Reference | None = None
         self.job: BuildJob | None = None
-        self.draft: profile_builder.Draft | None = None
+        self.draft: profile_builder.Draft | profile_builder.CloneDraft | None = None
         self.points: list[tuple[float, float]] = []  # (s, similarity) of every candidate
         self.best_curve: list[tuple[float, float]] = []
         self._preview: np.ndarray | None = None  # the best candidate's audio while searching
@@ -100,6 +102,16 @@ class NewProfileDialog(QDialog):
         # 2. search
         self.name = QLineEdit()
         self.name.setPlaceholderText("name of the profile")
+        self.kind = QComboBox()
+        for model, label in (("chatterbox-turbo", "Clone with Chatterbox-Turbo"),
+                             ("chatterbox", "Clone with Chatterbox Multilingual"),
+                             ("kokoro", "Kokoro style search")):  # fmt: skip
+            self.kind.addItem(label, model)
+            if model != "kokoro" and not models.chatterbox_installed(model):
+                item = self.kind.model().item(self.kind.count() - 1)
+                item.setEnabled(False)
+                item.setToolTip(f"not installed: python main.py models install {model} --from <folder>")
+        self.kind.setCurrentIndex(next(i for i in range(self.kind.count()) if self.kind.model().item(i).isEnabled()))
         self.seconds = QSpinBox(minimum=5, maximum=3600, value=60, suffix=" s")
         self.seed = QSpinBox(minimum=0, maximum=2**31 - 1)
         self.create_button = QPushButton("Create")
@@ -108,6 +120,7 @@ class NewProfileDialog(QDialog):
         self.cancel_button.setEnabled(False)
         form = QFormLayout()
         form.addRow("Name", self.name)
+        form.addRow("Voice", self.kind)
         form.addRow("Search time", self.seconds)
         form.addRow("Seed", self.seed)
         self.plot = pg.PlotWidget(background="w")
@@ -123,7 +136,7 @@ class NewProfileDialog(QDialog):
         buttons = QHBoxLayout()
         buttons.addWidget(self.create_button)
         buttons.addWidget(self.cancel_button)
-        search_box = QGroupBox("2. Search a voice")
+        search_box = QGroupBox("2. Make a voice")
         search_layout = QVBoxLayout(search_box)
         search_layout.addLayout(form)
         search_layout.addLayout(buttons)
@@ -155,6 +168,7 @@ class NewProfileDialog(QDialog):
         self.preview_button.clicked.connect(self.play_preview)
         self.save_button.clicked.connect(self.save)
         self.name.textChanged.connect(self._update_buttons)
+        self.kind.currentIndexChanged.connect(self._update_buttons)
         close.rejected.connect(self.reject)
         self._meter_timer = QTimer(self, interval=50)
         self._meter_timer.timeout.connect(self._poll_meter)
@@ -230,6 +244,10 @@ class NewProfileDialog(QDialog):
         busy = self.job is not None
         usable = self.reference is not None and self.reference.usable
         self.create_button.setEnabled(usable and not busy and bool(self.name.text().strip()))
+        searching = self.kind.currentData() == "kokoro"
+        self.seconds.setEnabled(searching and not busy)
+        self.kind.setEnabled(not busy)
+        self.plot.setVisible(searching)
         self.cancel_button.setEnabled(busy)
         self.preview_button.setEnabled(self.draft is not None and self.draft.preview_audio is not None)
         self.save_button.setEnabled(self.draft is not None and not busy)
@@ -244,7 +262,7 @@ class NewProfileDialog(QDialog):
         self.points.clear()
         self.best_curve.clear()
         self.draft = None
-        self.job = BuildJob(self.audio, self.rate, self.source, settings)
+        self.job = BuildJob(self.audio, self.rate, self.source, settings, self.kind.currentData())
         self.job.signals.event.connect(self._on_event)
         self.job.signals.finished.connect(self._on_finished)
         self.job.signals.cancelled.connect(self._on_ended)
@@ -280,6 +298,13 @@ class NewProfileDialog(QDialog):
         self.job = None
         self.draft = draft
         s = draft.scores
+        if isinstance(draft, profile_builder.CloneDraft):
+            text = f"A clone for {draft.model}, made in {s['conditioning_s']:.1f} s."
+            if "preview" in s:
+                text += f" Its preview's similarity to the reference: {s['preview']['similarity']:.3f}."
+            self.status.setText(text + " Preview it, then save.")
+            self._update_buttons()
+            return
         text = (
             f"Best similarity in the search {s['search']['similarity']:.3f}"
             f" after {draft.search['evaluations']} candidates."
