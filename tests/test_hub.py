@@ -208,3 +208,49 @@ def test_the_cli_lists_installs_and_removes_a_catalogue_voice(server, cli):
     env["HF_HUB_CACHE"] = env["HF_HUB_CACHE"] + "-empty"
     failed = cli("models", "install", VOICE, env=env, check=False)
     assert failed.returncode != 0 and "HF_HUB_OFFLINE is set" in failed.stderr and "Traceback" not in failed.stderr
+
+
+def test_the_voice_library_filters_installs_with_progress_cancels_and_removes(server, qtbot):
+    from app.ui.panels import VoicesPanel
+
+    panel = VoicesPanel()
+    qtbot.addWidget(panel)
+    rows = {
+        panel.tree.topLevelItem(i).text(0): panel.tree.topLevelItem(i) for i in range(panel.tree.topLevelItemCount())
+    }
+    row = rows[VOICE]
+    assert [row.text(c) for c in (1, 2, 3, 5, 6)] == ["piper", "en_US", "medium", "test voice, MIT", "not installed"]
+    assert row.text(4) == "60 MiB"
+    # Filters: by words, by language, installed only.
+    panel.filter.setText("test medium")
+    assert [v for v, it in rows.items() if not it.isHidden()] == [VOICE]
+    panel.filter.clear()
+    panel.language.setCurrentIndex(panel.language.findData("ja"))
+    assert rows[VOICE].isHidden() and not rows["kokoro:jf_alpha"].isHidden()
+    panel.language.setCurrentIndex(0)
+    panel.only_installed.setChecked(True)
+    assert rows[VOICE].isHidden()
+    panel.only_installed.setChecked(False)
+
+    panel.tree.setCurrentItem(rows[VOICE])
+    asked = []
+    panel.ask = lambda title, text: asked.append(text) or False  # the user declines
+    assert not panel.install_selected() and "test voice, MIT" in asked[0] and "60 MiB" in asked[0]
+    # Cancelled (at its next progress report, within the first block): nothing installed.
+    panel.ask = lambda title, text: True
+    assert panel.install_selected() and panel.cancel_install.isEnabled() and not panel.install.isEnabled()
+    panel._cancel_install()
+    qtbot.waitUntil(lambda: panel.job is None, timeout=60_000)
+    assert panel.progress.format() == f"{VOICE}: cancelled" and not models.is_installed(VOICE)
+    # Installed, its progress rising to the end.
+    assert panel.tree.currentItem().text(0) == VOICE
+    seen = []
+    panel.progress.valueChanged.connect(seen.append)
+    with qtbot.waitSignal(panel.installed_changed, timeout=120_000):
+        assert panel.install_selected()
+    assert len(seen) > 3 and seen[-1] == 1000 and seen == sorted(seen)
+    assert models.is_installed(VOICE) and panel.progress.format() == f"{VOICE}: installed"
+    current = panel.tree.currentItem()
+    assert current.text(0) == VOICE and current.text(6) == "installed" and panel.remove.isEnabled()
+    assert panel.remove_selected() and not models.is_installed(VOICE)
+    assert panel.tree.currentItem().text(6) == "not installed"

