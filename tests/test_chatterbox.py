@@ -724,6 +724,27 @@ def test_revoicing_speaks_a_recording_in_another_voice_through_s3gen_alone(t3, g
         t3.revoice(np.zeros(8000 * 601, np.float32), 8000)
 
 
+def test_the_studios_revoice_job_gives_the_engines_revoiced_take(t3, turbo_f32):
+    """Synthesize › Re-voice current take runs a SynthesisJob of kind "revoice" on the project's
+    engine: its take is the recording through S3Gen in the engine's voice."""
+    import soundfile as sf
+
+    from app.engine.engine import Engine
+    from app.jobs.workers import SynthesisJob
+
+    wav, rate = sf.read(Path(__file__).parent / "data" / "speaker" / "piper_joe.flac", dtype="float32")
+    with Engine.open("chatterbox-turbo:default", model_path=turbo_f32, device="cpu", threads=2) as engine:
+        job = SynthesisJob(engine, [(3, "Hello there.")], kind="revoice", source=(wav, rate), seed=2)
+        done, pieces = [], []
+        job.signals.sentence_done.connect(lambda index, take: done.append((index, take)))
+        job.signals.chunk.connect(lambda index, audio: pieces.append(index))
+        job.run()
+    assert job.state == "done" and [index for index, _ in done] == [3] and pieces == [3]
+    take = done[0][1]
+    assert take.sample_rate == 24000 and take.timings["stages_ms"]["flow"] > 0
+    np.testing.assert_array_equal(take.audio, t3.revoice(wav, rate, seed=2))
+
+
 @pytest.mark.parametrize("clip", ["kokoro_jf_alpha", "kokoro_jm_kumo", "piper_joe"])
 def test_the_speech_tokenizer_matches_the_reference(t3, golden, clip):
     import soundfile as sf

@@ -381,18 +381,20 @@ class Engine:
             raise InvalidArgumentError(f"the seed must be a whole number from 0 to 2**64 - 1, not {seed!r}")
         t0 = time.perf_counter()
         model = ChatterboxModel(self._model, self._context)
-        audio, warnings = self._collecting_warnings(
-            lambda: model.revoice(
-                audio, sample_rate, self.conditionals, seed=seed, on_chunk=on_chunk, cancelled=cancelled
-            )
+        stages = dict.fromkeys(self.stages, 0.0)
+
+        def piece(k: int, part: np.ndarray) -> None:  # S3Gen's stages, summed over the pieces
+            for stage, ms in self._context.timings()["stages_ms"].items():
+                if stage in stages:
+                    stages[stage] += ms
+            if on_chunk is not None:
+                on_chunk(k, part)
+
+        out, warnings = self._collecting_warnings(
+            lambda: model.revoice(audio, sample_rate, self.conditionals, seed=seed, on_chunk=piece, cancelled=cancelled)
         )
-        stages = self._context.timings()["stages_ms"]
-        timings = {
-            "stages_ms": {stage: stages.get(stage, 0.0) for stage in self.stages},
-            "total_ms": (time.perf_counter() - t0) * 1000.0,
-            "samples": int(audio.size),
-        }
-        return Take(audio, self.sample_rate, timings, self.device, self.threads, warnings)
+        timings = {"stages_ms": stages, "total_ms": (time.perf_counter() - t0) * 1000.0, "samples": int(out.size)}
+        return Take(out, self.sample_rate, timings, self.device, self.threads, warnings)
 
     def _chatterbox_take(self, text, noise_scale, seed, on_stage, on_chunk, cancelled, options) -> Take:
         """Chatterbox's take of ``text``: its chunks through the token model and S3Gen, one after

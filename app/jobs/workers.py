@@ -75,7 +75,7 @@ class SynthesisJob(QRunnable):
         self.state = "running"
         self.signals.started.emit(self.id)
         try:
-            size = batch_size(self.engine)
+            size = 1 if self.kind == "revoice" else batch_size(self.engine)
             for start in range(0, len(self.items), size):
                 group = self.items[start : start + size]
                 if len(group) == 1:
@@ -104,6 +104,15 @@ class SynthesisJob(QRunnable):
         if self._cancel.is_set():
             raise CancelledError("cancelled")
         self.signals.sentence_started.emit(self.id, index)
+        if self.kind == "revoice":  # params: source (the take's audio and rate), seed
+            audio, rate = self._params["source"]
+            take = self.engine.revoice(
+                audio, rate, seed=self._params["seed"], cancelled=self._cancel.is_set,
+                on_chunk=lambda _, piece: self.signals.chunk.emit(index, piece),
+            )  # fmt: skip
+            self.done += 1
+            self.signals.sentence_done.emit(index, take)
+            return
         take = self.engine.synthesize(
             text=text,
             on_stage=self._on_stage,

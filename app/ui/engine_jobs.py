@@ -10,7 +10,10 @@ from PySide6.QtCore import QThreadPool
 
 from app.core.project import Take
 from app.engine.engine import Engine
+from app.engine.errors import InvalidArgumentError
 from app.jobs.workers import OpenEngineJob, SynthesisJob
+from app.models import manager as models
+from app.profiles.voices import speaking_model
 
 log = logging.getLogger("voicestudio.ui")
 
@@ -120,24 +123,48 @@ class EngineJobsMixin:
                 params[key] = settings[key]
         if which == "regenerate":
             params["seed"] = settings["seed"] + len(project.sentences[indices[0]].takes)
-
-        def start(engine: Engine) -> None:
-            job = SynthesisJob(engine, items, kind=which, **params)
-            job.voice, job.settings = project.voice, settings
-            job.signals.started.connect(self._job_started)
-            job.signals.stage.connect(lambda stage, chunk, ms: self.timings.add_stage(stage, ms))
-            job.signals.chunk.connect(lambda index, audio: self.timings.first_audio())
-            job.signals.sentence_done.connect(lambda index, take, job=job: self._sentence_done(job, index, take))
-            job.signals.finished.connect(self._job_ended)
-            job.signals.cancelled.connect(self._job_ended)
-            job.signals.failed.connect(self._job_failed)
-            self.jobs[job.id] = job
-            self.jobs_panel.add(job)
-            self.job_added.emit(job)  # before it starts: a listener connected now misses none of its signals
-            self.synth_pool.start(job)
-
-        self.with_engine(start)
+        self.with_engine(lambda engine: self._start_job(engine, items, which, settings, params))
         return True
+
+    def revoice_current(self) -> bool:
+        """A new take of the current sentence: its current take re-voiced into the project's
+        voice (a Chatterbox voice: a model's stock voice or a clone's) by S3Gen alone. Returns
+        whether a job was queued."""
+        self.editor.flush()
+        project = self.project
+        index = self.editor.current_sentence()
+        sentence = project.sentences[index] if 0 <= index < len(project.sentences) else None
+        if sentence is None or sentence.take is None:
+            self.statusBar().showMessage("the current sentence has no take to re-voice", 4000)
+            return False
+        if speaking_model(project.voice) not in models.CHATTERBOX_MODELS:
+            self.show_error(
+                InvalidArgumentError(
+                    f"re-voicing takes a Chatterbox voice (a model's stock voice or a clone's profile); "
+                    f"the project's voice is {project.voice}"
+                )
+            )
+            return False
+        take, settings = sentence.take, dict(project.settings)
+        params = {"source": (take.audio, take.sample_rate), "seed": settings["seed"] + len(sentence.takes)}
+        items = [(index, sentence.text)]
+        self.with_engine(lambda engine: self._start_job(engine, items, "revoice", settings, params))
+        return True
+
+    def _start_job(self, engine: Engine, items: list, kind: str, settings: dict, params: dict) -> None:
+        job = SynthesisJob(engine, items, kind=kind, **params)
+        job.voice, job.settings = self.project.voice, settings
+        job.signals.started.connect(self._job_started)
+        job.signals.stage.connect(lambda stage, chunk, ms: self.timings.add_stage(stage, ms))
+        job.signals.chunk.connect(lambda index, audio: self.timings.first_audio())
+        job.signals.sentence_done.connect(lambda index, take, job=job: self._sentence_done(job, index, take))
+        job.signals.finished.connect(self._job_ended)
+        job.signals.cancelled.connect(self._job_ended)
+        job.signals.failed.connect(self._job_failed)
+        self.jobs[job.id] = job
+        self.jobs_panel.add(job)
+        self.job_added.emit(job)  # before it starts: a listener connected now misses none of its signals
+        self.synth_pool.start(job)
 
     def _job_started(self, job_id: int) -> None:
         job = self.jobs[job_id]

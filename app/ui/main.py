@@ -157,6 +157,7 @@ class StudioWindow(EngineJobsMixin, PlaybackMixin, ProjectFilesMixin, QMainWindo
         self.act_stale = self._action(s, "&Stale sentences", lambda: self.synthesize("stale"), "Ctrl+Shift+Return")
         self.act_all = self._action(s, "&All sentences", lambda: self.synthesize("all"), "Ctrl+Alt+Return")
         self._action(s, "&Regenerate current", lambda: self.synthesize("regenerate"), "Ctrl+R")
+        self._action(s, "Re-&voice current take", self.revoice_current, "Ctrl+Shift+R")
         self._action(s, "Cancel all &jobs", lambda: self.cancel(0), "Ctrl+Shift+K")
         p = bar.addMenu("&Playback")
         self._action(p, "&Play / pause", self.play_pause, "Ctrl+Space")
