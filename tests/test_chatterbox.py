@@ -673,6 +673,9 @@ def test_the_cli_installs_lists_speaks_and_benches_chatterbox(checkpoint, tmp_pa
     assert refused.returncode == 1 and "needs more than 5 s" in refused.stderr
     me = tmp_path / "me.flac"
     soundfile.write(me, np.concatenate([joe, np.zeros(rate // 4, np.float32), joe]), rate)
+    refused = run("profile", "create", "--audio", str(me), "--audio", str(me), "--name", "Joe", "--family", "kokoro",
+                  check=False)  # fmt: skip
+    assert refused.returncode == 1 and "style search takes one recording" in refused.stderr
     made = run("profile", "create", "--audio", str(me), "--name", "Joe", "--no-evaluate", "--threads", "2")
     assert "profile:Joe: a clone for chatterbox-turbo" in made.stdout
     listed = {r["id"]: r for r in json.loads(run("profile", "list", "--json").stdout)}["profile:Joe"]
@@ -818,6 +821,20 @@ def test_conditionals_from_a_recording_follow_the_reference_and_speak(t3, golden
         t3.conditionals(np.zeros(16000 * 6, np.float32), 16000)
     with pytest.raises(InvalidArgumentError, match="sample rate"):
         t3.conditionals(wav, 100)
+    # Several recordings of a speaker: the prompts this one's, the speaker embedding the mean of
+    # every recording's voice-encoder embedding (each held to the same checks).
+    other = np.concatenate(
+        [sf.read(speaker / f"{c}.flac", dtype="float32")[0] for c in ("kokoro_jm_kumo", "piper_joe")]
+    )
+    both = t3.conditionals(wav, 16000, more=[(other, 16000)])
+    for part in ("prompt_tokens", "gen_prompt_tokens", "prompt_mel", "xvector"):
+        np.testing.assert_array_equal(getattr(both, part), getattr(voice, part))
+    alone = t3.conditionals(other, 16000).speaker_embedding
+    mean = (voice.speaker_embedding + alone) / 2
+    np.testing.assert_allclose(both.speaker_embedding, mean / np.linalg.norm(mean), atol=1e-6)
+    assert not np.array_equal(both.speaker_embedding, voice.speaker_embedding)
+    with pytest.raises(InvalidArgumentError, match="the recording is silent"):
+        t3.conditionals(wav, 16000, more=[(np.zeros(16000 * 6, np.float32), 16000)])
 
 
 def test_text_tokens_to_audio_match_the_reference_end_to_end(t3, golden):

@@ -138,3 +138,19 @@ def test_with_chatterbox_installed_the_dialog_clones_by_default(qtbot, window, m
     dialog.import_file(CLIP)
     assert not dialog.seconds.isEnabled() and dialog.plot.isHidden()  # a clone searches nothing
     dialog.reject()
+
+
+def test_a_clone_takes_several_recordings_a_style_search_one(qtbot, window, monkeypatch):
+    monkeypatch.setattr(models, "chatterbox_installed", lambda model="chatterbox-turbo": model == "chatterbox-turbo")
+    dialog = window.new_profile_dialog()
+    assert not dialog.keep_button.isEnabled()  # nothing to keep yet
+    dialog.import_file(CLIP)
+    assert dialog.keep_button.isEnabled() and dialog.create_button.isEnabled()
+    dialog.keep_take()
+    assert dialog.kept_label.text() == "1 take(s) kept" and dialog.checks.topLevelItemCount() == 0
+    assert dialog.create_button.isEnabled() and len(dialog.recordings()) == 1  # a clone of the kept take
+    dialog.import_file(CLIP)
+    assert [s["file"] for _, _, s in dialog.recordings()] == ["piper_joe.flac", "piper_joe.flac"]
+    dialog.kind.setCurrentIndex(dialog.kind.findData("kokoro"))
+    assert not dialog.create_button.isEnabled() and not dialog.keep_button.isEnabled()
+    dialog.reject()

@@ -121,7 +121,14 @@ def build_parser() -> argparse.ArgumentParser:
     pc = psub.add_parser(
         "create", help="check a recording and make a voice of it (a Chatterbox clone, or a Kokoro style search)"
     )
-    pc.add_argument("--audio", type=Path, required=True)
+    pc.add_argument(
+        "--audio",
+        type=Path,
+        required=True,
+        action="append",
+        help="the recording; a clone takes several (--audio a.flac --audio b.flac): the longest gives the "
+        "prompts, every one the speaker embedding",
+    )
     pc.add_argument("--name", required=True)
     pc.add_argument(
         "--family",

@@ -100,8 +100,8 @@ def cmd_profile(args) -> int:
         p = profiles.import_file(args.file, name=args.name)
         print(f"imported {p.voice_id}")
         return 0
-    ref = speaker_reference.prepare(*speaker_reference.load(args.audio))
     if args.action == "check":
+        ref = speaker_reference.prepare(*speaker_reference.load(args.audio))
         checks = [{"name": c.name, "status": c.status, "value": c.value, "detail": c.detail} for c in ref.checks]
         if args.json:
             print(json.dumps({"usable": ref.usable, "duration_s": ref.duration_s, "checks": checks}, indent=2))
@@ -117,7 +117,9 @@ def _profile_create(args) -> int:
     from app.profiles import speaker_reference
     from app.profiles import store as profiles
 
-    audio, rate = speaker_reference.load(args.audio)
+    recordings = [speaker_reference.load(path) for path in args.audio]
+    if len(recordings) > 1 and args.family != "chatterbox":
+        raise profiles.ProfileError("a Kokoro style search takes one recording; a clone takes several")
     settings = profile_builder.Settings(
         seconds=args.seconds, seed=args.seed, max_evaluations=args.evaluations,
         device=_cpu_if_auto(args.device), threads=args.threads, evaluate=not args.no_evaluate,
@@ -133,10 +135,11 @@ def _profile_create(args) -> int:
     name = profiles.check_name(args.name)
     if profiles.exists(name) and not args.overwrite:
         raise profiles.ProfileError(f"a profile named '{name}' exists already (--overwrite replaces it)")
-    source = {"file": args.audio.name}
+    (audio, rate), more = recordings[0], recordings[1:]
+    source = {"file": args.audio[0].name} | ({"files": [p.name for p in args.audio]} if more else {})
     if args.family == "chatterbox":
         draft = profile_builder.clone(
-            audio, rate, model=args.model, source=source, settings=settings, on_event=on_event
+            audio, rate, more=more, model=args.model, source=source, settings=settings, on_event=on_event
         )
     else:
         draft = profile_builder.build(audio, rate, source=source, settings=settings, on_event=on_event)

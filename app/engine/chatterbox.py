@@ -343,7 +343,12 @@ class ChatterboxModel:
         return np.ascontiguousarray(self._context.prompt_mel(audio).T)
 
     def conditionals(
-        self, audio: np.ndarray, sample_rate: int, *, normalize_loudness: bool | None = None
+        self,
+        audio: np.ndarray,
+        sample_rate: int,
+        *,
+        normalize_loudness: bool | None = None,
+        more: list[tuple[np.ndarray, int]] = (),
     ) -> Conditionals:
         """A voice's conditionals from a recording of the speaker, as the reference's
         prepare_conditionals makes them: the audio at 24 kHz, its loudness brought to -27 LUFS
@@ -351,10 +356,39 @@ class ChatterboxModel:
         10 s (prompt mel, and at 16 kHz its speech tokens and x-vector); the token model's prompt
         tokens from its first 15 s at 16 kHz (at most 375; Multilingual: 6 s, 150); the voice
         encoder's speaker embedding of all of it. The recording must hold more than 5 s and not
-        be silent; at most 60 s are taken."""
+        be silent; at most 60 s are taken. ``more``: other recordings of the speaker, (audio,
+        rate) each, held to the same: the speaker embedding is then the mean of every
+        recording's (as the reference's voice encoder embeds a speaker from several), the
+        prompts this recording's alone."""
         multilingual = self.variant == "multilingual"
         if normalize_loudness is None:
             normalize_loudness = not multilingual
+        from app.core.export import resample
+
+        wav24 = self._prepared(audio, sample_rate, normalize_loudness)
+        wav16 = resample(wav24, S3GEN_RATE, S3_RATE)
+        ref24 = wav24[: GEN_PROMPT_S * S3GEN_RATE]
+        ref16 = resample(ref24, S3GEN_RATE, S3_RATE)
+        mel = self.prompt_mel(ref24)
+        gen_tokens = self.speech_tokens(ref16)
+        gen_tokens = gen_tokens[: mel.shape[1] // 2]  # two mel frames a token (the reference trims so)
+        prompt_s, prompt_tokens = (
+            (MTL_T3_PROMPT_S, MTL_T3_PROMPT_TOKENS) if multilingual else (T3_PROMPT_S, T3_PROMPT_TOKENS)
+        )
+        prompt = self.speech_tokens(wav16[: prompt_s * S3_RATE], max_tokens=prompt_tokens)
+        embeds = [self.speaker_embedding(wav16)]
+        for other, rate in more:
+            other24 = self._prepared(other, rate, normalize_loudness)
+            embeds.append(self.speaker_embedding(resample(other24, S3GEN_RATE, S3_RATE)))
+        speaker = embeds[0]
+        if len(embeds) > 1:
+            speaker = np.mean(embeds, axis=0)
+            speaker /= max(float(np.linalg.norm(speaker)), 1e-12)
+        return Conditionals(speaker, prompt, gen_tokens, mel, self.xvector(ref16))
+
+    def _prepared(self, audio: np.ndarray, sample_rate: int, normalize_loudness: bool) -> np.ndarray:
+        """A recording for conditioning: checked, its first MAX_RECORDING_S at 24 kHz, its
+        loudness brought to TARGET_LUFS where ``normalize_loudness``."""
         from app.core.export import resample
 
         if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or not 8000 <= sample_rate <= 192000:
@@ -367,8 +401,7 @@ class ChatterboxModel:
             raise InvalidArgumentError(
                 f"the recording is {seconds:.1f} s; a voice needs more than {MIN_PROMPT_S:g} s of speech"
             )
-        audio = audio[: MAX_RECORDING_S * sample_rate]
-        wav24 = resample(audio, sample_rate, S3GEN_RATE)
+        wav24 = resample(audio[: MAX_RECORDING_S * sample_rate], sample_rate, S3GEN_RATE)
         loudness = _integrated_loudness(wav24, S3GEN_RATE)
         if not np.isfinite(loudness) or loudness < SILENT_LUFS:
             raise InvalidArgumentError(
@@ -376,17 +409,7 @@ class ChatterboxModel:
             )
         if normalize_loudness:
             wav24 = (wav24 * 10.0 ** ((TARGET_LUFS - loudness) / 20.0)).astype(np.float32)
-        wav16 = resample(wav24, S3GEN_RATE, S3_RATE)
-        ref24 = wav24[: GEN_PROMPT_S * S3GEN_RATE]
-        ref16 = resample(ref24, S3GEN_RATE, S3_RATE)
-        mel = self.prompt_mel(ref24)
-        gen_tokens = self.speech_tokens(ref16)
-        gen_tokens = gen_tokens[: mel.shape[1] // 2]  # two mel frames a token (the reference trims so)
-        prompt_s, prompt_tokens = (
-            (MTL_T3_PROMPT_S, MTL_T3_PROMPT_TOKENS) if multilingual else (T3_PROMPT_S, T3_PROMPT_TOKENS)
-        )
-        prompt = self.speech_tokens(wav16[: prompt_s * S3_RATE], max_tokens=prompt_tokens)
-        return Conditionals(self.speaker_embedding(wav16), prompt, gen_tokens, mel, self.xvector(ref16))
+        return wav24
 
     def revoice(
         self,

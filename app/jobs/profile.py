@@ -20,15 +20,23 @@ class BuildSignals(QObject):
 
 
 class BuildJob(QRunnable):
-    """``model``: a Chatterbox model's id (a clone of the recording), or "kokoro" (a style search)."""
+    """``model``: a Chatterbox model's id (a clone of the recording, and of ``more``), or "kokoro"
+    (a style search)."""
 
     def __init__(
-        self, audio: np.ndarray, rate: int, source: dict, settings: profile_builder.Settings, model: str = "kokoro"
+        self,
+        audio: np.ndarray,
+        rate: int,
+        source: dict,
+        settings: profile_builder.Settings,
+        model: str = "kokoro",
+        more: list[tuple[np.ndarray, int]] = (),
     ):
         super().__init__()
         self.setAutoDelete(False)
         self.signals = BuildSignals()
         self.audio, self.rate, self.source, self.settings, self.model = audio, rate, source, settings, model
+        self.more = list(more)  # a clone's other recordings
         self._cancel = threading.Event()
 
     def cancel(self) -> None:
@@ -41,7 +49,7 @@ class BuildJob(QRunnable):
             if self.model == "kokoro":
                 draft = profile_builder.build(self.audio, self.rate, **common)
             else:
-                draft = profile_builder.clone(self.audio, self.rate, model=self.model, **common)
+                draft = profile_builder.clone(self.audio, self.rate, more=self.more, model=self.model, **common)
         except CancelledError:
             self.signals.cancelled.emit()
             return

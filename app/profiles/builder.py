@@ -234,6 +234,7 @@ def clone(
     audio: np.ndarray,
     rate: int,
     *,
+    more: list[tuple[np.ndarray, int]] = (),
     model: str | None = None,
     source: dict | None = None,
     settings: Settings | None = None,
@@ -242,7 +243,9 @@ def clone(
 ) -> CloneDraft:
     """Check the reference and compute ``model``'s conditionals of it (None: default_clone_model);
     with ``settings.evaluate``, a preview sentence in the voice and, where the speaker encoder is
-    installed, its similarity to the reference."""
+    installed, its similarity to the reference. ``more``: other recordings of the speaker, (audio,
+    rate) each: the longest of them all after trimming is the reference (the prompts' source),
+    and every one's speaker embedding goes into the voice's."""
     from app.engine.chatterbox import ChatterboxModel
 
     settings = settings or Settings()
@@ -254,13 +257,15 @@ def clone(
         if on_event:
             on_event(Event(stage, message))
 
-    emit("checking", "checking the reference")
-    ref = _usable(audio, rate)
+    emit("checking", "checking the reference" + (f" and {len(more)} more recordings" if more else ""))
+    refs = [_usable(a, r) for a, r in [(audio, rate), *more]]
+    best = max(range(len(refs)), key=lambda i: refs[i].duration_s)
+    ref, others = refs[best], [r for i, r in enumerate(refs) if i != best]
     t0 = time.perf_counter()
     path = models.installed_path(f"{model}:{models.CHATTERBOX_VOICE}")
     with ChatterboxModel.open(path, device=settings.device, threads=settings.threads) as cb:
         emit("conditioning", f"computing {model}'s conditionals of the reference")
-        conditionals = cb.conditionals(ref.audio, ref.sample_rate)
+        conditionals = cb.conditionals(ref.audio, ref.sample_rate, more=[(r.audio, r.sample_rate) for r in others])
         scores: dict = {"conditioning_s": time.perf_counter() - t0}
         preview = None
         if settings.evaluate and not (cancelled and cancelled()):
@@ -282,6 +287,12 @@ def clone(
         conditionals=conditionals,
         model=model,
         preview_audio=preview,
-        source=dict(source or {}, duration_s=ref.duration_s, source_rate=ref.source_rate),
+        source=dict(
+            source or {},
+            duration_s=ref.duration_s,
+            source_rate=ref.source_rate,
+            reference=best,
+            recordings=[{"duration_s": r.duration_s, "source_rate": r.source_rate} for r in refs],
+        ),  # fmt: skip
         scores=scores,
     )

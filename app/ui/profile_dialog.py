@@ -79,6 +79,10 @@ class NewProfileDialog(QDialog):
         self.record_button = QPushButton("Record")
         self.stop_button = QPushButton("Stop")
         self.import_button = QPushButton("Import file…")
+        self.keep_button = QPushButton("Keep, add another take")
+        self.keep_button.setToolTip("a clone takes several recordings: the longest gives its prompts, each its voice")
+        self.kept_label = QLabel("")
+        self.kept: list[tuple[np.ndarray, int, dict]] = []  # earlier takes of the reference, usable each
         self.stop_button.setEnabled(False)
         self.meter = QProgressBar(minimum=-60, maximum=0, value=-60, textVisible=False)
         self.clip_label = QLabel("")
@@ -88,6 +92,8 @@ class NewProfileDialog(QDialog):
             row.addWidget(w)
         row.addWidget(self.meter, 1)
         row.addWidget(self.clip_label)
+        row.addWidget(self.keep_button)
+        row.addWidget(self.kept_label)
         self.checks = QTreeWidget()
         self.checks.setHeaderLabels(["", "check", "detail"])
         self.checks.setRootIsDecorated(False)
@@ -163,6 +169,7 @@ class NewProfileDialog(QDialog):
         self.record_button.clicked.connect(self.start_recording)
         self.stop_button.clicked.connect(self.stop_recording)
         self.import_button.clicked.connect(self._import_dialog)
+        self.keep_button.clicked.connect(self.keep_take)
         self.create_button.clicked.connect(self.create)
         self.cancel_button.clicked.connect(self.cancel_search)
         self.preview_button.clicked.connect(self.play_preview)
@@ -172,6 +179,7 @@ class NewProfileDialog(QDialog):
         close.rejected.connect(self.reject)
         self._meter_timer = QTimer(self, interval=50)
         self._meter_timer.timeout.connect(self._poll_meter)
+        self._update_buttons()
 
     # -- reference ------------------------------------------------------------
     def start_recording(self) -> None:
@@ -224,6 +232,22 @@ class NewProfileDialog(QDialog):
         if not self.name.text():
             self.name.setText(Path(path).stem)
 
+    def keep_take(self) -> None:
+        """Keep the current reference as one of the clone's takes, and ask for another."""
+        if self.audio is None or self.reference is None or not self.reference.usable:
+            return
+        self.kept.append((self.audio, self.rate, self.source))
+        self.audio, self.reference, self.draft = None, None, None
+        self.checks.clear()
+        self.kept_label.setText(f"{len(self.kept)} take(s) kept")
+        self.status.setText(f"{len(self.kept)} take(s) kept. Record or import another, or create from them.")
+        self._update_buttons()
+
+    def recordings(self) -> list[tuple[np.ndarray, int, dict]]:
+        """The takes a profile is made of: those kept, and the current one where usable."""
+        current = [(self.audio, self.rate, self.source)] if self.reference is not None and self.reference.usable else []
+        return self.kept + current
+
     def set_reference(self, audio: np.ndarray, rate: int, source: dict) -> None:
         self.audio, self.rate, self.source = audio, rate, source
         self.draft = None
@@ -243,8 +267,11 @@ class NewProfileDialog(QDialog):
     def _update_buttons(self) -> None:
         busy = self.job is not None
         usable = self.reference is not None and self.reference.usable
-        self.create_button.setEnabled(usable and not busy and bool(self.name.text().strip()))
         searching = self.kind.currentData() == "kokoro"
+        takes = len(self.recordings())
+        ready = takes == 1 if searching else takes >= 1  # a style search takes one recording
+        self.create_button.setEnabled(ready and not busy and bool(self.name.text().strip()))
+        self.keep_button.setEnabled(usable and not busy and not searching)
         self.seconds.setEnabled(searching and not busy)
         self.kind.setEnabled(not busy)
         self.plot.setVisible(searching)
@@ -253,7 +280,8 @@ class NewProfileDialog(QDialog):
         self.save_button.setEnabled(self.draft is not None and not busy)
 
     def create(self) -> None:
-        if self.audio is None or self.job is not None:
+        takes = self.recordings()
+        if not takes or self.job is not None:
             return
         settings = profile_builder.Settings(
             seconds=float(self.seconds.value()), seed=self.seed.value(), device=self.device, threads=self.threads,
@@ -262,7 +290,10 @@ class NewProfileDialog(QDialog):
         self.points.clear()
         self.best_curve.clear()
         self.draft = None
-        self.job = BuildJob(self.audio, self.rate, self.source, settings, self.kind.currentData())
+        (audio, rate, source), more = takes[0], [(a, r) for a, r, _ in takes[1:]]
+        if more:
+            source = dict(source, files=[s.get("file", "recorded") for _, _, s in takes])
+        self.job = BuildJob(audio, rate, source, settings, self.kind.currentData(), more)
         self.job.signals.event.connect(self._on_event)
         self.job.signals.finished.connect(self._on_finished)
         self.job.signals.cancelled.connect(self._on_ended)
