@@ -157,6 +157,34 @@ def test_the_converter_refuses_turbos_decoder_as_multilinguals(checkpoint, tmp_p
     assert not (tmp_path / "out.gguf").exists()
 
 
+def test_the_converter_reads_the_official_pytorch_checkpoints(checkpoint, tmp_path):
+    """The hub's ResembleAI/chatterbox ships Multilingual's voice encoder and S3Gen as ve.pt and
+    s3gen.pt (torch.save of their state dicts): read as the safetensors of the same weights are."""
+    from app.models import torch_checkpoint
+    from app.models.safetensors import SafetensorsFile
+
+    folder = tmp_path / "official"
+    folder.mkdir()
+    ve = SafetensorsFile(checkpoint / "ve.safetensors")
+    weights.write_torch(folder / "ve.pt", {name: ve.tensor(name) for name in ve.names()})
+    s3gen = SafetensorsFile(checkpoint / "s3gen.safetensors")
+    hift = [name for name in s3gen.names() if name.startswith("mel2wav.")]
+    weights.write_torch(folder / "s3gen.pt", {name: s3gen.tensor(name) for name in hift})
+    picked = convert._weights(folder, "ve.safetensors", "the voice encoder")
+    assert isinstance(picked, torch_checkpoint.TorchStateFile) and picked.names() == ve.names()
+    from_pt = convert._weights(folder, "s3gen.safetensors", "S3Gen")
+    for got, want in ((convert._voice_encoder(picked), convert._voice_encoder(ve)),
+                      (convert._hift(from_pt), convert._hift(s3gen))):  # fmt: skip
+        assert got.keys() == want.keys()
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    with pytest.raises(convert.ConversionError, match="has no 'x.safetensors' or 'x.pt'"):
+        convert._weights(folder, "x.safetensors", "nothing")
+    (folder / "ve.pt").write_bytes(b"PK\x03\x04 not a checkpoint")
+    with pytest.raises(torch_checkpoint.CheckpointError):
+        convert._weights(folder, "ve.safetensors", "the voice encoder")
+
+
 def test_the_text_front_end_gives_the_reference_tokenizers_ids(model, golden):
     """mtl_tts.punc_norm, then MTLTokenizer: lower case, NFKD (Korean syllables as jamo), Chinese
     as Cangjie codes, the language's tag, [SPACE]; the grapheme BPE with its unknown token."""

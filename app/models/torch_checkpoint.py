@@ -206,3 +206,27 @@ def load(path: Path | str):
             raise CheckpointError(f"{Path(path).name}: truncated in storage {key}")
         storages[str(key)] = np.frombuffer(data, dtype=dtype)
     return _materialize(obj, storages)
+
+
+class TorchStateFile:
+    """A checkpoint holding a state dict (as ``torch.save(module.state_dict())`` writes it), with
+    SafetensorsFile's reading interface: ``names``, ``shape``, ``in``, ``tensor``."""
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+        state = load(self.path)
+        if not isinstance(state, dict) or not all(isinstance(v, np.ndarray) for v in state.values()):
+            raise CheckpointError(f"{self.path.name}: not a state dict of tensors")
+        self._tensors = {str(k): v for k, v in state.items()}
+
+    def names(self) -> list[str]:
+        return list(self._tensors)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._tensors[name].shape)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._tensors
+
+    def tensor(self, name: str) -> np.ndarray:
+        return self._tensors[name]

@@ -89,6 +89,45 @@ def write_file(path: Path, entries: list[dict], seed: int = SEED) -> Path:
     return path
 
 
+_STORAGES = {np.dtype(np.float32): "FloatStorage", np.dtype(np.int64): "LongStorage", np.dtype(np.int32): "IntStorage"}
+
+
+def write_torch(path: Path, tensors: dict[str, np.ndarray]) -> Path:
+    """Write ``tensors`` as ``torch.save(state_dict)`` does (its zip layout: the pickle of an
+    OrderedDict of _rebuild_tensor_v2 calls over storages, each storage's bytes beside it),
+    without torch: the official ``ve.pt`` and ``s3gen.pt`` are such files."""
+    import io
+    import zipfile
+
+    def text(v: str) -> bytes:  # BINUNICODE
+        raw = v.encode()
+        return b"X" + struct.pack("<I", len(raw)) + raw
+
+    def ints(values) -> bytes:  # a tuple of BININTs
+        return b"(" + b"".join(b"J" + struct.pack("<i", int(v)) for v in values) + b"t"
+
+    ordered_dict = b"ccollections\nOrderedDict\n)R"
+    pkl = io.BytesIO()
+    pkl.write(b"\x80\x02" + ordered_dict + b"(")
+    for key, (name, array) in enumerate(tensors.items()):
+        array = np.ascontiguousarray(array)
+        strides = [s // array.itemsize for s in array.strides]
+        pid = b"(" + text("storage") + b"ctorch\n" + _STORAGES[array.dtype].encode() + b"\n"
+        pid += text(str(key)) + text("cpu") + b"J" + struct.pack("<i", array.size) + b"tQ"
+        pkl.write(text(name) + b"ctorch._utils\n_rebuild_tensor_v2\n(" + pid + b"J\x00\x00\x00\x00")
+        pkl.write(ints(array.shape) + ints(strides) + b"\x89" + ordered_dict + b"tR")
+    pkl.write(b"u.")
+    tmp = path.with_name(path.name + ".part")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", pkl.getvalue())
+        z.writestr("archive/byteorder", "little")
+        for key, array in enumerate(tensors.values()):
+            z.writestr(f"archive/data/{key}", np.ascontiguousarray(array).tobytes())
+        z.writestr("archive/version", "3\n")
+    tmp.replace(path)
+    return path
+
+
 TOKENIZER = "turbo/tokenizer.json"
 # Chatterbox-Turbo's official files, as the converter reads them.
 TURBO = [

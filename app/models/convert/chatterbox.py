@@ -71,7 +71,9 @@ The text head, and GPT-2's own token embedding (``tfmr.wte``), are not used to s
 left out.
 
 Chatterbox Multilingual (variant "multilingual") reads ``t3_mtl23ls_v2.safetensors``,
-``ve.safetensors`` and ``s3gen.safetensors`` (S3Gen with the 10-step decoder: no time mixer; its
+``ve.safetensors`` and ``s3gen.safetensors`` or, as the hub's repository ships them, ``ve.pt`` and
+``s3gen.pt`` (torch.save of the same state dicts; any weights file of either variant is read from
+its ``.pt`` where its ``.safetensors`` is missing) (S3Gen with the 10-step decoder: no time mixer; its
 solver Euler steps over a cosine span with guidance 0.7). Its T3 is Llama_520M: ``t3.blk.{i}.``
 ``attn_norm``/``ffn_norm`` (RMS norm gains), ``attn_qkv`` (q, k and v stacked, no bias),
 ``attn_out``, ``ffn_gate``, ``ffn_up``, ``ffn_down``; ``t3.rope_freqs`` [32] Llama 3's rotary
@@ -135,6 +137,19 @@ MTL_CFG_WEIGHT, MTL_EXAGGERATION = 0.5, 0.5
 
 class ConversionError(ValueError):
     pass
+
+
+def _weights(folder: Path, name: str, what: str):
+    """The weights file ``name`` (.safetensors) of ``folder``, or where only the PyTorch
+    checkpoint of the same stem is there (``ve.pt``, ``s3gen.pt``: as the hub's
+    ResembleAI/chatterbox ships Multilingual's), that state dict."""
+    path = folder / name
+    if path.is_file():
+        return SafetensorsFile(path)
+    pt = path.with_suffix(".pt")
+    if pt.is_file():
+        return torch_checkpoint.TorchStateFile(pt)
+    raise ConversionError(f"'{folder}' has no '{name}' or '{pt.name}' ({what})")
 
 
 def _t3_gpt2(st: SafetensorsFile) -> tuple[dict[str, int], dict[str, tuple[np.ndarray, bool]]]:
@@ -844,13 +859,10 @@ def convert(
     path = Path(checkpoint) / T3_FILES[variant]
     if not path.is_file():
         raise ConversionError(f"'{checkpoint}' has no '{T3_FILES[variant]}' (Chatterbox-{variant}'s token model)")
-    ve_path = Path(checkpoint) / VE_FILE
-    if not ve_path.is_file():
-        raise ConversionError(f"'{checkpoint}' has no '{VE_FILE}' (Chatterbox's voice encoder)")
     try:
         hp, tensors = (_t3_llama if variant == "multilingual" else _t3_gpt2)(SafetensorsFile(path))
-        voice_encoder = _voice_encoder(SafetensorsFile(ve_path))
-    except SafetensorsError as e:
+        voice_encoder = _voice_encoder(_weights(Path(checkpoint), VE_FILE, "Chatterbox's voice encoder"))
+    except (SafetensorsError, torch_checkpoint.CheckpointError) as e:
         raise ConversionError(str(e)) from None
     cangjie = ""
     if variant == "turbo":
@@ -859,14 +871,11 @@ def convert(
         tokenizer, cangjie = _mtl_tokenizer(Path(checkpoint), hp["text_vocab"])
     stock = Path(checkpoint) / "conds.pt"
     voice = _stock_voice(stock, hp) if stock.is_file() else {}
-    s3gen_path = Path(checkpoint) / S3GEN_FILES[variant]
-    if not s3gen_path.is_file():
-        raise ConversionError(f"'{checkpoint}' has no '{S3GEN_FILES[variant]}' (S3Gen: speech tokens to audio)")
     try:
-        s3gen = SafetensorsFile(s3gen_path)
+        s3gen = _weights(Path(checkpoint), S3GEN_FILES[variant], "S3Gen: speech tokens to audio")
         hift, flow, s3tok = _hift(s3gen), _flow(s3gen, bool(FLOW_SOLVER[variant]["meanflow"])), _speech_tokenizer(s3gen)
         xvec = _speaker_encoder(s3gen)
-    except SafetensorsError as e:
+    except (SafetensorsError, torch_checkpoint.CheckpointError) as e:
         raise ConversionError(str(e)) from None
 
     with atomic_path(out_path) as tmp:
