@@ -5,17 +5,47 @@ hold files the tests make; a file can be set to break its next transfer part-way
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import mmap
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 LFS_MIN = 10_000  # files from this size up are stored as LFS files, as the hub does large ones
 
 
-def git_sha1(data: bytes) -> str:
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+def git_sha1(data) -> str:
+    digest = hashlib.sha1(b"blob %d\0" % len(data))
+    digest.update(data)
+    return digest.hexdigest()
+
+
+class Blob:
+    """A file's bytes (given, or a file on disk mapped, never read whole into memory) and its
+    digests, each computed once."""
+
+    def __init__(self, data: bytes | Path):
+        if isinstance(data, Path):
+            with open(data, "rb") as f:
+                data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        self.data = memoryview(data)
+        self.size = len(self.data)
+        self.lfs = self.size >= LFS_MIN
+
+    @functools.cached_property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+    @functools.cached_property
+    def git_sha1(self) -> str:
+        return git_sha1(self.data)
+
+    @property
+    def etag(self) -> str:
+        return self.sha256 if self.lfs else self.git_sha1
 
 
 class _Server(ThreadingHTTPServer):
@@ -27,7 +57,7 @@ class _Server(ThreadingHTTPServer):
 
 class FakeHub:
     def __init__(self) -> None:
-        self.commits: dict[tuple[str, str], dict[str, bytes]] = {}  # (repo, commit) -> files
+        self.commits: dict[tuple[str, str], dict[str, Blob]] = {}  # (repo, commit) -> files
         self.branches: dict[tuple[str, str], str] = {}  # (repo, branch) -> commit
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range header)
         self.break_after: dict[str, int] = {}  # file path -> bytes its next GET sends before closing
@@ -43,12 +73,13 @@ class FakeHub:
         self.server.shutdown()
         self.server.server_close()
 
-    def commit(self, repo: str, files: dict[str, bytes], branch: str = "main") -> str:
-        """A new commit of ``repo`` holding ``files`` (on top of the branch's), the branch moved to it."""
+    def commit(self, repo: str, files: dict[str, bytes | Path], branch: str = "main") -> str:
+        """A new commit of ``repo`` holding ``files`` (bytes, or files on disk served from there;
+        on top of the branch's), the branch moved to it."""
         parent = self.branches.get((repo, branch))
         tree = dict(self.commits.get((repo, parent), {})) if parent else {}
-        tree.update(files)
-        sha = hashlib.sha1(repr((parent, sorted((p, git_sha1(d)) for p, d in tree.items()))).encode()).hexdigest()
+        tree.update({p: Blob(d) for p, d in files.items()})
+        sha = hashlib.sha1(repr((parent, sorted((p, b.etag) for p, b in tree.items()))).encode()).hexdigest()
         self.commits[(repo, sha)] = tree
         self.branches[(repo, branch)] = sha
         return sha
@@ -57,11 +88,9 @@ class FakeHub:
         """A catalogue entry for ``paths`` of ``repo`` at ``commit``, digests as the hub reports them."""
         files = []
         for path in paths:
-            data = self.commits[(repo, commit)][path]
-            digest = (
-                {"sha256": hashlib.sha256(data).hexdigest()} if len(data) >= LFS_MIN else {"git_sha1": git_sha1(data)}
-            )
-            files.append({"path": path, "size": len(data), **digest})
+            blob = self.commits[(repo, commit)][path]
+            digest = {"sha256": blob.sha256} if blob.lfs else {"git_sha1": blob.git_sha1}
+            files.append({"path": path, "size": blob.size, **digest})
         family = voice_id.split(":", 1)[0]
         base = {"language": "en_US", "quality": "medium", "licence": "test voice, MIT"}
         return {"id": voice_id, "family": family, **base, **fields, "repo": repo, "revision": commit, "files": files}
@@ -138,12 +167,12 @@ def _handler(hub: FakeHub):
             repo, commit = found
             out = []
             for p in form.get("paths", []):
-                data = hub.commits[(repo, commit)].get(p)
-                if data is None:
+                blob = hub.commits[(repo, commit)].get(p)
+                if blob is None:
                     continue
-                info = {"type": "file", "path": p, "size": len(data), "oid": git_sha1(data)}
-                if len(data) >= LFS_MIN:
-                    info["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+                info = {"type": "file", "path": p, "size": blob.size, "oid": blob.git_sha1}
+                if blob.lfs:
+                    info["lfs"] = {"oid": blob.sha256, "size": blob.size, "pointerSize": 134}
                 out.append(info)
             self._json(out)
 
@@ -159,8 +188,8 @@ def _handler(hub: FakeHub):
             if commit is None:
                 return
             name = "/".join(parts[4:])
-            data = hub.commits[(repo, commit)].get(name)
-            if data is None:
+            blob = hub.commits[(repo, commit)].get(name)
+            if blob is None:
                 self._error(404, "EntryNotFound")
                 return
             start = 0
@@ -169,20 +198,18 @@ def _handler(hub: FakeHub):
                 start = int(ranged[len("bytes=") :].split("-")[0])
             self.send_response(206 if start else 200)
             self.send_header("X-Repo-Commit", commit)
-            lfs = len(data) >= LFS_MIN
-            etag = hashlib.sha256(data).hexdigest() if lfs else git_sha1(data)
-            self.send_header("ETag", f'"{etag}"')
-            if lfs:
-                self.send_header("X-Linked-Etag", f'"{etag}"')
-                self.send_header("X-Linked-Size", str(len(data)))
+            self.send_header("ETag", f'"{blob.etag}"')
+            if blob.lfs:
+                self.send_header("X-Linked-Etag", f'"{blob.etag}"')
+                self.send_header("X-Linked-Size", str(blob.size))
             self.send_header("Accept-Ranges", "bytes")
             if start:
-                self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-            self.send_header("Content-Length", str(len(data) - start))
+                self.send_header("Content-Range", f"bytes {start}-{blob.size - 1}/{blob.size}")
+            self.send_header("Content-Length", str(blob.size - start))
             self.end_headers()
             if not send_body:
                 return
-            body = data[start:]
+            body = blob.data[start:]
             cut = hub.break_after.pop(name, None)
             if cut is not None:  # the connection breaks part-way through the file
                 self.wfile.write(body[:cut])

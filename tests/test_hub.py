@@ -8,10 +8,11 @@ from __future__ import annotations
 import json
 import os
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
-from hubserver import FakeHub
+from hubserver import Blob, FakeHub
 
 from app.engine.engine import Engine
 from app.engine.errors import CancelledError, ModelFileError
@@ -102,14 +103,14 @@ def test_a_broken_transfer_resumes_where_it_stopped(server, joe_files):
 def test_a_file_that_is_not_the_catalogues_is_refused_and_deleted(server, joe_files):
     bad = bytearray(joe_files[ONNX])
     bad[5000] ^= 1
-    server.commits[(REPO, server.first)][ONNX] = bytes(bad)
+    server.commits[(REPO, server.first)][ONNX] = Blob(bytes(bad))
     with pytest.raises(hub.HubError, match="sha256 .* not the catalogue's .* refused and deleted"):
         models.install(VOICE)
     assert not models.is_installed(VOICE) and not models.gguf_path(VOICE).exists()
     blobs = os.path.join(os.environ["HF_HUB_CACHE"], "models--test--piper-voices", "blobs")
     assert all(os.path.getsize(os.path.join(blobs, b)) < 10_000 for b in os.listdir(blobs))
     # The hub's file mended, the next install takes it.
-    server.commits[(REPO, server.first)][ONNX] = joe_files[ONNX]
+    server.commits[(REPO, server.first)][ONNX] = Blob(joe_files[ONNX])
     models.install(VOICE)
     assert models.is_installed(VOICE)
 
@@ -195,8 +196,8 @@ def test_the_cli_lists_installs_and_removes_a_catalogue_voice(server, cli):
     env = dict(os.environ)
     rows = {r["voice"]: r for r in json.loads(cli("models", "list", "--json", env=env).stdout)}
     row = rows[VOICE]
-    assert not row["installed"] and row["download_bytes"] == 63201294 + len(
-        server.commits[(REPO, server.first)][CONFIG]
+    assert (
+        not row["installed"] and row["download_bytes"] == 63201294 + server.commits[(REPO, server.first)][CONFIG].size
     )
     assert row["licence"] == "test voice, MIT" and row["source"] == f"{REPO}@{server.first[:12]}"
     done = cli("models", "install", VOICE, env=env)
@@ -254,3 +255,38 @@ def test_the_voice_library_filters_installs_with_progress_cancels_and_removes(se
     assert current.text(0) == VOICE and current.text(6) == "installed" and panel.remove.isEnabled()
     assert panel.remove_selected() and not models.is_installed(VOICE)
     assert panel.tree.currentItem().text(6) == "not installed"
+
+
+def test_chatterbox_comes_from_the_catalogues_files_on_the_hub(server, tmp_path):
+    """A Chatterbox entry names a model's official files (here the official layout drawn by
+    tools/chatterbox/weights.py): installed from the hub, converted from huggingface_hub's
+    snapshot of the pinned commit, the commit recorded."""
+    import shutil
+
+    from app.engine.chatterbox import ChatterboxModel
+    from tools.chatterbox import weights
+
+    cache = Path(os.environ.get("VS_TEST_CACHE", Path(__file__).resolve().parents[1] / "build" / "test-models"))
+    weights.write(cache / "chatterbox", weights.TURBO)
+    folder = cache / "chatterbox" / "turbo"
+    shutil.copyfile(Path(__file__).parent / "data" / "chatterbox" / "conds.pt", folder / "conds.pt")
+    names = ["t3_turbo_v1.safetensors", "ve.safetensors", "s3gen_meanflow.safetensors", "tokenizer.json", "conds.pt"]
+    repo = "ResembleAI/chatterbox-turbo"
+    commit = server.commit(repo, {name: folder / name for name in names})
+    entry = server.entry("chatterbox-turbo:default", repo, commit, names, family="chatterbox", language="en")
+    voices = json.loads(server.catalogue.read_text())["voices"]
+    server.catalogue.write_text(json.dumps({"voices": [*voices, entry]}))
+    assert models.voice_ids().count("chatterbox-turbo:default") == 1
+    assert not models.chatterbox_installed("chatterbox-turbo")
+    steps = []
+    path = models.install("chatterbox-turbo:default", progress=lambda f, m: steps.append(f))
+    assert steps == sorted(steps) and steps[-1] == 1.0
+    manifest = json.loads(path.with_suffix(".json").read_text())
+    assert (manifest["repo"], manifest["revision"], manifest["weights"]) == (repo, commit, "q8_0")
+    assert models.voice_info("chatterbox-turbo:default").source_package == f"{repo}@{commit[:12]}"
+    with ChatterboxModel.open(models.installed_path("chatterbox-turbo:default"), device="cpu", threads=2) as cb:
+        assert cb.variant == "turbo"
+    # Not in the catalogue: the folder is asked for.
+    server.catalogue.write_text(json.dumps({"voices": voices}))
+    with pytest.raises(ModelFileError, match="give --from <folder>"):
+        models.install_chatterbox("chatterbox", None)

@@ -228,7 +228,6 @@ def _list_models(models, as_json: bool) -> int:
 
 
 def cmd_models(args) -> int:
-    from app.engine.errors import ModelFileError
     from app.models import manager as models
 
     def progress(fraction: float, message: str) -> None:
@@ -244,9 +243,7 @@ def cmd_models(args) -> int:
     for voice_id in args.voices or [*sorted(models.STOCK_VOICES), "kokoro", "speaker-encoder"]:
         options = {"weights": args.weights, "force": args.force, "progress": progress}
         # "kokoro": Kokoro-82M with all its voice packs; "speaker-encoder": the GE2E encoder of profiles.
-        if voice_id in models.CHATTERBOX_MODELS:
-            if args.source is None:
-                raise ModelFileError(f"{voice_id} is converted from its official files: give --from <folder>")
+        if voice_id in models.CHATTERBOX_MODELS:  # from its files (--from), else the catalogue's on the hub
             path = models.install_chatterbox(voice_id, args.source, **options)
         elif voice_id == "kokoro":
             path = models.install_kokoro(**options)

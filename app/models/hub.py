@@ -24,7 +24,7 @@ from pathlib import Path
 from app.engine.errors import CancelledError, ModelFileError, VoiceStudioError
 
 CATALOGUE = Path(__file__).resolve().parents[2] / "resources" / "catalogue.json"
-FAMILIES = ("piper",)
+FAMILIES = ("piper", "chatterbox")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _TRUE = {"1", "ON", "YES", "TRUE"}
@@ -119,7 +119,14 @@ def catalogue() -> dict[str, HubEntry]:
 
 
 def _check_entry(e: HubEntry) -> None:
-    if e.family not in FAMILIES or not e.voice_id.startswith(e.family + ":"):
+    if e.family not in FAMILIES:
+        raise ValueError(f"{e.voice_id}: family {e.family!r} (the hub's families: {', '.join(FAMILIES)})")
+    if e.family == "chatterbox":  # a model's files: its id is the model's stock voice
+        from app.models.manager import CHATTERBOX_MODELS, CHATTERBOX_VOICE
+
+        if e.voice_id not in [f"{m}:{CHATTERBOX_VOICE}" for m in CHATTERBOX_MODELS]:
+            raise ValueError(f"{e.voice_id}: a Chatterbox entry is one of its models' stock voices")
+    elif not e.voice_id.startswith(e.family + ":"):
         raise ValueError(f"{e.voice_id}: family {e.family!r} (the hub's families: {', '.join(FAMILIES)})")
     if not _COMMIT.fullmatch(e.revision):
         raise ValueError(f"{e.voice_id}: revision {e.revision!r} is not a commit (40 hex digits)")
@@ -222,3 +229,10 @@ def download(
     if progress is not None:
         progress(1.0, f"{entry.voice_id}: {len(paths)} files checked")
     return paths
+
+
+def snapshot_folder(entry: HubEntry, paths: dict[str, Path]) -> Path:
+    """The folder of the downloaded commit that holds the entry's files (huggingface_hub's
+    snapshot of it): a model converted from a folder reads it there."""
+    first = entry.files[0].path
+    return Path(str(paths[first])[: -len(first)])

@@ -302,6 +302,11 @@ def install(
     cancelled: Callable[[], bool] | None = None,
 ) -> Path:
     """Make ``voice_id`` ready to load: fetch, verify, convert. Returns the GGUF path."""
+    if is_chatterbox(voice_id):  # from the catalogue's files on the hub
+        check_voice(voice_id)
+        return install_chatterbox(
+            voice_id.split(":", 1)[0], None, weights=weights, force=force, progress=progress, cancelled=cancelled
+        )
     weights = weights or "f32"
     pkg = lookup(voice_id)
     target = gguf_path(voice_id)
@@ -422,9 +427,11 @@ def chatterbox_path(model: str = "chatterbox-turbo") -> Path:
 
 def chatterbox_installed(model: str = "chatterbox-turbo") -> bool:
     path, info = chatterbox_path(model), _manifest(chatterbox_path(model).with_suffix(".json"))
+    entry = hub.catalogue().get(f"{model}:{CHATTERBOX_VOICE}")
     return (
         info is not None
         and path.is_file()
+        and (entry is None or "revision" not in info or info["revision"] == entry.revision)  # a new commit pinned
         and "gguf_digest" in info
         and info.get("converter_version") == CONVERTER_VERSION
         and info.get("gguf_size") == path.stat().st_size
@@ -433,14 +440,16 @@ def chatterbox_installed(model: str = "chatterbox-turbo") -> bool:
 
 def install_chatterbox(
     model: str,
-    source: Path,
+    source: Path | None,
     *,
     weights: str | None = None,
     force: bool = False,
     progress: Progress = _quiet,
+    cancelled: Callable[[], bool] | None = None,
 ) -> Path:
     """Convert the official checkpoint folder ``source`` of Chatterbox ``model``
-    ("chatterbox-turbo", or "chatterbox": Multilingual) into the user's models, atomically.
+    ("chatterbox-turbo", or "chatterbox": Multilingual) into the user's models, atomically;
+    ``source`` None: the catalogue's files of it, downloaded from the hub (and checked).
     Default weights Q8_0: the token model's steps read every weight, and Q8_0 halves F16's
     bytes (docs/performance.md)."""
     from app.models.convert import chatterbox as convert_chatterbox
@@ -452,10 +461,16 @@ def install_chatterbox(
     if not force and chatterbox_installed(model) and _installed_weights(target.with_suffix(".json")) == weights:
         progress(1.0, f"{model} is installed")
         return target
+    entry, hub_source = hub.catalogue().get(f"{model}:{CHATTERBOX_VOICE}"), {}
+    if source is None:
+        if entry is None:
+            raise ModelFileError(f"{model} is converted from its official files: give --from <folder>")
+        files = hub.download(entry, progress=lambda f, m: progress(0.7 * f, m), cancelled=cancelled)
+        source, hub_source = hub.snapshot_folder(entry, files), {"repo": entry.repo, "revision": entry.revision}
     source = Path(source)
     if not source.is_dir():
         raise ModelFileError(f"'{source}' is not a folder holding {model}'s official files")
-    progress(0.0, f"converting {source} ({weights})")
+    progress(0.7 if hub_source else 0.0, f"converting {source} ({weights})")
     try:
         convert_chatterbox.convert(
             source, target, variant=CHATTERBOX_MODELS[model], weights=weights, source=str(source.resolve())
@@ -464,7 +479,8 @@ def install_chatterbox(
         raise ModelFileError(str(e)) from None
     manifest = {
         "model": model,
-        "source": str(source.resolve()),
+        "source": f"{hub_source['repo']}@{hub_source['revision'][:12]}" if hub_source else str(source.resolve()),
+        **hub_source,
         "converter_version": CONVERTER_VERSION,
         "weights": weights,
         **_identity(target, "chatterbox"),
@@ -613,7 +629,7 @@ def voice_ids() -> list[str]:
         sorted(STOCK_VOICES)
         + [f"kokoro:{name}" for name in KOKORO_VOICES]
         + [f"{model}:{CHATTERBOX_VOICE}" for model in CHATTERBOX_MODELS]
-        + sorted(hub.catalogue())
+        + sorted(v for v, entry in hub.catalogue().items() if entry.family != "chatterbox")
     )
 
 

