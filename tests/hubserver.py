@@ -61,6 +61,7 @@ class FakeHub:
         self.branches: dict[tuple[str, str], str] = {}  # (repo, branch) -> commit
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range header)
         self.break_after: dict[str, int] = {}  # file path -> bytes its next GET sends before closing
+        self.gated: dict[str, str] = {}  # repo -> the token it takes (a gated repository's accepted terms)
         self.server = _Server(("127.0.0.1", 0), _handler(self))
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -115,7 +116,8 @@ def _handler(hub: FakeHub):
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            if self.command != "HEAD":
+                self.wfile.write(body)
 
         def _json(self, value) -> None:
             body = json.dumps(value).encode()
@@ -129,6 +131,9 @@ def _handler(hub: FakeHub):
             """The commit ``revision`` of ``repo`` names, or None with the hub's error sent."""
             if not any(r == repo for r, _ in hub.commits):
                 self._error(404, "RepoNotFound")
+                return None
+            if repo in hub.gated and self.headers.get("Authorization") != f"Bearer {hub.gated[repo]}":
+                self._error(401, "GatedRepo")
                 return None
             commit = hub.resolve(repo, revision)
             if commit is None:

@@ -290,3 +290,12 @@ def test_chatterbox_comes_from_the_catalogues_files_on_the_hub(server, tmp_path)
     server.catalogue.write_text(json.dumps({"voices": voices}))
     with pytest.raises(ModelFileError, match="give --from <folder>"):
         models.install_chatterbox("chatterbox", None)
+
+
+def test_a_gated_repository_says_how_to_get_in_and_takes_a_token(server, monkeypatch):
+    server.gated[REPO] = "hf_test_token"
+    with pytest.raises(hub.HubError, match="gated: accept its terms on the hub, then log in .* or set HF_TOKEN"):
+        models.install(VOICE)
+    monkeypatch.setenv("HF_TOKEN", "hf_test_token")
+    models.install(VOICE)
+    assert models.is_installed(VOICE)
