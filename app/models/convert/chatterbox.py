@@ -860,8 +860,9 @@ def convert(
     if not path.is_file():
         raise ConversionError(f"'{checkpoint}' has no '{T3_FILES[variant]}' (Chatterbox-{variant}'s token model)")
     try:
+        ve = _weights(Path(checkpoint), VE_FILE, "Chatterbox's voice encoder")  # found before the token model is read
         hp, tensors = (_t3_llama if variant == "multilingual" else _t3_gpt2)(SafetensorsFile(path))
-        voice_encoder = _voice_encoder(_weights(Path(checkpoint), VE_FILE, "Chatterbox's voice encoder"))
+        voice_encoder = _voice_encoder(ve)
     except (SafetensorsError, torch_checkpoint.CheckpointError) as e:
         raise ConversionError(str(e)) from None
     cangjie = ""
