@@ -184,11 +184,13 @@ def test_profile_commands_round_trip(tmp_path, joe_path, cli):
     check = run("profile", "check", "--audio", str(silent), check=False)
     assert check.returncode == 1 and "fail" in check.stdout
     refused = run("profile", "create", "--audio", str(silent), "--name", "quiet", check=False)
+    assert refused.returncode == 1 and "cannot make a profile" in refused.stderr  # a clone checks it first too
+    refused = run("profile", "create", "--audio", str(silent), "--name", "quiet", "--family", "kokoro", check=False)
     assert refused.returncode == 1 and "cannot make a profile" in refused.stderr
 
     # The candidate count bounds the search, not the clock (a loaded machine scores fewer in 60 s).
     created = run("profile", "create", "--audio", str(SPEAKER / "piper_joe.flac"), "--name", "Joe",
-                  "--evaluations", "12", "--seconds", "900", "--no-evaluate", "--threads", "2",
+                  "--family", "kokoro", "--evaluations", "12", "--seconds", "900", "--no-evaluate", "--threads", "2",
                   "--json")  # fmt: skip
     row = json.loads(created.stdout)
     assert row["id"] == "profile:Joe" and 7 <= row["search"]["evaluations"] <= 12
@@ -201,7 +203,7 @@ def test_profile_commands_round_trip(tmp_path, joe_path, cli):
     run("synth", "--voice", "profile:Joe", "--text", "Hello there.", "--out", str(out), "--device", "cpu")
     assert soundfile.info(str(out)).samplerate == 24000 and soundfile.info(str(out)).frames > 10000
     again = run("profile", "create", "--audio", str(SPEAKER / "piper_joe.flac"), "--name", "Joe",
-                "--evaluations", "6", "--no-evaluate", check=False)  # fmt: skip
+                "--family", "kokoro", "--evaluations", "6", "--no-evaluate", check=False)  # fmt: skip
     assert again.returncode == 1 and "exists already" in again.stderr
 
     exported = tmp_path / "joe.vsprofile"

@@ -249,8 +249,7 @@ def clone(
     from app.engine.chatterbox import ChatterboxModel
 
     settings = settings or Settings()
-    model = model or default_clone_model()
-    if model not in models.CHATTERBOX_MODELS:
+    if model is not None and model not in models.CHATTERBOX_MODELS:
         raise InvalidArgumentError(f"'{model}' is no Chatterbox model ({', '.join(models.CHATTERBOX_MODELS)})")
 
     def emit(stage: str, message: str) -> None:
@@ -259,6 +258,7 @@ def clone(
 
     emit("checking", "checking the reference" + (f" and {len(more)} more recordings" if more else ""))
     refs = [_usable(a, r) for a, r in [(audio, rate), *more]]
+    model = model or default_clone_model()
     best = max(range(len(refs)), key=lambda i: refs[i].duration_s)
     ref, others = refs[best], [r for i, r in enumerate(refs) if i != best]
     t0 = time.perf_counter()
