@@ -120,6 +120,18 @@ def _sampling(max_tokens, temperature, top_k, top_p, repetition_penalty, min_p, 
     return args | {"max_tokens": max_tokens, "top_k": -1 if top_k is None else int(top_k), "seed": seed}
 
 
+def _noise_scale(value: float | None) -> float:
+    """The vocoder's noise scale as the native calls take it (-1: the reference's), checked."""
+    if value is not None and not 0.0 <= value <= 10.0:
+        raise InvalidArgumentError(f"noise_scale must be from 0 to 10, not {value}")
+    return -1.0 if value is None else float(value)
+
+
+def _check_rate(sample_rate) -> None:
+    if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or not 8000 <= sample_rate <= 192000:
+        raise InvalidArgumentError(f"the sample rate must be from 8000 to 192000 Hz, not {sample_rate!r}")
+
+
 def _speaking_voice(voice: Conditionals | None) -> tuple:
     """A voice's conditionals as the native speak calls take them (all None: the stock voice),
     S3Gen's part checked present."""
@@ -391,8 +403,7 @@ class ChatterboxModel:
         loudness brought to TARGET_LUFS where ``normalize_loudness``."""
         from app.core.export import resample
 
-        if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or not 8000 <= sample_rate <= 192000:
-            raise InvalidArgumentError(f"the sample rate must be from 8000 to 192000 Hz, not {sample_rate!r}")
+        _check_rate(sample_rate)
         audio = np.asarray(audio, dtype=np.float32).reshape(-1)
         if not np.all(np.isfinite(audio)):
             raise InvalidArgumentError("the recording holds a NaN or infinite sample")
@@ -431,8 +442,7 @@ class ChatterboxModel:
             raise InvalidArgumentError(f"piece_s must be from 1 to {REVOICE_S} s, not {piece_s!r}")
         from app.core.export import resample
 
-        if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or not 8000 <= sample_rate <= 192000:
-            raise InvalidArgumentError(f"the sample rate must be from 8000 to 192000 Hz, not {sample_rate!r}")
+        _check_rate(sample_rate)
         audio = np.asarray(audio, dtype=np.float32).reshape(-1)
         if audio.size == 0 or not np.all(np.isfinite(audio)):
             raise InvalidArgumentError("no audio to re-voice (empty, or a NaN or infinite sample)")
@@ -469,12 +479,11 @@ class ChatterboxModel:
         mel = np.asarray(mel, dtype=np.float32)
         if mel.ndim != 2 or mel.shape[0] != 80:
             raise InvalidArgumentError(f"a mel of 80 bands a frame, [80, frames]; not {mel.shape}")
-        if noise_scale is not None and not 0.0 <= noise_scale <= 10.0:
-            raise InvalidArgumentError(f"noise_scale must be from 0 to 10, not {noise_scale}")
+        native_noise = _noise_scale(noise_scale)
         return self._context.vocode(
             np.ascontiguousarray(mel.T),
             f0=None if f0 is None else np.ascontiguousarray(f0, dtype=np.float32).reshape(-1),
-            noise_scale=-1.0 if noise_scale is None else float(noise_scale),
+            noise_scale=native_noise,
             seed=seed,
             abort=cancelled,
         )
@@ -548,8 +557,7 @@ class ChatterboxModel:
             raise NothingToSpeakError("no speech tokens to decode")
         if voice is not None and not voice.speaks:
             raise InvalidArgumentError("the voice's conditionals lack S3Gen's part (prompt mel and x-vector)")
-        if noise_scale is not None and not 0.0 <= noise_scale <= 10.0:
-            raise InvalidArgumentError(f"noise_scale must be from 0 to 10, not {noise_scale}")
+        native_noise = _noise_scale(noise_scale)
         if noise is not None:
             noise = np.asarray(noise, dtype=np.float32)
             if noise.ndim != 2 or noise.shape[0] != 80:
@@ -561,7 +569,7 @@ class ChatterboxModel:
             prompt_mel=None if voice is None else np.ascontiguousarray(voice.prompt_mel.T),
             xvector=None if voice is None else voice.xvector,
             noise=noise,
-            noise_scale=-1.0 if noise_scale is None else float(noise_scale),
+            noise_scale=native_noise,
             seed=seed,
             on_stage=on_stage,
             abort=cancelled,
@@ -596,8 +604,7 @@ class ChatterboxModel:
         conditioned on the mel already made, and ``on_piece(k, audio)`` gets each piece of audio
         as soon as it is made. 0: S3Gen once, on every token (the audio of ``generate`` then
         ``decode``). Returns the audio and the number of speech tokens drawn."""
-        if noise_scale is not None and not 0.0 <= noise_scale <= 10.0:
-            raise InvalidArgumentError(f"noise_scale must be from 0 to 10, not {noise_scale}")
+        native_noise = _noise_scale(noise_scale)
         if isinstance(stream_tokens, bool) or not isinstance(stream_tokens, int) or stream_tokens < 0:
             raise InvalidArgumentError(f"stream_tokens must be 0 (no streaming) or more, not {stream_tokens!r}")
         args = _sampling(
@@ -607,7 +614,7 @@ class ChatterboxModel:
             np.ascontiguousarray(text_tokens, dtype=np.int32).reshape(-1),
             *_speaking_voice(voice),
             stream_tokens=stream_tokens,
-            noise_scale=-1.0 if noise_scale is None else float(noise_scale),
+            noise_scale=native_noise,
             on_stage=on_stage,
             on_chunk=on_piece,
             abort=cancelled,
@@ -641,8 +648,7 @@ class ChatterboxModel:
         each run's audio and speech tokens drawn."""
         if not texts:
             raise InvalidArgumentError("no texts to speak")
-        if noise_scale is not None and not 0.0 <= noise_scale <= 10.0:
-            raise InvalidArgumentError(f"noise_scale must be from 0 to 10, not {noise_scale}")
+        native_noise = _noise_scale(noise_scale)
         limits = [max_tokens] * len(texts) if isinstance(max_tokens, int) else list(max_tokens)
         seeds = list(range(len(texts))) if seeds is None else list(seeds)
         if len(limits) != len(texts) or len(seeds) != len(texts):
@@ -655,7 +661,7 @@ class ChatterboxModel:
             *_speaking_voice(voice),
             max_tokens=[a["max_tokens"] for a in args],
             seeds=[a["seed"] for a in args],
-            noise_scale=-1.0 if noise_scale is None else float(noise_scale),
+            noise_scale=native_noise,
             on_stage=on_stage,
             on_chunk=on_audio,
             abort=cancelled,

@@ -149,7 +149,7 @@ def offline() -> bool:
 
 def _bar_class(report: Callable[[int], None]):
     """huggingface_hub's progress bar, quiet, its byte counts reported (``report`` may raise
-    CancelledError to stop the download; what came is kept in the cache for a resume)."""
+    CancelledError to stop the download; huggingface_hub then deletes the part it wrote)."""
     from huggingface_hub.utils import tqdm
 
     class Bar(tqdm):

@@ -38,6 +38,7 @@ from app.core import paths
 from app.core.archive import MemberTooLarge, read_bounded
 from app.core.atomic import atomic_path
 from app.engine.errors import VoiceStudioError
+from app.models.manager import CHATTERBOX_MODELS
 
 SCHEMA_VERSION = 1
 PREFIX = "profile:"
@@ -45,7 +46,6 @@ FAMILY_FILES = {
     "kokoro": ("profile.json", "reference.flac", "style.npy", "embedding.npy"),
     "chatterbox": ("profile.json", "reference.flac", "conditionals.npz"),
 }
-CHATTERBOX_MODELS = ("chatterbox-turbo", "chatterbox")
 EXTENSION = ".vsprofile"
 PACK_SHAPE = (510, 1, 256)
 MAX_NAME = 64
