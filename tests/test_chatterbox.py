@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from app.engine.chatterbox import ChatterboxModel, Conditionals, normalize_punctuation
+from app.engine.engine import EngineDebug
 from app.engine.errors import CancelledError, InvalidArgumentError, ModelFileError, NothingToSpeakError
 from app.models.convert import chatterbox as convert
 from tools.chatterbox import weights
@@ -48,7 +49,10 @@ def turbo_f32(checkpoint, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def t3(turbo_f32):
-    with ChatterboxModel.open(turbo_f32, device="cpu", threads=2) as model:
+    # The token model's steps in graphs kept from step to step, as on CUDA: each step attends to
+    # its positions rounded up to 256, the rest masked (the 200 greedy steps cross 512). Fresh
+    # contexts below build a graph a step, each over its positions alone.
+    with ChatterboxModel.open(turbo_f32, device="cpu", threads=2, debug=EngineDebug(keep_graphs=True)) as model:
         yield model
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from app.engine import chatterbox_text as mtl
 from app.engine.chatterbox import ChatterboxModel, Conditionals
+from app.engine.engine import EngineDebug
 from app.engine.errors import InvalidArgumentError
 from app.models.convert import chatterbox as convert
 from tools.chatterbox import weights
@@ -45,7 +46,10 @@ def model(checkpoint, tmp_path_factory):
     path = convert.convert(
         checkpoint, tmp_path_factory.mktemp("mtl") / "mtl-f32.gguf", variant="multilingual", weights="f32"
     )
-    with ChatterboxModel.open(path, device="cpu", threads=2) as m:
+    # The token model's steps in graphs kept from step to step, as on CUDA: each step attends to
+    # its positions rounded up to 256, the rest masked; the alignment the guard reads is their
+    # attention, which sees any position the mask lets in or keeps out.
+    with ChatterboxModel.open(path, device="cpu", threads=2, debug=EngineDebug(keep_graphs=True)) as m:
         yield m
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,6 +27,9 @@ from app.engine import chatterbox_text as mtl
 from app.engine.binding import native_engine
 from app.engine.bpe import ByteLevelBPE, WhitespaceBPE
 from app.engine.errors import InvalidArgumentError, ModelFileError, NothingToSpeakError
+
+if TYPE_CHECKING:
+    from app.engine.engine import EngineDebug
 
 MAX_SPEECH_TOKENS = 4096
 # A voice's recording, as ChatterboxTurboTTS.prepare_conditionals takes it: more than 5 s, its
@@ -219,13 +223,30 @@ class ChatterboxModel:
         self._context = context
 
     @classmethod
-    def open(cls, path: Path | str, *, device: str = "auto", threads: int = 0, prewarm: bool | None = None):
+    def open(
+        cls,
+        path: Path | str,
+        *,
+        device: str = "auto",
+        threads: int = 0,
+        prewarm: bool | None = None,
+        debug: EngineDebug | None = None,
+    ):
         native = native_engine()
         model = native.Model(str(path), None)
         try:
             if model.arch != "chatterbox":
                 raise ModelFileError(f"{Path(path).name} holds a {model.arch} model, not Chatterbox")
-            context = native.Context(model, device, threads, None, None, -1 if prewarm is None else int(prewarm), 1)
+            context = native.Context(
+                model,
+                device,
+                threads,
+                None,
+                None,
+                -1 if prewarm is None else int(prewarm),
+                1,
+                None if debug is None else debug.native(),
+            )
         except BaseException:
             model.close()
             raise

@@ -29,6 +29,27 @@ ggml_tensor * cached_attention(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor
     return ggml_reshape_2d(ctx, ggml_cont(ctx, ggml_permute(ctx, o, 0, 2, 1, 3)), C, n);
 }
 
+ggml_tensor * indexed_attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v,
+                                ggml_tensor * k_cache, ggml_tensor * v_cache, ggml_tensor * k_at, ggml_tensor * v_at,
+                                int64_t n_kv, int64_t n_head, ggml_tensor * mask, float scale, ggml_tensor ** scores) {
+    const int64_t C = q->ne[0], d = C / n_head, n_ctx = v_cache->ne[0];
+    const size_t  es_k = ggml_element_size(k_cache), es_v = ggml_element_size(v_cache);
+    GGML_ASSERT(q->ne[1] == 1 && n_kv <= n_ctx && v->nb[0] == (size_t) ggml_element_size(v));
+    // The reads below are views of the writes, so that they follow them.
+    ggml_tensor * kw = ggml_set_rows(ctx, k_cache, k, k_at);
+    ggml_tensor * vw = ggml_set_rows(ctx, ggml_view_2d(ctx, v_cache, 1, n_ctx * C, es_v, 0),
+                                     ggml_view_2d(ctx, v, 1, C, v->nb[0], 0), v_at);
+    ggml_tensor * K  = ggml_view_3d(ctx, kw, d, n_kv, n_head, k_cache->nb[1], d * es_k, 0);            // [d, n_kv, h]
+    ggml_tensor * V  = ggml_view_3d(ctx, vw, n_kv, d, n_head, v_cache->nb[1], d * v_cache->nb[1], 0);  // [n_kv, d, h]
+    ggml_tensor * Q =
+        ggml_view_3d(ctx, q, d, 1, n_head, d * ggml_element_size(q), d * ggml_element_size(q), 0);  // [d, 1, h]
+    ggml_tensor * kq = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, K, Q), mask, scale, 0.0f);          // [n_kv, 1, h]
+    if (scores) {
+        *scores = kq;
+    }
+    return ggml_reshape_2d(ctx, ggml_mul_mat(ctx, V, kq), C, 1);  // [d, 1, h]: [C, 1]
+}
+
 namespace {
 
 // [C, T] -> [d, T, h]: a head's features, then time, then heads; contiguous, so that the CPU's

@@ -158,6 +158,17 @@ ggml_tensor * cached_attention(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor
                                ggml_tensor * k_cache, ggml_tensor * v_cache, int64_t pos, int64_t n_head,
                                ggml_tensor * mask, float scale, ggml_tensor ** scores = nullptr);
 
+// One new position's attention over a cache whose write is a graph input, so that one graph
+// serves every position: q, k, v [C, 1] (views with any row stride); k written at row k_at[0]
+// of k_cache [C, n_ctx] and v's element i at v_at[i] of v_cache [n_ctx, C] seen flat (the
+// position's column: i * n_ctx + pos), both I64 (ggml_set_rows). The query attends to the first
+// n_kv positions, mask [n_kv, 1] (0, or -inf past the position; null where n_kv is the
+// position's own count). Returns [C, 1]; `scores`, where given, gets the weights [n_kv, 1, n_head].
+ggml_tensor * indexed_attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v,
+                                ggml_tensor * k_cache, ggml_tensor * v_cache, ggml_tensor * k_at, ggml_tensor * v_at,
+                                int64_t n_kv, int64_t n_head, ggml_tensor * mask, float scale,
+                                ggml_tensor ** scores = nullptr);
+
 // Self-attention over a whole sequence: q [C, T_q], k and v [C, T_k] (n_head heads of C / n_head),
 // no mask. Returns [C, T_q]. With `flash`, ggml's fused attention with keys and values in F16
 // (about 1e-3 of the scores' precision given up; on two CPU cores a third faster at 1000 frames).

@@ -292,7 +292,8 @@ class t3_state : public model_state {
     buffer_ptr                 cache_buf_;
     std::vector<ggml_tensor *> k_, v_;  // per layer and sequence: K [C, n_ctx], V transposed [n_ctx, C]
     int64_t                    n_ctx_ = 0, batch_ = 0;
-    int64_t                    text_at_ = 0;  // the cache position of the text's first token
+    uint64_t                   cache_gen_ = 0;  // a number for each cache reserve makes (kept step graphs' key)
+    int64_t                    text_at_   = 0;  // the cache position of the text's first token
     // The voice whose conditioning the cache's first positions hold (a digest of its speaker
     // embedding and prompt tokens; 0: none): the next call in that voice starts after them.
     uint64_t cond_key_ = 0;

@@ -163,6 +163,9 @@ void t3_state::reserve(vs_context & c, int64_t n_ctx, int64_t batch) {
         throw error(VS_ERR_COMPUTE, "no room on " + c.device + " for the token model's cache of " +
                                         std::to_string(n_ctx) + " positions");
     }
+    // Zeros, so that the positions a step's attention masks off hold no NaN its weights of 0 would keep.
+    ggml_backend_buffer_clear(cache_buf_.get(), 0);
+    ++cache_gen_;  // graphs kept for the last cache are not this one's
     n_ctx_ = n_ctx;
     batch_ = batch;
 }
@@ -489,87 +492,136 @@ std::vector<t3_state::step_out> t3_state::advance(vs_context & c, const std::vec
                                                   const std::vector<int32_t> & speech_pos,
                                                   const std::vector<int64_t> & pos, const std::vector<int64_t> & slot,
                                                   const std::vector<int64_t> & align_text) {
-    const bool                                          llama = h_.llama();
-    const int64_t                                       C = h_.n_embd, R = (int64_t) tok.size(), d = C / h_.n_head;
-    const float                                         scale = 1.0f / std::sqrt((float) d);
-    auto                                                gb = c.new_graph((size_t) (h_.n_layer * (40 + 40 * R) + 256));
-    ggml_context *                                      g  = gb.ctx.get();
-    ggml_cgraph *                                       gf = gb.gf;
-    std::vector<std::pair<ggml_tensor *, const void *>> inputs;
-    auto                                                input_ids = [&](const void * data) {
-        ggml_tensor * t = ggml_new_tensor_1d(g, GGML_TYPE_I32, R);
-        ggml_set_input(t);
-        inputs.push_back({ t, data });
-        return t;
-    };
-    std::vector<int32_t> positions(pos.begin(), pos.end());
-    ggml_tensor *        x  = ggml_get_rows(g, c.w("t3.speech_emb"), input_ids(tok.data()));  // [C, R]
-    ggml_tensor *        at = input_ids(positions.data());
-    x                       = ggml_add(g, x,
-                 llama ? ggml_get_rows(g, c.w("t3.speech_pos_emb"), input_ids(speech_pos.data()))
-                                             : ggml_get_rows(g, c.w("t3.pos_emb"), at));
-    x                       = named(x, "t3_embd");
+    const bool    llama = h_.llama();
+    const int64_t C = h_.n_embd, R = (int64_t) tok.size(), d = C / h_.n_head;
+    const float   scale = 1.0f / std::sqrt((float) d);
+    // Every position comes in as an input (the cache rows written, the positions embedded and
+    // rotated), so a graph serves each step of a run. Where graphs are kept, each row attends to
+    // its positions rounded up to 256, the rest masked: one graph then serves 256 steps.
+    const bool           keep = c.keep_graphs;
+    std::vector<int64_t> n_kv((size_t) R);
+    std::string          key;
+    if (keep) {
+        key = "t3 step " + std::to_string(cache_gen_) + " " + std::to_string(text_at_);
+    }
+    for (int64_t r = 0; r < R; ++r) {
+        n_kv[(size_t) r] = keep ? std::min((pos[(size_t) r] + 256) / 256 * 256, n_ctx_) : pos[(size_t) r] + 1;
+        if (keep) {
+            key += " " + std::to_string(slot[(size_t) r]) + ":" + std::to_string(n_kv[(size_t) r]) + ":" +
+                   std::to_string(align_text[(size_t) r]);
+        }
+    }
+    vs::stage_graph & sg = c.stage_graph(
+        VS_STAGE_TOKENS, key,
+        [&](ggml_context * g, ggml_cgraph * gf) {
+            auto input = [&](ggml_type type, int64_t n0, int64_t n1 = 1) {
+                ggml_tensor * t = ggml_new_tensor_2d(g, type, n0, n1);
+                ggml_set_input(t);
+                return t;
+            };
+            ggml_tensor * ids   = input(GGML_TYPE_I32, R);
+            ggml_tensor * at    = input(GGML_TYPE_I32, R);
+            ggml_tensor * spos  = llama ? input(GGML_TYPE_I32, R) : nullptr;
+            ggml_tensor * k_at  = input(GGML_TYPE_I64, R);
+            ggml_tensor * v_at  = input(GGML_TYPE_I64, C, R);
+            ggml_tensor * masks = keep ? input(GGML_TYPE_F32, n_ctx_, R) : nullptr;  // row r: its first n_kv[r]
+            ggml_tensor * x     = ggml_get_rows(g, c.w("t3.speech_emb"), ids);       // [C, R]
+            x                   = ggml_add(g, x,
+                                           ggml_get_rows(g, llama ? c.w("t3.speech_pos_emb") : c.w("t3.pos_emb"), llama ? spos : at));
+            x                   = named(x, "t3_embd");
 
-    std::vector<ggml_tensor *> align((size_t) R, nullptr);
-    for (int64_t il = 0; il < h_.n_layer; ++il) {
-        const std::string p   = "t3.blk." + std::to_string(il) + ".";
-        ggml_tensor *     qkv = attn_input(c, g, h_, x, p);  // [3C, R]
-        const size_t      es  = ggml_element_size(qkv);
-        ggml_tensor *     q = nullptr, *k = nullptr;
-        if (llama) {  // rotary positions, each row its own
-            auto rope = [&](int i) {
-                ggml_tensor * t =
-                    ggml_view_4d(g, qkv, d, h_.n_head, R, 1, d * es, qkv->nb[1], R * qkv->nb[1], (size_t) i * C * es);
-                return ggml_rope_ext(g, t, at, c.w("t3.rope_freqs"), (int) d, GGML_ROPE_TYPE_NEOX, 0, h_.rope_base,
-                                     1.0f, 0.0f, 1.0f, 0.0f, 0.0f);  // [d, h, R, 1]
-            };
-            q = rope(0);
-            k = rope(1);
-        }
-        std::vector<ggml_tensor *> outs;
-        for (int64_t r = 0; r < R; ++r) {
-            auto part = [&](int i) {
-                return ggml_view_2d(g, qkv, C, 1, qkv->nb[1], (size_t) r * qkv->nb[1] + (size_t) i * C * es);
-            };
-            auto row = [&](ggml_tensor * t) { return ggml_view_2d(g, t, C, 1, t->nb[2], (size_t) r * t->nb[2]); };
-            ggml_tensor * scores = nullptr;
-            const size_t  s      = (size_t) (il * batch_ + slot[(size_t) r]);
-            outs.push_back(cached_attention(g, gf, llama ? row(q) : part(0), llama ? row(k) : part(1), part(2), k_[s],
-                                            v_[s], pos[(size_t) r], h_.n_head, nullptr, scale, &scores));
-            for (size_t i = 0; llama && align_text[(size_t) r] > 0 && i < h_.alignment_heads.size(); i += 2) {
-                if (h_.alignment_heads[i] != il) {
-                    continue;
+            std::vector<ggml_tensor *> align((size_t) R, nullptr);
+            for (int64_t il = 0; il < h_.n_layer; ++il) {
+                const std::string p   = "t3.blk." + std::to_string(il) + ".";
+                ggml_tensor *     qkv = attn_input(c, g, h_, x, p);  // [3C, R]
+                const size_t      es  = ggml_element_size(qkv);
+                ggml_tensor *     q = nullptr, *k = nullptr;
+                if (llama) {  // rotary positions, each row its own
+                    auto rope = [&](int i) {
+                        ggml_tensor * t = ggml_view_4d(g, qkv, d, h_.n_head, R, 1, d * es, qkv->nb[1], R * qkv->nb[1],
+                                                       (size_t) i * C * es);
+                        return ggml_rope_ext(g, t, at, c.w("t3.rope_freqs"), (int) d, GGML_ROPE_TYPE_NEOX, 0,
+                                             h_.rope_base, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f);  // [d, h, R, 1]
+                    };
+                    q = rope(0);
+                    k = rope(1);
                 }
-                ggml_tensor * seen = ggml_view_2d(
-                    g, scores, align_text[(size_t) r], 1, scores->nb[1],
-                    (size_t) h_.alignment_heads[i + 1] * scores->nb[2] + (size_t) text_at_ * scores->nb[0]);
-                align[(size_t) r] = align[(size_t) r] ? ggml_add(g, align[(size_t) r], seen) : ggml_cont(g, seen);
+                std::vector<ggml_tensor *> outs;
+                for (int64_t r = 0; r < R; ++r) {
+                    auto part = [&](int i) {
+                        return ggml_view_2d(g, qkv, C, 1, qkv->nb[1], (size_t) r * qkv->nb[1] + (size_t) i * C * es);
+                    };
+                    auto row = [&](ggml_tensor * t) {
+                        return ggml_view_2d(g, t, C, 1, t->nb[2], (size_t) r * t->nb[2]);
+                    };
+                    const int64_t nk = n_kv[(size_t) r];
+                    ggml_tensor * mask =
+                        masks ? ggml_view_2d(g, masks, nk, 1, masks->nb[1], (size_t) r * masks->nb[1]) : nullptr;
+                    ggml_tensor * scores = nullptr;
+                    const size_t  s      = (size_t) (il * batch_ + slot[(size_t) r]);
+                    outs.push_back(indexed_attention(g, llama ? row(q) : part(0), llama ? row(k) : part(1), part(2),
+                                                     k_[s], v_[s], ggml_view_1d(g, k_at, 1, (size_t) r * k_at->nb[0]),
+                                                     ggml_view_1d(g, v_at, C, (size_t) r * v_at->nb[1]), nk, h_.n_head,
+                                                     mask, scale, &scores));
+                    for (size_t i = 0; llama && align_text[(size_t) r] > 0 && i < h_.alignment_heads.size(); i += 2) {
+                        if (h_.alignment_heads[i] != il) {
+                            continue;
+                        }
+                        ggml_tensor * seen = ggml_view_2d(
+                            g, scores, align_text[(size_t) r], 1, scores->nb[1],
+                            (size_t) h_.alignment_heads[i + 1] * scores->nb[2] + (size_t) text_at_ * scores->nb[0]);
+                        align[(size_t) r] =
+                            align[(size_t) r] ? ggml_add(g, align[(size_t) r], seen) : ggml_cont(g, seen);
+                    }
+                }
+                x = block_rest(c, g, h_, x, concat_all(g, outs, 1), p, il);  // [C, R]
             }
+            ggml_tensor * logits = speech_logits(c, g, h_, x);  // [Vs, R]
+            ggml_set_output(logits);
+            ggml_build_forward_expand(gf, logits);
+            std::vector<ggml_tensor *> made = { ids, at, spos, k_at, v_at, masks, logits };
+            for (ggml_tensor * t : align) {
+                if (t) {
+                    t = ggml_scale(g, t, 2.0f / (float) h_.alignment_heads.size());  // their mean
+                    ggml_set_output(t);
+                    ggml_build_forward_expand(gf, t);
+                }
+                made.push_back(t);
+            }
+            return made;
+        },
+        (size_t) (h_.n_layer * (48 + 48 * R) + 256));
+
+    std::vector<int32_t> positions(pos.begin(), pos.end());
+    std::vector<int64_t> k_at(pos.begin(), pos.end()), v_at((size_t) (C * R));
+    for (int64_t r = 0; r < R; ++r) {
+        for (int64_t i = 0; i < C; ++i) {
+            v_at[(size_t) (r * C + i)] = i * n_ctx_ + pos[(size_t) r];
         }
-        x = block_rest(c, g, h_, x, concat_all(g, outs, 1), p, il);  // [C, R]
     }
-    ggml_tensor * logits = speech_logits(c, g, h_, x);  // [Vs, R]
-    ggml_set_output(logits);
-    ggml_build_forward_expand(gf, logits);
-    for (ggml_tensor *& t : align) {
-        if (t) {
-            t = ggml_scale(g, t, 2.0f / (float) h_.alignment_heads.size());  // their mean
-            ggml_set_output(t);
-            ggml_build_forward_expand(gf, t);
+    c.set_input(sg.t[0], tok.data());
+    c.set_input(sg.t[1], positions.data());
+    if (llama) {
+        c.set_input(sg.t[2], speech_pos.data());
+    }
+    c.set_input(sg.t[3], k_at.data());
+    c.set_input(sg.t[4], v_at.data());
+    std::vector<float> masks;
+    if (sg.t[5]) {
+        masks.assign((size_t) (n_ctx_ * R), -INFINITY);
+        for (int64_t r = 0; r < R; ++r) {
+            std::fill_n(masks.begin() + r * n_ctx_, pos[(size_t) r] + 1, 0.0f);
         }
+        c.set_input(sg.t[5], masks.data());
     }
-    c.alloc(VS_STAGE_TOKENS, gf);
-    for (const auto & [t, data] : inputs) {
-        c.set_input(t, data);
-    }
-    c.compute(gf);
-    std::vector<float> all((size_t) ggml_nelements(logits));
-    ggml_backend_tensor_get(logits, all.data(), 0, ggml_nbytes(logits));
+    c.compute(sg);
+    std::vector<float> all((size_t) ggml_nelements(sg.t[6]));
+    ggml_backend_tensor_get(sg.t[6], all.data(), 0, ggml_nbytes(sg.t[6]));
     std::vector<step_out> out((size_t) R);
     const int64_t         Vs = h_.speech_vocab;
     for (int64_t r = 0; r < R; ++r) {
         out[(size_t) r].logits.assign(all.begin() + r * Vs, all.begin() + (r + 1) * Vs);
-        if (ggml_tensor * t = align[(size_t) r]) {
+        if (ggml_tensor * t = sg.t[(size_t) (7 + r)]) {
             out[(size_t) r].align.resize((size_t) ggml_nelements(t));
             ggml_backend_tensor_get(t, out[(size_t) r].align.data(), 0, ggml_nbytes(t));
         }
