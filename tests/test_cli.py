@@ -79,10 +79,46 @@ def test_bench_batches_count_sentences_not_lines(tmp_path, joe_path, cli):
     text = tmp_path / "t.txt"
     text.write_text("Hello there. How are you today?\nGood morning.\n", encoding="utf-8")
     out = tmp_path / "bench.json"
-    cli("bench", "--voice", "piper:joe", "--text-file", str(text), "--runs", "1", "--warmup", "0",
-        "--device", "cpu", "--threads", "1", "--json-out", str(out), "--batch", "2")  # fmt: skip
-    items = json.loads(out.read_text())["items"]
-    assert [len(item["phonemes"].split("\n")) for item in items] == [2, 1]
+    result = cli("bench", "--voice", "piper:joe", "--text-file", str(text), "--runs", "1", "--warmup", "0",
+                 "--device", "cpu", "--threads", "1", "--json-out", str(out), "--batch", "2",
+                 "--busy", "1")  # fmt: skip
+    report = json.loads(out.read_text())
+    assert [len(item["phonemes"].split("\n")) for item in report["items"]] == [2, 1]
+    # --busy: a process spinning a core throughout, gone when the benchmark is.
+    assert report["busy"] == 1 and "cpu x1, 1 busy processes:" in result.stdout
+    assert not _spinners()
+
+
+def _spinners() -> list[str]:
+    """Processes running --busy's spin loop."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if proc.name.isdigit() and cmdline.endswith(b"-c\0while True: pass\0"):
+            found.append(proc.name)
+    return found
+
+
+def test_the_engine_cpu_threads_wait_briefly_unless_told_otherwise():
+    """libgomp's spin before a waiting thread sleeps: a short one, set before the engine loads
+    ggml (libgomp reads it once); the user's own OpenMP settings are left alone."""
+    code = (
+        "import os; from app.engine.binding import native_engine; native_engine(); "
+        "print(os.environ.get('GOMP_SPINCOUNT'))"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+
+    def run(env: dict) -> str:
+        done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert run(env) == "3000"
+    assert run({**env, "OMP_WAIT_POLICY": "active"}) == "None"
+    assert run({**env, "GOMP_SPINCOUNT": "100"}) == "100"
 
 
 def test_bench_streams_times_engines_at_once(tmp_path, joe_path, cli):

@@ -25,7 +25,40 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+class _BusyCores:
+    """N processes that each keep a core busy (a pure-Python spin, as a browser tab or a build
+    would), from entry to exit: the benchmark then measures the engine and onnxruntime on a loaded
+    machine."""
+
+    def __init__(self, n: int):
+        if n < 0:
+            raise VoiceStudioError(f"--busy takes 0 or more processes, not {n}")
+        self.n, self.procs = n, []
+
+    def __enter__(self) -> _BusyCores:
+        import subprocess
+        import sys
+
+        for _ in range(self.n):
+            spin = [sys.executable, "-c", "while True: pass"]
+            quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+            self.procs.append(subprocess.Popen(spin, **quiet))
+        time.sleep(0.2 if self.n else 0.0)  # each on a core before the first timed run
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for p in self.procs:
+            p.kill()
+        for p in self.procs:
+            p.wait()
+
+
 def cmd_bench(args) -> int:
+    with _BusyCores(args.busy):
+        return _bench(args)
+
+
+def _bench(args) -> int:
     from app.engine.engine import STAGES_BY_FAMILY
     from app.profiles.voices import open_engine
 
@@ -100,6 +133,7 @@ def cmd_bench(args) -> int:
         "workers": workers,
         "runs": args.runs,
         "warmup": args.warmup,
+        "busy": args.busy,  # processes that kept a core busy throughout (engine and reference alike)
         "load_ms": load_ms,
         "prewarm_ms": prewarm_ms,
         "fallback_ops": fallback,  # per stage, ops the device could not run (empty: all on it)
@@ -121,6 +155,7 @@ def cmd_bench(args) -> int:
         report["ratio"] = report["total_compute_ms"] / report["reference"]["total_compute_ms"]
     args.json_out.write_text(json.dumps(report, indent=2), encoding="utf-8")
     line = f"{device} x{threads}" + (f", {workers} workers" if workers > 1 else "")
+    line += f", {args.busy} busy processes" if args.busy else ""
     line += f": {report['total_compute_ms']:.0f} ms for {report['total_audio_s']:.2f} s of audio"
     line += f" (RTF {report['rtf']:.3f}, load {load_ms:.0f} ms, peak RSS {report['peak_rss_mb']:.0f} MB"
     line += f", {report['engine_rss_mb']:.0f} MB of it the engine's)"

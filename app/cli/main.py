@@ -75,6 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--compare", choices=["onnxruntime"])
     b.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        help="keep N other processes spinning a core each throughout (the engine and the reference on a "
+        "loaded machine); default 0",
+    )
+    b.add_argument(
         "--batch",
         type=int,
         default=1,
