@@ -14,6 +14,7 @@ from app.core.project import Project, timeline  # noqa: E402
 from app.core.settings import Settings  # noqa: E402
 from app.engine.engine import STAGES_BY_FAMILY, devices  # noqa: E402
 from app.ui.main import StudioWindow  # noqa: E402
+from app.ui.panels import auto_threads  # noqa: E402
 from app.ui.timeline import HOP, N_MELS  # noqa: E402
 
 STAGES = STAGES_BY_FAMILY["piper"]  # the window's default voice is piper:joe
@@ -215,6 +216,16 @@ def test_cancel_mid_job_leaves_no_worker_and_no_partial_take(qtbot, window):
 def test_device_picker_lists_the_engine_devices(window):
     ids = [window.inspector.device.itemData(i) for i in range(window.inspector.device.count())]
     assert ids == ["auto"] + [d["id"] for d in devices()]
+
+
+def test_auto_threads_leave_a_core_to_the_desktop_on_four_or_more(window):
+    assert [auto_threads(n) for n in (1, 2, 3, 4, 8, 16)] == [1, 2, 3, 3, 7, 15]
+    threads = window.inspector.threads
+    cores = threads.maximum()
+    assert window.inspector.engine_threads() == 2  # the fixture's choice is kept
+    threads.setValue(0)
+    assert window.inspector.engine_threads() == auto_threads(cores)
+    assert threads.specialValueText() == f"auto ({auto_threads(cores)} of {cores} cores)"
 
 
 def test_unknown_device_falls_back_to_cpu_with_the_reason(qtbot, window):

@@ -23,7 +23,7 @@ class EngineJobsMixin:
 
     # -- engine ---------------------------------------------------------------
     def _desired_spec(self, voice: str | None = None) -> tuple:
-        return (voice or self.project.voice, self.inspector.device.currentData(), self.inspector.threads.value())
+        return (voice or self.project.voice, self.inspector.device.currentData(), self.inspector.engine_threads())
 
     def with_engine(self, then, voice: str | None = None) -> None:
         """Call ``then(engine)`` once an engine for ``voice`` (default: the project's) on the chosen device is open."""

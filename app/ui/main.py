@@ -253,7 +253,7 @@ class StudioWindow(EngineJobsMixin, PlaybackMixin, ProjectFilesMixin, QMainWindo
         device is chosen in the inspector)."""
         device = self.inspector.device.currentData() or "cpu"
         dialog = NewProfileDialog(
-            self, device="cpu" if device == "auto" else device, threads=self.inspector.threads.value(),
+            self, device="cpu" if device == "auto" else device, threads=self.inspector.engine_threads(),
             player=self.player,
         )  # fmt: skip
         dialog.saved.connect(self._profile_saved)

@@ -261,6 +261,12 @@ class VoicesPanel(QWidget):
             self.profiles_changed.emit()
 
 
+def auto_threads(cores: int) -> int:
+    """The studio's CPU threads when none are chosen: every core on a machine of up to three,
+    else all but one, which the desktop, playback and the window keep while a job runs."""
+    return cores if cores < 4 else cores - 1
+
+
 def all_voice_ids() -> list[str]:
     """Stock voices, then speaker profiles."""
     return models.voice_ids() + profiles.voice_ids()
@@ -310,8 +316,10 @@ class Inspector(QWidget):
         for d in devices:
             memory = f", {_mib(d['memory_free'])} free" if d.get("memory_total") else ""
             self.device.addItem(f"{d['id']} — {d['description']} ({d['type']}{memory})", d["id"])
-        self.threads = QSpinBox(minimum=0, maximum=len(os.sched_getaffinity(0)))  # the engine runs no more
-        self.threads.setSpecialValueText("all cores")
+        cores = len(os.sched_getaffinity(0))
+        self.threads = QSpinBox(minimum=0, maximum=cores)  # the engine runs no more
+        self.threads.setSpecialValueText(f"auto ({auto_threads(cores)} of {cores} cores)")
+        self.threads.setToolTip("CPU threads for synthesis; auto leaves a core to the desktop on 4 cores or more")
         self.apply_device = QPushButton("Apply")
         self.engine_status = QLabel("engine not open")
         self.engine_status.setWordWrap(True)
@@ -352,6 +360,10 @@ class Inspector(QWidget):
         self.takes.itemActivated.connect(lambda item: self.take_activated.emit(self.takes.row(item)))
         self.lock.toggled.connect(self.lock_toggled)
         self.ab.clicked.connect(self._ab)
+
+    def engine_threads(self) -> int:
+        """The threads an engine opens with: the chosen count, or auto_threads' for 0."""
+        return self.threads.value() or auto_threads(self.threads.maximum())
 
     def reload_voices(self) -> None:
         """Fill the voice list again (a profile was added or deleted), keeping the choice."""
