@@ -113,7 +113,7 @@ native-test: engine models
 	  $(abspath $(VENV))/bin/ctest --output-on-failure
 
 py-test: engine models
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q --durations=20
 
 # The fuzzers (tools/fuzz.py): each target for a few seconds in `make test`, for ten minutes
 # (FUZZ_SECONDS) here. A crash leaves its input in build/fuzz/fuzz-crash-input.

@@ -54,10 +54,10 @@ namespace {
 
 // [C, T] -> [d, T, h]: a head's features, then time, then heads; contiguous, so that the CPU's
 // tiled matmul kernels take it.
-ggml_tensor * heads(ggml_context * ctx, ggml_tensor * x, int64_t n_head) {
-    const int64_t C = x->ne[0], T = x->ne[1];
-    return ggml_cont(ctx,
-                     ggml_permute(ctx, ggml_reshape_3d(ctx, ggml_cont(ctx, x), C / n_head, n_head, T), 0, 2, 1, 3));
+ggml_tensor * heads(ggml_context * ctx, ggml_tensor * x, int64_t n_head, int64_t n_seq = 1) {
+    const int64_t C = x->ne[0], T = x->ne[1] / n_seq;
+    return ggml_cont(
+        ctx, ggml_permute(ctx, ggml_reshape_4d(ctx, ggml_cont(ctx, x), C / n_head, n_head, T, n_seq), 0, 2, 1, 3));
 }
 
 // The weights kq [T_k, T_q, h] applied to v [C, T_k]: [C, T_q].
@@ -72,13 +72,14 @@ ggml_tensor * weighted_values(ggml_context * ctx, ggml_tensor * kq, ggml_tensor 
 }  // namespace
 
 ggml_tensor * self_attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, int64_t n_head,
-                             float scale, bool flash) {
+                             float scale, bool flash, int64_t n_seq) {
     if (flash) {  // ggml's fused kernel: keys and values in F16, the scores never stored
-        ggml_tensor * K = ggml_cast(ctx, heads(ctx, k, n_head), GGML_TYPE_F16);
-        ggml_tensor * V = ggml_cast(ctx, heads(ctx, v, n_head), GGML_TYPE_F16);
-        ggml_tensor * r = ggml_flash_attn_ext(ctx, heads(ctx, q, n_head), K, V, nullptr, scale, 0.0f, 0.0f);
-        return ggml_reshape_2d(ctx, r, q->ne[0], q->ne[1]);  // [d, h, T_q]: already [C, T_q]
+        ggml_tensor * K = ggml_cast(ctx, heads(ctx, k, n_head, n_seq), GGML_TYPE_F16);
+        ggml_tensor * V = ggml_cast(ctx, heads(ctx, v, n_head, n_seq), GGML_TYPE_F16);
+        ggml_tensor * r = ggml_flash_attn_ext(ctx, heads(ctx, q, n_head, n_seq), K, V, nullptr, scale, 0.0f, 0.0f);
+        return ggml_reshape_2d(ctx, r, q->ne[0], q->ne[1]);  // [d, h, T_q, n_seq]: already [C, T_q]
     }
+    GGML_ASSERT(n_seq == 1);
     ggml_tensor * kq = ggml_mul_mat(ctx, heads(ctx, k, n_head), heads(ctx, q, n_head));  // [T_k, T_q, h]
     return weighted_values(ctx, ggml_soft_max_ext(ctx, kq, nullptr, scale, 0.0f), v, n_head);
 }

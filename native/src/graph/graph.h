@@ -171,9 +171,10 @@ ggml_tensor * indexed_attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor
 
 // Self-attention over a whole sequence: q [C, T_q], k and v [C, T_k] (n_head heads of C / n_head),
 // no mask. Returns [C, T_q]. With `flash`, ggml's fused attention with keys and values in F16
-// (about 1e-3 of the scores' precision given up; on two CPU cores a third faster at 1000 frames).
+// (about 1e-3 of the scores' precision given up; on two CPU cores a third faster at 1000 frames);
+// with it, n_seq sequences of equal length side by side in time, each attending to itself.
 ggml_tensor * self_attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, int64_t n_head,
-                             float scale, bool flash = false);
+                             float scale, bool flash = false, int64_t n_seq = 1);
 
 // Self-attention with relative positions (Transformer-XL's, espnet's RelPositionMultiHeadedAttention):
 // scores (q + bias_u) . k + rel_shift((q + bias_v) . p) over sqrt(d), where p [C, 2T - 1] holds the

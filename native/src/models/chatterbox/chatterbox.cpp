@@ -260,12 +260,14 @@ void s3gen_stream::flow(const std::vector<int32_t> & tokens, bool final) {
         for (int64_t s = 0; s < h_.steps; ++s) {
             c_.check_abort();
             const float        t = at(s), r = at(s + 1);
-            std::vector<float> vel = flow_velocity(c_, h_, x, mu, v.xvector, cond, t, r);
-            if (h_.cfg_rate > 0.0f) {
-                const std::vector<float> u = flow_velocity(c_, h_, x, mu, v.xvector, cond, t, r, true);
-                for (size_t i = 0; i < vel.size(); ++i) {
-                    vel[i] = (1.0f + h_.cfg_rate) * vel[i] - h_.cfg_rate * u[i];
+            const bool         guided = h_.cfg_rate > 0.0f;
+            std::vector<float> vel    = flow_velocity(c_, h_, x, mu, v.xvector, cond, t, r, guided);
+            if (guided) {  // the conditional velocity's frames, then the unconditional one's
+                const size_t n = vel.size() / 2;
+                for (size_t i = 0; i < n; ++i) {
+                    vel[i] = (1.0f + h_.cfg_rate) * vel[i] - h_.cfg_rate * vel[n + i];
                 }
+                vel.resize(n);
             }
             for (size_t i = 0; i < x.size(); ++i) {
                 x[i] += (r - t) * vel[i];

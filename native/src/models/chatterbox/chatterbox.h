@@ -154,10 +154,11 @@ std::vector<float> flow_prompt_mel(vs_context & c, const flow_hparams & h, const
 std::vector<float> flow_encode(vs_context & c, const flow_hparams & h, const std::vector<int32_t> & tokens);
 // The estimator's velocity [n_mels, T] at flow state `state` [n_mels, T] at time t (mean flow:
 // from t towards r), given mu, the speaker's normalized x-vector and the condition `cond` (the
-// prompt's mel over its frames, zeros after); `uncond`: guidance's estimate without them.
+// prompt's mel over its frames, zeros after); `guided`: [n_mels, 2T], that velocity and then
+// guidance's estimate without them (mu, speaker and condition zeros), as one batch.
 std::vector<float> flow_velocity(vs_context & c, const flow_hparams & h, const std::vector<float> & state,
                                  const std::vector<float> & mu, const std::vector<float> & spk,
-                                 const std::vector<float> & cond, float t, float r, bool uncond = false);
+                                 const std::vector<float> & cond, float t, float r, bool guided = false);
 
 // A voice as S3Gen speaks it: the conditionals' S3Gen part (or the model's stock voice's), checked,
 // its x-vector normalized.

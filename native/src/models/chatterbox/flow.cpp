@@ -163,10 +163,28 @@ ggml_tensor * mish(ggml_context * g, ggml_tensor * x) {
     return ggml_mul(g, x, ggml_tanh(g, ggml_softplus(g, x)));
 }
 
-// A convolution that sees only the past: K - 1 zero frames before x [IC, T].
-ggml_tensor * causal_conv(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & module) {
+// A convolution that sees only the past: K - 1 zero frames before x [IC, T], or before each of
+// n_seq sequences of equal length side by side in time.
+ggml_tensor * causal_conv(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & module,
+                          int64_t n_seq = 1) {
     ggml_tensor * w = c.w(module + ".weight");
-    return conv1d(c.graph_opts(), g, pad_time(g, x, w->ne[1] - 1, 0), w, c.w(module + ".bias"), 1, 0);
+    const int64_t K = w->ne[1];
+    if (n_seq == 1) {
+        return conv1d(c.graph_opts(), g, pad_time(g, x, K - 1, 0), w, c.w(module + ".bias"), 1, 0);
+    }
+    // Each sequence padded on its own, then one convolution over them all: the outputs whose
+    // taps straddle two sequences are dropped.
+    const int64_t C = x->ne[0], T = x->ne[1] / n_seq, L = T + K - 1;
+    ggml_tensor * xp    = ggml_reshape_3d(g, ggml_cont(g, x), C, T, n_seq);
+    xp                  = ggml_pad_ext(g, xp, 0, 0, (int) (K - 1), 0, 0, 0, 0, 0);  // [C, L, n_seq]
+    xp                  = ggml_reshape_2d(g, xp, C, L * n_seq);
+    const int64_t T_out = L * n_seq - (K - 1), need = conv1d_frames_needed(T_out, K, 1);
+    if (need > L * n_seq) {
+        xp = pad_time(g, xp, 0, need - L * n_seq);
+    }
+    ggml_tensor * y = conv1d_window(c.graph_opts(), g, xp, 0, T_out, w, c.w(module + ".bias"), 1);  // [OC, T_out]
+    y               = ggml_view_3d(g, y, y->ne[0], T, n_seq, y->nb[1], L * y->nb[1], 0);
+    return ggml_reshape_2d(g, ggml_cont(g, y), y->ne[0], T * n_seq);
 }
 
 // A conformer layer (pre-norm, no convolution module): self-attention with relative positions,
@@ -194,31 +212,31 @@ ggml_tensor * conformer_embed(vs_context & c, ggml_context * g, ggml_tensor * x,
 // A transformer block of the estimator (diffusers' BasicTransformerBlock): self-attention,
 // then a GELU feed-forward, each after a layer norm and added to the input.
 ggml_tensor * transformer_block(vs_context & c, ggml_context * g, ggml_tensor * x, const flow_hparams & h,
-                                const std::string & p) {
+                                const std::string & p, int64_t n_seq) {
     ggml_tensor * y = norm(c, g, x, p + "norm1", 1e-5f);
     y               = self_attention(g, linear(c, g, y, p + "attn_q", false), linear(c, g, y, p + "attn_k", false),
                                      linear(c, g, y, p + "attn_v", false), h.dec_n_head, 1.0f / std::sqrt((float) h.dec_head_dim),
-                                     true);
+                                     true, n_seq);
     x               = ggml_add(g, x, linear(c, g, y, p + "attn_out"));
     y               = ggml_gelu_erf(g, linear(c, g, norm(c, g, x, p + "norm3", 1e-5f), p + "ffn_up"));
     return ggml_add(g, x, linear(c, g, y, p + "ffn_down"));
 }
 
 // CausalBlock1D: a causal convolution, a layer norm over channels, Mish.
-ggml_tensor * causal_block(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & p) {
-    return mish(g, norm(c, g, causal_conv(c, g, x, p + ".conv"), p + ".norm", 1e-5f));
+ggml_tensor * causal_block(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & p, int64_t n_seq) {
+    return mish(g, norm(c, g, causal_conv(c, g, x, p + ".conv", n_seq), p + ".norm", 1e-5f));
 }
 
 // A level of the U-Net: a causal residual block that adds the time embedding, then its
 // transformer blocks.
 ggml_tensor * unet_block(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * temb, const flow_hparams & h,
-                         const std::string & p) {
-    ggml_tensor * y = causal_block(c, g, x, p + "block1");
+                         const std::string & p, int64_t n_seq) {
+    ggml_tensor * y = causal_block(c, g, x, p + "block1", n_seq);
     y               = ggml_add(g, y, linear(c, g, mish(g, temb), p + "time"));
-    y               = causal_block(c, g, y, p + "block2");
+    y               = causal_block(c, g, y, p + "block2", n_seq);
     x               = ggml_add(g, y, linear(c, g, x, p + "res_conv"));
     for (int64_t j = 0; j < h.dec_n_tfm; ++j) {
-        x = transformer_block(c, g, x, h, p + "tfm." + std::to_string(j) + ".");
+        x = transformer_block(c, g, x, h, p + "tfm." + std::to_string(j) + ".", n_seq);
     }
     return x;
 }
@@ -289,17 +307,19 @@ std::vector<float> flow_encode(vs_context & c, const flow_hparams & h, const std
 
 std::vector<float> flow_velocity(vs_context & c, const flow_hparams & h, const std::vector<float> & state,
                                  const std::vector<float> & mu, const std::vector<float> & spk,
-                                 const std::vector<float> & cond, float t, float r, bool uncond) {
-    const int64_t            M = h.n_mels, T = (int64_t) mu.size() / M;
+                                 const std::vector<float> & cond, float t, float r, bool guided) {
+    const int64_t            M = h.n_mels, T = (int64_t) mu.size() / M, S = guided ? 2 : 1;
     const int64_t            n_times = h.meanflow ? 2 : 1;
     const std::vector<float> et = time_sinusoid(h.dec_time_sinusoid, t), er = time_sinusoid(h.dec_time_sinusoid, r);
-    auto                     gb = c.new_graph((size_t) ((h.dec_n_mid + 2) * (h.dec_n_tfm * 48 + 48) + 256));
+    auto                     gb = c.new_graph((size_t) ((h.dec_n_mid + 2) * (h.dec_n_tfm * 48 + 64) + 256));
     ggml_context *           g  = gb.ctx.get();
-    ggml_tensor *            xs = ggml_new_tensor_2d(g, GGML_TYPE_F32, M, T);
-    ggml_tensor *            ms = ggml_new_tensor_2d(g, GGML_TYPE_F32, M, T);
-    ggml_tensor *            cs = ggml_new_tensor_2d(g, GGML_TYPE_F32, M, T);
-    ggml_tensor *            sp = ggml_new_tensor_2d(g, GGML_TYPE_F32, h.xvector, 1);
-    ggml_tensor *            ts = ggml_new_tensor_2d(g, GGML_TYPE_F32, h.dec_time_sinusoid, n_times);
+    // Guided: the conditional sequence, then the unconditional one (its mu, condition and speaker
+    // zeros), side by side in time from the same state.
+    ggml_tensor * xs = ggml_new_tensor_2d(g, GGML_TYPE_F32, M, T);
+    ggml_tensor * ms = ggml_new_tensor_2d(g, GGML_TYPE_F32, M, T);
+    ggml_tensor * cs = ggml_new_tensor_2d(g, GGML_TYPE_F32, M, T);
+    ggml_tensor * sp = ggml_new_tensor_2d(g, GGML_TYPE_F32, h.xvector, 1);
+    ggml_tensor * ts = ggml_new_tensor_2d(g, GGML_TYPE_F32, h.dec_time_sinusoid, n_times);
     for (ggml_tensor * in : { xs, ms, cs, sp, ts }) {
         ggml_set_input(in);
     }
@@ -309,23 +329,23 @@ std::vector<float> flow_velocity(vs_context & c, const flow_hparams & h, const s
     if (h.meanflow) {
         temb = linear(c, g, ggml_reshape_2d(g, temb, 2 * h.dec_time_embed, 1), "flow.dec.time_mixer", false);
     }
-    // The speaker: its x-vector (normalized on the host) projected, the same at every frame; none
-    // for guidance's unconditional estimate (whose mu and condition are zeros).
+    // The speaker: its x-vector (normalized on the host) projected, the same at every frame.
     ggml_tensor * s = linear(c, g, sp, "flow.spk_affine");  // [M, 1]
-    if (uncond) {
-        s = ggml_scale(g, s, 0.0f);
+    ggml_tensor * x = concat_all(g, { xs, ms, ggml_repeat(g, s, xs), cs }, 0);
+    if (guided) {
+        ggml_tensor * zeros = ggml_scale(g, ms, 0.0f);
+        x                   = ggml_concat(g, x, concat_all(g, { xs, zeros, zeros, zeros }, 0), 1);  // [4M, 2T]
     }
-    ggml_tensor * x    = concat_all(g, { xs, ms, ggml_repeat(g, s, xs), cs }, 0);
-    x                  = unet_block(c, g, x, temb, h, "flow.dec.down.");
+    x                  = unet_block(c, g, x, temb, h, "flow.dec.down.", S);
     ggml_tensor * skip = x;
-    x                  = causal_conv(c, g, x, "flow.dec.down.conv");
+    x                  = causal_conv(c, g, x, "flow.dec.down.conv", S);
     for (int64_t i = 0; i < h.dec_n_mid; ++i) {
-        x = named(unet_block(c, g, x, temb, h, "flow.dec.mid." + std::to_string(i) + "."), "flow_dec_mid", (int) i);
+        x = named(unet_block(c, g, x, temb, h, "flow.dec.mid." + std::to_string(i) + ".", S), "flow_dec_mid", (int) i);
     }
-    x               = unet_block(c, g, ggml_concat(g, x, skip, 0), temb, h, "flow.dec.up.");
-    x               = causal_conv(c, g, x, "flow.dec.up.conv");
-    x               = causal_block(c, g, x, "flow.dec.final");
-    ggml_tensor * v = named(linear(c, g, x, "flow.dec.proj"), "flow_velocity");  // [M, T]
+    x               = unet_block(c, g, ggml_concat(g, x, skip, 0), temb, h, "flow.dec.up.", S);
+    x               = causal_conv(c, g, x, "flow.dec.up.conv", S);
+    x               = causal_block(c, g, x, "flow.dec.final", S);
+    ggml_tensor * v = named(linear(c, g, x, "flow.dec.proj"), "flow_velocity");  // [M, S T]
     ggml_set_output(v);
     ggml_build_forward_expand(gb.gf, v);
     c.alloc(VS_STAGE_FLOW, gb.gf);
@@ -333,14 +353,13 @@ std::vector<float> flow_velocity(vs_context & c, const flow_hparams & h, const s
     if (h.meanflow) {
         times.insert(times.end(), er.begin(), er.end());
     }
-    const std::vector<float> zeros(uncond ? mu.size() : 0, 0.0f);
     c.set_input(xs, state.data());
-    c.set_input(ms, uncond ? zeros.data() : mu.data());
-    c.set_input(cs, uncond ? zeros.data() : cond.data());
+    c.set_input(ms, mu.data());
+    c.set_input(cs, cond.data());
     c.set_input(sp, spk.data());
     c.set_input(ts, times.data());
     c.compute(gb.gf);
-    std::vector<float> out((size_t) (M * T));
+    std::vector<float> out((size_t) (M * T * S));
     ggml_backend_tensor_get(v, out.data(), 0, ggml_nbytes(v));
     return out;
 }
