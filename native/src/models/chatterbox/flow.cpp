@@ -175,15 +175,10 @@ ggml_tensor * causal_conv(vs_context & c, ggml_context * g, ggml_tensor * x, con
     // Each sequence padded on its own, then one convolution over them all: the outputs whose
     // taps straddle two sequences are dropped.
     const int64_t C = x->ne[0], T = x->ne[1] / n_seq, L = T + K - 1;
-    ggml_tensor * xp    = ggml_reshape_3d(g, ggml_cont(g, x), C, T, n_seq);
-    xp                  = ggml_pad_ext(g, xp, 0, 0, (int) (K - 1), 0, 0, 0, 0, 0);  // [C, L, n_seq]
-    xp                  = ggml_reshape_2d(g, xp, C, L * n_seq);
-    const int64_t T_out = L * n_seq - (K - 1), need = conv1d_frames_needed(T_out, K, 1);
-    if (need > L * n_seq) {
-        xp = pad_time(g, xp, 0, need - L * n_seq);
-    }
-    ggml_tensor * y = conv1d_window(c.graph_opts(), g, xp, 0, T_out, w, c.w(module + ".bias"), 1);  // [OC, T_out]
-    y               = ggml_view_3d(g, y, y->ne[0], T, n_seq, y->nb[1], L * y->nb[1], 0);
+    ggml_tensor * xp = ggml_reshape_3d(g, ggml_cont(g, x), C, T, n_seq);
+    xp               = ggml_pad_ext(g, xp, 0, 0, (int) (K - 1), 0, 0, 0, 0, 0);  // [C, L, n_seq]
+    ggml_tensor * y  = conv1d(c.graph_opts(), g, ggml_reshape_2d(g, xp, C, L * n_seq), w, c.w(module + ".bias"), 1, 0);
+    y                = ggml_view_3d(g, y, y->ne[0], T, n_seq, y->nb[1], L * y->nb[1], 0);
     return ggml_reshape_2d(g, ggml_cont(g, y), y->ne[0], T * n_seq);
 }
 
