@@ -299,3 +299,84 @@ def test_a_gated_repository_says_how_to_get_in_and_takes_a_token(server, monkeyp
     monkeypatch.setenv("HF_TOKEN", "hf_test_token")
     models.install(VOICE)
     assert models.is_installed(VOICE)
+
+
+KOKORO_REPO = "test/kokoro-voices"
+
+
+@pytest.fixture(scope="module")
+def stock_kokoro():
+    """The packaged Kokoro model and its jf_alpha pack as raw float32, the hub's layout."""
+    if not models.kokoro_installed():
+        pytest.skip("Kokoro is not installed (python main.py models install kokoro)")
+    return models.kokoro_path(), models.kokoro_packs()["jf_alpha"][:, 0, :].astype("<f4").tobytes()
+
+
+@pytest.fixture
+def kokoro_hub(stock_kokoro, server):
+    """Two catalogue Kokoro voices whose packs are the packaged jf_alpha's, an American and a
+    British one, beside the packaged model (linked into this user's models)."""
+    stock, pack = stock_kokoro
+    for src in (stock, stock.with_suffix(".json")):
+        (models.paths.models_dir() / src.name).symlink_to(src)
+    files = {"voices/af_twin.bin": pack, "voices/bf_twin.bin": pack}
+    commit = server.commit(KOKORO_REPO, files)
+    voices = json.loads(server.catalogue.read_text())["voices"]
+    for name in ("af_twin", "bf_twin"):
+        voices.append(server.entry(f"kokoro:{name}", KOKORO_REPO, commit, [f"voices/{name}.bin"],
+                                   licence="Apache-2.0"))  # fmt: skip
+    server.catalogue.write_text(json.dumps({"voices": voices}))
+    return files
+
+
+def test_a_catalogue_kokoro_voice_installs_its_pack_and_speaks_with_it(kokoro_hub, server):
+    assert {"kokoro:af_twin", "kokoro:bf_twin"} <= set(models.voice_ids())
+    info = models.voice_info("kokoro:af_twin")
+    assert info.family == "kokoro" and not info.installed and info.licence == "Apache-2.0"
+    with pytest.raises(ModelFileError, match="models install kokoro:af_twin"):
+        Engine.open("kokoro:af_twin", device="cpu", threads=2)
+    models.install("kokoro:af_twin")
+    assert models.is_installed("kokoro:af_twin") and not models.is_installed("kokoro:bf_twin")
+    assert models.voice_info("kokoro:af_twin").sample_rate == 24000
+    text = "Go home before the rain."
+    # The same pack as the packaged voice: the same audio, to the sample.
+    with Engine.open("kokoro:jf_alpha", device="cpu", threads=2) as engine:
+        want = engine.synthesize(text=text).audio
+        american = engine.phonemize(text)
+    with Engine.open("kokoro:af_twin", device="cpu", threads=2) as engine:
+        np.testing.assert_array_equal(engine.synthesize(text=text).audio, want)
+    # A British voice reads British English: "go home" with Kokoro's British "əʊ" (Q), not O.
+    models.install("kokoro:bf_twin")
+    with Engine.open("kokoro:bf_twin", device="cpu", threads=2) as engine:
+        british = engine.phonemize(text)
+        take = engine.synthesize(text=text)
+    assert "O" in american[0] and "Q" not in american[0]
+    assert "Q" in british[0] and "O" not in british[0]
+    assert take.timings["skipped_symbols"] == 0 and len(take.audio) > 24000 // 2
+    # A damaged pack is refused, and removing the voice leaves the model installed.
+    path = models.kokoro_pack_path("kokoro:bf_twin")
+    path.write_bytes(path.read_bytes()[:-4] + b"\0\0\0\0")
+    with pytest.raises(ModelFileError, match="damaged .*models install kokoro:bf_twin --force"):
+        Engine.open("kokoro:bf_twin", device="cpu", threads=2)
+    assert models.remove("kokoro:bf_twin") == [path.with_suffix(".json"), path]
+    assert models.kokoro_installed() and not models.is_installed("kokoro:bf_twin")
+
+
+def test_a_kokoro_pack_that_is_not_one_is_refused(kokoro_hub, server):
+    commit = server.commit(KOKORO_REPO, {"voices/af_twin.bin": b"\xff\xff\xff\x7f" * (510 * 256)})  # NaNs
+    voices = [v for v in json.loads(server.catalogue.read_text())["voices"] if v["id"] != "kokoro:af_twin"]
+    voices.append(server.entry("kokoro:af_twin", KOKORO_REPO, commit, ["voices/af_twin.bin"]))
+    server.catalogue.write_text(json.dumps({"voices": voices}))
+    with pytest.raises(ModelFileError, match="not a Kokoro voice pack"):
+        models.install("kokoro:af_twin")
+    assert not models.kokoro_pack_path("kokoro:af_twin").exists()
+    # The language a context reads in is Kokoro's alone.
+    with pytest.raises(Exception, match="Kokoro reads en-us or en-gb"):
+        from app.engine.binding import native_engine
+
+        native = native_engine()
+        model = native.Model(str(models.kokoro_path()), None)
+        try:
+            native.Context(model, "cpu", 1, None, None, 0, 1, None, "fr-fr")
+        finally:
+            model.close()

@@ -252,6 +252,9 @@ def _bench_reference(args, ipa: list[str], ours: list[dict], device: str) -> dic
     device = "cuda" if device.startswith("cuda") else "cpu"
     if models.is_kokoro(args.voice):
         kokoro, style = KokoroReference(threads=threads, device=device), models.style_name(args.voice)
+        if models.is_kokoro_hub(args.voice):  # a catalogue voice's pack, beside the packaged ones
+            style = args.voice.split(":", 1)[1]
+            kokoro.voices[style] = models.kokoro_pack(args.voice)[:, None, :]
         ref, synthesize = kokoro, lambda line: kokoro.synthesize(line, style)[:2]
     else:
         ref = PiperReference(args.voice, threads=threads, device=device)

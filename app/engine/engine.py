@@ -164,6 +164,9 @@ class Engine:
         Chatterbox profile's; ``voice`` then names the profile."""
         native = native_engine()
         native.set_log_handler(_on_log)
+        if pack is None and models.is_kokoro_hub(voice):  # a catalogue voice's pack, beside the model
+            model_path = model_path or models.installed_path(voice)
+            pack = models.kokoro_pack(voice)
         if pack is not None:
             pack = np.asarray(pack, np.float32).reshape(-1, 256)
             path = Path(model_path) if model_path else models.installed_path("kokoro:" + models.KOKORO_VOICES[0])
@@ -193,6 +196,7 @@ class Engine:
                 -1 if prewarm is None else int(prewarm),
                 -1 if workers is None else _check_workers(workers),
                 None if debug is None else debug.native(),
+                models.kokoro_language(voice) if expected == "kokoro" else None,
             )
         except BaseException:
             model.close()

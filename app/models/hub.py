@@ -24,7 +24,7 @@ from pathlib import Path
 from app.engine.errors import CancelledError, ModelFileError, VoiceStudioError
 
 CATALOGUE = Path(__file__).resolve().parents[2] / "resources" / "catalogue.json"
-FAMILIES = ("piper", "chatterbox")
+FAMILIES = ("piper", "kokoro", "chatterbox")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _TRUE = {"1", "ON", "YES", "TRUE"}
@@ -128,6 +128,13 @@ def _check_entry(e: HubEntry) -> None:
             raise ValueError(f"{e.voice_id}: a Chatterbox entry is one of its models' stock voices")
     elif not e.voice_id.startswith(e.family + ":"):
         raise ValueError(f"{e.voice_id}: family {e.family!r} (the hub's families: {', '.join(FAMILIES)})")
+    if e.family == "kokoro":  # a voice pack the packaged model speaks
+        from app.models.manager import KOKORO_PACK_BYTES, KOKORO_VOICES
+
+        if e.voice_id.split(":", 1)[1] in KOKORO_VOICES:
+            raise ValueError(f"{e.voice_id}: a packaged Kokoro voice")
+        if len(e.files) != 1 or e.files[0].size != KOKORO_PACK_BYTES or not e.files[0].sha256:
+            raise ValueError(f"{e.voice_id}: a Kokoro entry is one voice pack of {KOKORO_PACK_BYTES} bytes, by sha256")
     if not _COMMIT.fullmatch(e.revision):
         raise ValueError(f"{e.voice_id}: revision {e.revision!r} is not a commit (40 hex digits)")
     if not e.files:

@@ -275,7 +275,7 @@ def is_installed(voice_id: str) -> bool:
         return chatterbox_installed(voice_id.split(":", 1)[0])
     if is_kokoro(voice_id):
         check_voice(voice_id)
-        return kokoro_installed()
+        return kokoro_installed() and (not is_kokoro_hub(voice_id) or _kokoro_pack_installed(voice_id))
     path, info = gguf_path(voice_id), _manifest(_manifest_path(voice_id))
     if not path.is_file() or info is None:
         return False
@@ -307,9 +307,14 @@ def install(
         return install_chatterbox(
             voice_id.split(":", 1)[0], None, weights=weights, force=force, progress=progress, cancelled=cancelled
         )
-    if is_kokoro(voice_id):  # one model holds every Kokoro voice
+    if is_kokoro(voice_id):  # one model speaks every Kokoro voice
         check_voice(voice_id)
-        return install_kokoro(weights=weights, force=force, progress=progress)
+        if not is_kokoro_hub(voice_id):
+            return install_kokoro(weights=weights, force=force, progress=progress)
+        model = install_kokoro(weights=weights, force=force, progress=lambda f, m: progress(0.8 * f, m))
+        install_kokoro_pack(voice_id, force=force, progress=lambda f, m: progress(0.8 + 0.2 * f, m),
+                            cancelled=cancelled)  # fmt: skip
+        return model
     weights = weights or "f32"
     pkg = lookup(voice_id)
     target = gguf_path(voice_id)
@@ -377,7 +382,7 @@ def remove(voice_id: str) -> list[Path]:
         path = chatterbox_path(voice_id.split(":", 1)[0])
     elif is_kokoro(voice_id):
         check_voice(voice_id)
-        path = kokoro_path()
+        path = kokoro_pack_path(voice_id) if is_kokoro_hub(voice_id) else kokoro_path()
     elif voice_id == "speaker-encoder":
         path = speaker_encoder_path()
     else:
@@ -595,6 +600,82 @@ def kokoro_packs(path: Path | None = None) -> dict:
     return packs
 
 
+# Kokoro voices from the catalogue: each a pack of [510, 256] float32 values (the raw file
+# onnx-community/Kokoro-82M-v1.0-ONNX keeps under voices/), spoken by the installed model.
+KOKORO_PACK_BYTES = 510 * 256 * 4
+
+
+def is_kokoro_hub(voice_id: str) -> bool:
+    if not is_kokoro(voice_id) or voice_id.split(":", 1)[1] in KOKORO_VOICES:
+        return False
+    entry = hub.catalogue().get(voice_id)
+    return entry is not None and entry.family == "kokoro"
+
+
+def kokoro_language(voice_id: str) -> str:
+    """The English a Kokoro voice reads text in: its British voices' (b*) en-gb, else en-us."""
+    return "en-gb" if is_kokoro(voice_id) and voice_id.split(":", 1)[1].startswith("b") else "en-us"
+
+
+def kokoro_pack_path(voice_id: str) -> Path:
+    return paths.models_dir() / f"kokoro-{voice_id.split(':', 1)[1]}.f32"
+
+
+def _kokoro_pack_installed(voice_id: str) -> bool:
+    path, info = kokoro_pack_path(voice_id), _manifest(kokoro_pack_path(voice_id).with_suffix(".json"))
+    entry = hub.catalogue()[voice_id]
+    return (
+        info is not None
+        and path.is_file()
+        and (info.get("repo"), info.get("revision")) == (entry.repo, entry.revision)
+        and info.get("sha256") == entry.files[0].sha256
+        and path.stat().st_size == KOKORO_PACK_BYTES
+    )
+
+
+def install_kokoro_pack(
+    voice_id: str, *, force: bool = False, progress: Progress = _quiet, cancelled: Callable[[], bool] | None = None
+) -> Path:
+    """A catalogue Kokoro voice's pack: downloaded (checked against the catalogue), checked for
+    its shape and values, and written atomically beside the model with its manifest."""
+    import numpy as np
+
+    entry = hub.catalogue()[voice_id]
+    if len(entry.files) != 1 or not entry.files[0].sha256:
+        raise ModelFileError(f"catalogue entry {voice_id} must pin one voice pack file by its sha256")
+    target = kokoro_pack_path(voice_id)
+    if not force and _kokoro_pack_installed(voice_id):
+        progress(1.0, f"{voice_id} is installed")
+        return target
+    files = hub.download(entry, progress=lambda f, m: progress(0.9 * f, m), cancelled=cancelled)
+    data = files[entry.files[0].path].read_bytes()
+    pack = np.frombuffer(data, dtype="<f4") if len(data) == KOKORO_PACK_BYTES else None
+    if pack is None or not np.isfinite(pack).all():
+        raise ModelFileError(f"{entry.files[0].path} is not a Kokoro voice pack (510 x 256 finite float32 values)")
+    write_bytes_atomic(target, data)
+    manifest = {"voice_id": voice_id, "repo": entry.repo, "revision": entry.revision, "sha256": entry.files[0].sha256}
+    write_bytes_atomic(target.with_suffix(".json"), json.dumps(manifest, indent=2).encode())
+    progress(1.0, f"{voice_id} ready")
+    return target
+
+
+def kokoro_pack(voice_id: str):
+    """An installed catalogue Kokoro voice's pack, [510, 256] float32, checked against its manifest."""
+    import numpy as np
+
+    path = kokoro_pack_path(voice_id)
+    if not path.is_file():
+        raise ModelFileError(f"voice '{voice_id}' is not installed; run: python main.py models install {voice_id}")
+    data = path.read_bytes()
+    info = _manifest(path.with_suffix(".json")) or {}
+    if len(data) != KOKORO_PACK_BYTES or hashlib.sha256(data).hexdigest() != info.get("sha256"):
+        raise ModelFileError(
+            f"{path.name} is damaged or was replaced since it was installed; "
+            f"run: python main.py models install {voice_id} --force"
+        )
+    return np.frombuffer(data, dtype="<f4").reshape(510, 256).astype(np.float32)
+
+
 def installed_path(voice_id: str) -> Path:
     """The GGUF of an installed voice, or a clear error naming the command that installs it."""
     if is_chatterbox(voice_id):
@@ -608,9 +689,10 @@ def installed_path(voice_id: str) -> Path:
         return verified(chatterbox_path(model), "chatterbox", f"{model} --from <folder>")
     if is_kokoro(voice_id):
         check_voice(voice_id)
-        if not kokoro_path().is_file():
-            raise ModelFileError(f"voice '{voice_id}' is not installed; run: python main.py models install kokoro")
-        return verified(kokoro_path(), "kokoro", "kokoro")
+        install = voice_id if is_kokoro_hub(voice_id) else "kokoro"
+        if not kokoro_path().is_file() or (is_kokoro_hub(voice_id) and not kokoro_pack_path(voice_id).is_file()):
+            raise ModelFileError(f"voice '{voice_id}' is not installed; run: python main.py models install {install}")
+        return verified(kokoro_path(), "kokoro", install)
     family = lookup(voice_id).family
     path = gguf_path(voice_id)
     if not path.is_file():
@@ -644,7 +726,7 @@ def check_voice(voice_id: str) -> None:
 
 def style_name(voice_id: str) -> str | None:
     """The style pack a voice speaks with inside its model (Kokoro), else None."""
-    return voice_id.split(":", 1)[1] if is_kokoro(voice_id) else None
+    return voice_id.split(":", 1)[1] if is_kokoro(voice_id) and not is_kokoro_hub(voice_id) else None
 
 
 @dataclass(frozen=True)
@@ -665,6 +747,10 @@ def voice_info(voice_id: str) -> VoiceInfo:
         source = (_manifest(chatterbox_path(voice_id.split(":", 1)[0]).with_suffix(".json")) or {}).get("source", "")
         language = "en" if CHATTERBOX_MODELS[voice_id.split(":", 1)[0]] == "turbo" else "multilingual"
         return VoiceInfo(voice_id, "chatterbox", language, source, "MIT", installed, 24000 if installed else None)
+    if is_kokoro_hub(voice_id):
+        entry = hub.catalogue()[voice_id]
+        return VoiceInfo(voice_id, "kokoro", entry.language, entry.source, entry.licence, is_installed(voice_id),
+                         KOKORO_SAMPLE_RATE if is_installed(voice_id) else None)  # fmt: skip
     if is_kokoro(voice_id):
         check_voice(voice_id)
         installed = kokoro_installed()

@@ -123,9 +123,10 @@ NB_MODULE(_engine, m) {
 
     nb::class_<Context>(m, "Context")
         .def(nb::init<Model &, const std::string &, int, std::optional<std::string>, std::optional<std::string>, int,
-                      int, std::optional<nb::dict>>(),
+                      int, std::optional<nb::dict>, std::optional<std::string>>(),
              "model"_a, "device"_a = "auto", "threads"_a = 0, "espeak_library"_a = nb::none(),
-             "espeak_data"_a = nb::none(), "prewarm"_a = -1, "workers"_a = 1, "debug"_a = nb::none())
+             "espeak_data"_a = nb::none(), "prewarm"_a = -1, "workers"_a = 1, "debug"_a = nb::none(),
+             "language"_a = nb::none())
         .def("close", &Context::close)
         .def("synthesize", &Context::synthesize, "input"_a, "phonemes"_a = false, "noise_scale"_a = -1.0f,
              "length_scale"_a = -1.0f, "noise_w"_a = -1.0f, "seed"_a = 0, "on_stage"_a = nb::none(),

@@ -144,13 +144,15 @@ class busy_guard {
 class Context {
   public:
     Context(Model & model, const std::string & device, int threads, std::optional<std::string> espeak_library,
-            std::optional<std::string> espeak_data, int prewarm, int workers, std::optional<nb::dict> debug) :
+            std::optional<std::string> espeak_data, int prewarm, int workers, std::optional<nb::dict> debug,
+            std::optional<std::string> language) :
         model_(model.shared()), n_stages_(vs_model_stages(model.get(), stages_, VS_STAGE_COUNT)) {
         vs_context_params p = vs_context_default_params();
         p.device            = device.c_str();
         p.n_threads         = threads;
         p.espeak_library    = espeak_library ? espeak_library->c_str() : nullptr;
         p.espeak_data       = espeak_data ? espeak_data->c_str() : nullptr;
+        p.language          = language ? language->c_str() : nullptr;
         p.prewarm           = prewarm;
         p.n_workers         = workers;
         std::string node_trace;

@@ -197,7 +197,8 @@ struct vs_context_params vs_context_default_params(void) {
     p.n_threads      = 0;        // all cores
     p.espeak_library = nullptr;  // no text input until given
     p.espeak_data    = nullptr;
-    p.prewarm        = -1;  // on a GPU or other accelerator
+    p.language       = nullptr;  // the model's own
+    p.prewarm        = -1;       // on a GPU or other accelerator
     p.n_workers      = 1;
     // debug: what a user's synthesis runs with
     p.debug.device_graphs        = false;  // only off the CPU

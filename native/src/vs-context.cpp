@@ -252,6 +252,12 @@ static std::unique_ptr<vs_context> make_one(vs_model & model, const vs_context_p
                             vs::cuda_event(ctx->engine_done.get(), ctx->dev) && !dbg.wait_each_graph;
     }
     ctx->sched.reset(ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), 32768, false, false));
+    ctx->language = params.language ? params.language : "";
+    if (!ctx->language.empty() && !(model.arch == "kokoro" && (ctx->language == "en-us" || ctx->language == "en-gb"))) {
+        throw error(VS_ERR_INVALID_ARG, "language '" + ctx->language + "': " +
+                                            (model.arch == "kokoro" ? std::string("Kokoro reads en-us or en-gb")
+                                                                    : "a " + model.arch + " model reads its own"));
+    }
     if (!worker && params.espeak_library && *params.espeak_library) {
         ctx->phonemizer =
             std::make_unique<phonemizer>(params.espeak_library, params.espeak_data ? params.espeak_data : "");

@@ -125,6 +125,7 @@ struct vs_context {
     // the model's contexts on it.
     vs::derived_weights *            derived = nullptr;
     std::unique_ptr<vs::phonemizer>  phonemizer;
+    std::string                      language;  // vs_context_params.language, "" if none given
     std::unique_ptr<vs::voice>       voice;
     std::unique_ptr<vs::model_state> state;
     // Per stage, the ops that ran on the CPU instead of the device ("OP(type)").

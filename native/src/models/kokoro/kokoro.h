@@ -309,11 +309,12 @@ ggml_tensor * depthwise_upsample(ggml_context * g, ggml_tensor * x, ggml_tensor 
 ggml_tensor * depthwise_upsample_tc(ggml_context * g, ggml_tensor * xt, ggml_tensor * w, ggml_tensor * b);
 
 // espeak-ng's IPA with '^' tying multi-letter phonemes, rewritten into Kokoro's
-// symbols (its English set: A = eɪ, I = aɪ, W = aʊ, Y = ɔɪ, O = oʊ, ʤ, ʧ, ᵊ, ...).
-// Longest match first; symbols still unknown to the vocabulary are dropped and counted.
-const std::vector<std::pair<std::string, std::string>> & espeak_to_kokoro();
+// symbols (its English set: A = eɪ, I = aɪ, W = aʊ, Y = ɔɪ, O = oʊ, ʤ, ʧ, ᵊ, ...; British:
+// Q = əʊ, long vowels kept). Longest match first; symbols still unknown to the vocabulary
+// are dropped and counted.
+const std::vector<std::pair<std::string, std::string>> & espeak_to_kokoro(bool british);
 
-std::string to_kokoro_symbols(const std::string & ipa);
+std::string to_kokoro_symbols(const std::string & ipa, bool british);
 
 // Steps t0 .. t0 + n - 1 of a recurrence's output o [H, cols, n] into each sequence's frames
 // (ys[b] [D H, T_b]: direction 0's step t at frame t, direction 1's at frame T_b - 1 - t).

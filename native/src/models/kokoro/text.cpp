@@ -5,48 +5,58 @@ namespace vs::kokoro {
 
 // ---------------------------------------------------------------- text
 
-const std::vector<std::pair<std::string, std::string>> & espeak_to_kokoro() {
-    static const std::vector<std::pair<std::string, std::string>> table = [] {
-        std::vector<std::pair<std::string, std::string>> t = {
-            { "ʔˌn\u0329", "tᵊn" },
-            { "ʔn\u0329", "tᵊn" },
-            { "ʔn", "tᵊn" },
-            { "ʔ", "t" },
-            { "a^ɪ", "I" },
-            { "a^ʊ", "W" },
-            { "d^ʒ", "ʤ" },
-            { "e^ɪ", "A" },
-            { "e", "A" },
-            { "t^ʃ", "ʧ" },
-            { "ɔ^ɪ", "Y" },
-            { "o^ʊ", "O" },
-            { "ə^ʊ", "O" },
-            { "ə^l", "ᵊl" },
-            { "r", "ɹ" },
-            { "x", "k" },
-            { "ç", "k" },
-            { "ɐ", "ə" },
-            { "ɚ", "əɹ" },
-            { "ɬ", "l" },
-            { "ʲ", "" },
-            { "ɜːɹ", "ɜɹ" },
-            { "ɜː", "ɜɹ" },
-            { "ɪə", "iə" },
-            { "ː", "" },
-            { "^", "" },
-        };
-        std::stable_sort(t.begin(), t.end(),
-                         [](const auto & a, const auto & b) { return a.first.size() > b.first.size(); });
-        return t;
-    }();
-    return table;
+// espeak-ng's IPA (ties as '^') into Kokoro's symbols, as the model's own espeak fallback maps it:
+// the mappings both Englishes share, then the American ones (long vowels dropped, "oʊ" as O) or
+// the British ones (long vowels kept, "əʊ" as Q, "eə" as ɛː, "iə" as ɪə). Longest match first.
+using symbol_map = std::vector<std::pair<std::string, std::string>>;
+
+static symbol_map longest_first(symbol_map t) {
+    std::stable_sort(t.begin(), t.end(),
+                     [](const auto & a, const auto & b) { return a.first.size() > b.first.size(); });
+    return t;
 }
 
-std::string to_kokoro_symbols(const std::string & ipa) {
-    std::string out;
+static symbol_map shared_symbols() {
+    return {
+        { "ʔˌn\u0329", "tᵊn" }, { "ʔn\u0329", "tᵊn" }, { "ʔn", "tᵊn" }, { "ʔ", "t" }, { "a^ɪ", "I" },
+        { "a^ʊ", "W" },         { "d^ʒ", "ʤ" },        { "e^ɪ", "A" },  { "e", "A" }, { "t^ʃ", "ʧ" },
+        { "ɔ^ɪ", "Y" },         { "ə^l", "ᵊl" },       { "r", "ɹ" },    { "x", "k" }, { "ç", "k" },
+        { "ɐ", "ə" },           { "ɚ", "əɹ" },         { "ɬ", "l" },    { "ʲ", "" },  { "^", "" },
+    };
+}
+
+const std::vector<std::pair<std::string, std::string>> & espeak_to_kokoro(bool british) {
+    static const symbol_map american = [] {
+        symbol_map t = shared_symbols();
+        t.insert(t.end(), {
+                              { "o^ʊ", "O" },
+                              { "ə^ʊ", "O" },
+                              { "ɜːɹ", "ɜɹ" },
+                              { "ɜː", "ɜɹ" },
+                              { "ɪə", "iə" },
+                              { "ː", "" },
+                          });
+        return longest_first(t);
+    }();
+    static const symbol_map british_map = [] {
+        symbol_map t = shared_symbols();
+        t.insert(t.end(), {
+                              { "ə^ʊ", "Q" },
+                              { "e^ə", "ɛː" },
+                              { "i^ə", "ɪə" },
+                              { "iə", "ɪə" },
+                          });
+        return longest_first(t);
+    }();
+    return british ? british_map : american;
+}
+
+std::string to_kokoro_symbols(const std::string & ipa, bool british) {
+    const symbol_map & table = espeak_to_kokoro(british);
+    std::string        out;
     for (size_t i = 0; i < ipa.size();) {
         bool matched = false;
-        for (const auto & [from, to] : espeak_to_kokoro()) {
+        for (const auto & [from, to] : table) {
             if (ipa.compare(i, from.size(), from) == 0) {
                 out += to;
                 i += from.size();
@@ -78,8 +88,10 @@ std::vector<std::string> kokoro_voice::sentences(vs_context & ctx, const std::st
         throw error(VS_ERR_PHONEMIZER, "this context has no espeak-ng; pass phonemes instead of text");
     }
     std::vector<std::string> out;
-    for (const auto & s : ctx.phonemizer->phonemize(text, "en-us", phonemizer::IPA_TIED)) {
-        std::string k = to_kokoro_symbols(s.ipa);
+    const bool               british = ctx.language == "en-gb";
+    // espeak-ng's voice "en" is its English of Great Britain.
+    for (const auto & s : ctx.phonemizer->phonemize(text, british ? "en" : "en-us", phonemizer::IPA_TIED)) {
+        std::string k = to_kokoro_symbols(s.ipa, british);
         if (!k.empty()) {
             out.push_back(std::move(k));
         }
