@@ -438,3 +438,34 @@ def test_chatterbox_multilingual_has_a_language_guidance_and_exaggeration(window
     assert "language" not in inspector.settings()  # a Piper take's settings stay as they were
     inspector.set_settings("chatterbox:default", settings)
     assert inspector.settings() == settings and inspector.language.currentText() == "German (de)"
+
+
+def test_a_recording_is_re_voiced_into_the_current_sentence(window, monkeypatch, tmp_path):
+    """Synthesize › Re-voice a recording: the file's audio (any rate, any channels) is the
+    source of a re-voicing job for the current sentence, in the project's Chatterbox voice."""
+    import soundfile as sf
+
+    queued = []
+    monkeypatch.setattr(window, "with_engine", lambda then, voice=None: queued.append(then))
+    monkeypatch.setattr(window, "_start_job", lambda engine, items, kind, settings, params: queued.append(
+        (items, kind, params)))  # fmt: skip
+    set_script(window, TEXT)
+    window.editor.setTextCursor(window.editor.cursorForPosition(window.editor.rect().topLeft()))
+    stereo = np.stack([np.linspace(-0.5, 0.5, 16000), np.zeros(16000)], axis=1).astype(np.float32)
+    sf.write(str(tmp_path / "me.flac"), stereo, 16000)
+    errors = []
+    monkeypatch.setattr(window, "show_error", errors.append)
+    assert not window.revoice_current(tmp_path / "me.flac") and "Chatterbox voice" in str(errors[-1])
+    window.inspector.voice.setCurrentText("chatterbox-turbo:default")
+    window.editor.flush()
+    assert window.project.voice == "chatterbox-turbo:default"
+    assert not window.revoice_current(tmp_path / "missing.wav") and "not an audio file" in str(errors[-1])
+    assert window.revoice_current(tmp_path / "me.flac")
+    queued.pop(0)(None)  # the engine opened: the job starts
+    items, kind, params = queued[0]
+    assert kind == "revoice" and items == [(0, window.project.sentences[0].text)]
+    audio, rate = params["source"]
+    assert rate == 16000 and audio.shape == (16000,)
+    np.testing.assert_allclose(audio, stereo.mean(axis=1), atol=1e-4)  # FLAC's 16 bits, mixed to mono
+    # Without a file, the current sentence's own take is the source; it has none yet.
+    assert not window.revoice_current() and len(queued) == 1

@@ -4,15 +4,18 @@ queued on it, their takes placed."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import QThreadPool
+from PySide6.QtWidgets import QFileDialog
 
 from app.core.project import Take
 from app.engine.engine import Engine
 from app.engine.errors import InvalidArgumentError
 from app.jobs.workers import OpenEngineJob, SynthesisJob
 from app.models import manager as models
+from app.profiles import speaker_reference
 from app.profiles.voices import speaking_model
 
 log = logging.getLogger("voicestudio.ui")
@@ -126,16 +129,20 @@ class EngineJobsMixin:
         self.with_engine(lambda engine: self._start_job(engine, items, which, settings, params))
         return True
 
-    def revoice_current(self) -> bool:
-        """A new take of the current sentence: its current take re-voiced into the project's
-        voice (a Chatterbox voice: a model's stock voice or a clone's) by S3Gen alone. Returns
-        whether a job was queued."""
+    def revoice_current(self, recording: str | Path | None = None) -> bool:
+        """A new take of the current sentence: its current take, or the audio file ``recording``
+        (a take read from a file: a person's own reading of the line, an imported clip),
+        re-voiced into the project's voice (a Chatterbox voice: a model's stock voice or a
+        clone's) by S3Gen alone. Returns whether a job was queued."""
         self.editor.flush()
         project = self.project
         index = self.editor.current_sentence()
         sentence = project.sentences[index] if 0 <= index < len(project.sentences) else None
-        if sentence is None or sentence.take is None:
-            self.statusBar().showMessage("the current sentence has no take to re-voice", 4000)
+        if sentence is None or (recording is None and sentence.take is None):
+            what = (
+                "no sentence to re-voice into" if sentence is None else "the current sentence has no take to re-voice"
+            )
+            self.statusBar().showMessage(what, 4000)
             return False
         if speaking_model(project.voice) not in models.CHATTERBOX_MODELS:
             self.show_error(
@@ -145,11 +152,27 @@ class EngineJobsMixin:
                 )
             )
             return False
-        take, settings = sentence.take, dict(project.settings)
-        params = {"source": (take.audio, take.sample_rate), "seed": settings["seed"] + len(sentence.takes)}
+        if recording is not None:
+            try:
+                source = speaker_reference.load(recording)
+            except InvalidArgumentError as exc:
+                self.show_error(exc)
+                return False
+        else:
+            source = (sentence.take.audio, sentence.take.sample_rate)
+        settings = dict(project.settings)
+        params = {"source": source, "seed": settings["seed"] + len(sentence.takes)}
         items = [(index, sentence.text)]
         self.with_engine(lambda engine: self._start_job(engine, items, "revoice", settings, params))
         return True
+
+    def revoice_recording_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Re-voice a recording into the current sentence", "",
+            "Audio (*.wav *.flac *.ogg *.mp3);;All files (*)",
+        )  # fmt: skip
+        if path:
+            self.revoice_current(path)
 
     def _start_job(self, engine: Engine, items: list, kind: str, settings: dict, params: dict) -> None:
         job = SynthesisJob(engine, items, kind=kind, **params)
