@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hubserver import Blob, FakeHub
+from PySide6.QtCore import Qt
 
 from app.engine.engine import Engine
 from app.engine.errors import CancelledError, ModelFileError
@@ -380,3 +381,36 @@ def test_a_kokoro_pack_that_is_not_one_is_refused(kokoro_hub, server):
             native.Context(model, "cpu", 1, None, None, 0, 1, None, "fr-fr")
         finally:
             model.close()
+
+
+def test_a_catalogue_kokoro_voice_is_heard_before_it_is_installed(kokoro_hub, server, qtbot, tmp_path, monkeypatch):
+    """Preview in the voice library: the pack from the hub (into the download cache, checked),
+    spoken by the packaged model; nothing installed."""
+    from app.core.settings import Settings
+    from app.ui.main import StudioWindow
+
+    monkeypatch.setenv("VOICESTUDIO_CONFIG_DIR", str(tmp_path / "config"))
+    settings = Settings()
+    settings["device"], settings["threads"] = "cpu", 2
+    window = StudioWindow(settings, ask_recovery=False, persist=False)
+    qtbot.addWidget(window)
+    played = []
+    monkeypatch.setattr(window, "_play_clip", lambda audio, rate: played.append((audio, rate)))
+    window.voices.tree.setCurrentItem(window.voices.tree.findItems("kokoro:af_twin", Qt.MatchFlag.MatchExactly)[0])
+    window.voices.preview.click()
+    qtbot.waitUntil(lambda: bool(played), timeout=60_000)
+    text = "This is af_twin, one of the voices of Voice Studio."
+    with Engine.open("kokoro:jf_alpha", device="cpu", threads=2) as engine:
+        want = engine.synthesize(text=text)
+    np.testing.assert_array_equal(played[0][0], want.audio)
+    assert played[0][1] == want.sample_rate == 24000
+    assert not models.is_installed("kokoro:af_twin") and not models.kokoro_pack_path("kokoro:af_twin").exists()
+    # A pack the hub serves damaged is refused, and said so.
+    server.commits[(KOKORO_REPO, json.loads(server.catalogue.read_text())["voices"][-1]["revision"])][
+        "voices/bf_twin.bin"] = Blob(b"\0" * 522240)  # fmt: skip
+    errors = []
+    monkeypatch.setattr(window, "show_error", errors.append)
+    window.preview_voice("kokoro:bf_twin")
+    qtbot.waitUntil(lambda: bool(errors), timeout=30_000)
+    assert "not the catalogue's" in str(errors[0]) and len(played) == 1
+    window.close()

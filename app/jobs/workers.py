@@ -199,3 +199,32 @@ class InstallJob(QRunnable):
             self.signals.failed.emit(self.voice, exc)
             return
         self.signals.finished.emit(self.voice)
+
+
+class PreviewSignals(QObject):
+    done = Signal(object, int)  # float32 audio, sample rate
+    failed = Signal(object)
+
+
+class PreviewJob(QRunnable):
+    """A catalogue Kokoro voice heard before it is installed: its voice pack downloaded into the
+    download cache (checked against the catalogue, about half a megabyte), spoken by the packaged
+    model, nothing installed."""
+
+    def __init__(self, voice: str, text: str, device: str, threads: int):
+        super().__init__()
+        self.setAutoDelete(False)
+        self.signals = PreviewSignals()
+        self.voice, self.text, self.device, self.threads = voice, text, device, threads
+
+    def run(self) -> None:
+        from app.models import manager as models
+
+        try:
+            pack = models.kokoro_preview_pack(self.voice)
+            with Engine.open(self.voice, device=self.device, threads=self.threads, pack=pack) as engine:
+                take = engine.synthesize(text=self.text)
+        except Exception as exc:  # shown by the window
+            self.signals.failed.emit(exc)
+            return
+        self.signals.done.emit(take.audio, take.sample_rate)

@@ -633,13 +633,33 @@ def _kokoro_pack_installed(voice_id: str) -> bool:
     )
 
 
+def _read_pack(entry: hub.HubEntry, path: Path):
+    import numpy as np
+
+    data = path.read_bytes()
+    pack = np.frombuffer(data, dtype="<f4") if len(data) == KOKORO_PACK_BYTES else None
+    if pack is None or not np.isfinite(pack).all():
+        raise ModelFileError(f"{entry.files[0].path} is not a Kokoro voice pack (510 x 256 finite float32 values)")
+    return data, pack.reshape(510, 256).astype(np.float32)
+
+
+def kokoro_preview_pack(voice_id: str, *, progress: Progress = _quiet, cancelled: Callable[[], bool] | None = None):
+    """A catalogue Kokoro voice's pack, [510, 256] float32, to hear it before installing it: the
+    installed one, else downloaded into the download cache and checked, but not installed."""
+    if not is_kokoro_hub(voice_id):
+        raise ModelFileError(f"'{voice_id}' is not a Kokoro voice of the catalogue")
+    if _kokoro_pack_installed(voice_id):
+        return kokoro_pack(voice_id)
+    entry = hub.catalogue()[voice_id]
+    files = hub.download(entry, progress=progress, cancelled=cancelled)
+    return _read_pack(entry, files[entry.files[0].path])[1]
+
+
 def install_kokoro_pack(
     voice_id: str, *, force: bool = False, progress: Progress = _quiet, cancelled: Callable[[], bool] | None = None
 ) -> Path:
     """A catalogue Kokoro voice's pack: downloaded (checked against the catalogue), checked for
     its shape and values, and written atomically beside the model with its manifest."""
-    import numpy as np
-
     entry = hub.catalogue()[voice_id]
     if len(entry.files) != 1 or not entry.files[0].sha256:
         raise ModelFileError(f"catalogue entry {voice_id} must pin one voice pack file by its sha256")
@@ -648,10 +668,7 @@ def install_kokoro_pack(
         progress(1.0, f"{voice_id} is installed")
         return target
     files = hub.download(entry, progress=lambda f, m: progress(0.9 * f, m), cancelled=cancelled)
-    data = files[entry.files[0].path].read_bytes()
-    pack = np.frombuffer(data, dtype="<f4") if len(data) == KOKORO_PACK_BYTES else None
-    if pack is None or not np.isfinite(pack).all():
-        raise ModelFileError(f"{entry.files[0].path} is not a Kokoro voice pack (510 x 256 finite float32 values)")
+    data, _ = _read_pack(entry, files[entry.files[0].path])
     write_bytes_atomic(target, data)
     manifest = {"voice_id": voice_id, "repo": entry.repo, "revision": entry.revision, "sha256": entry.files[0].sha256}
     write_bytes_atomic(target.with_suffix(".json"), json.dumps(manifest, indent=2).encode())

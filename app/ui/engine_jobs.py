@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QFileDialog
 from app.core.project import Take
 from app.engine.engine import Engine
 from app.engine.errors import InvalidArgumentError
-from app.jobs.workers import OpenEngineJob, SynthesisJob
+from app.jobs.workers import OpenEngineJob, PreviewJob, SynthesisJob
 from app.models import manager as models
 from app.profiles import speaker_reference
 from app.profiles.voices import speaking_model
@@ -253,6 +253,17 @@ class EngineJobsMixin:
 
     def preview_voice(self, voice: str) -> None:
         text = f"This is {voice.split(':')[-1]}, one of the voices of Voice Studio."
+        if models.is_kokoro_hub(voice) and not models.is_installed(voice) and models.kokoro_installed():
+            # Heard before it is installed: its pack from the hub, spoken by the packaged model.
+            job = PreviewJob(voice, text, self.inspector.device.currentData(), self.inspector.engine_threads())
+            job.signals.done.connect(self._play_clip)
+            job.signals.failed.connect(self.show_error)
+            self._previews.add(job)
+            job.signals.done.connect(lambda *_: self._previews.discard(job))
+            job.signals.failed.connect(lambda *_: self._previews.discard(job))
+            self.statusBar().showMessage(f"previewing {voice}: its voice pack from the hub…", 4000)
+            QThreadPool.globalInstance().start(job)
+            return
 
         def start(engine: Engine) -> None:
             job = SynthesisJob(engine, [(-1, text)], kind="preview")

@@ -64,6 +64,7 @@ class StudioWindow(EngineJobsMixin, PlaybackMixin, ProjectFilesMixin, QMainWindo
         self._after_open: list = []
         self._retired: list[Engine] = []
         self.jobs: dict[int, SynthesisJob] = {}
+        self._previews: set = set()  # PreviewJobs running (kept alive until they report)
         self.synth_pool = QThreadPool(self)
         self.synth_pool.setMaxThreadCount(1)  # one engine call at a time; later jobs queue
         self.player = Player()
