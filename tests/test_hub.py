@@ -315,15 +315,15 @@ def stock_kokoro():
 
 @pytest.fixture
 def kokoro_hub(stock_kokoro, server):
-    """Two catalogue Kokoro voices whose packs are the packaged jf_alpha's, an American and a
-    British one, beside the packaged model (linked into this user's models)."""
+    """Three catalogue Kokoro voices whose packs are the packaged jf_alpha's, an American, a
+    British and a Spanish one, beside the packaged model (linked into this user's models)."""
     stock, pack = stock_kokoro
     for src in (stock, stock.with_suffix(".json")):
         (models.paths.models_dir() / src.name).symlink_to(src)
-    files = {"voices/af_twin.bin": pack, "voices/bf_twin.bin": pack}
+    files = {f"voices/{name}.bin": pack for name in ("af_twin", "bf_twin", "ef_twin")}
     commit = server.commit(KOKORO_REPO, files)
     voices = json.loads(server.catalogue.read_text())["voices"]
-    for name in ("af_twin", "bf_twin"):
+    for name in ("af_twin", "bf_twin", "ef_twin"):
         voices.append(server.entry(f"kokoro:{name}", KOKORO_REPO, commit, [f"voices/{name}.bin"],
                                    licence="Apache-2.0"))  # fmt: skip
     server.catalogue.write_text(json.dumps({"voices": voices}))
@@ -354,6 +354,12 @@ def test_a_catalogue_kokoro_voice_installs_its_pack_and_speaks_with_it(kokoro_hu
     assert "O" in american[0] and "Q" not in american[0]
     assert "Q" in british[0] and "O" not in british[0]
     assert take.timings["skipped_symbols"] == 0 and len(take.audio) > 24000 // 2
+    # A Spanish voice reads Spanish: espeak-ng's Spanish, its affricates as Kokoro's symbols.
+    models.install("kokoro:ef_twin")
+    with Engine.open("kokoro:ef_twin", device="cpu", threads=2) as engine:
+        spanish = engine.phonemize("Mucho calor en la estación.")
+        take = engine.synthesize(text="Mucho calor en la estación.")
+    assert spanish == ["mˈuʧo kalˈoɾ en la ˌestaθjˈon."] and take.timings["skipped_symbols"] == 0
     # A damaged pack is refused, and removing the voice leaves the model installed.
     path = models.kokoro_pack_path("kokoro:bf_twin")
     path.write_bytes(path.read_bytes()[:-4] + b"\0\0\0\0")
@@ -372,13 +378,13 @@ def test_a_kokoro_pack_that_is_not_one_is_refused(kokoro_hub, server):
         models.install("kokoro:af_twin")
     assert not models.kokoro_pack_path("kokoro:af_twin").exists()
     # The language a context reads in is Kokoro's alone.
-    with pytest.raises(Exception, match="Kokoro reads en-us or en-gb"):
+    with pytest.raises(Exception, match="Kokoro reads en-us, en-gb, es, fr-fr, hi, it, pt-br"):
         from app.engine.binding import native_engine
 
         native = native_engine()
         model = native.Model(str(models.kokoro_path()), None)
         try:
-            native.Context(model, "cpu", 1, None, None, 0, 1, None, "fr-fr")
+            native.Context(model, "cpu", 1, None, None, 0, 1, None, "de")
         finally:
             model.close()
 

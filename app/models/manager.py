@@ -612,9 +612,16 @@ def is_kokoro_hub(voice_id: str) -> bool:
     return entry is not None and entry.family == "kokoro"
 
 
+# The language a Kokoro voice reads text in, by its name's first letter, as Kokoro names its
+# voices: American and British English, Spanish, French, Hindi, Italian, Brazilian Portuguese.
+# The packaged Japanese packs read American English (Kokoro's Japanese and Mandarin front ends
+# are not espeak-ng's, and the catalogue has no Mandarin voice).
+KOKORO_LANGUAGES = {"a": "en-us", "b": "en-gb", "e": "es", "f": "fr-fr", "h": "hi", "i": "it", "p": "pt-br"}
+
+
 def kokoro_language(voice_id: str) -> str:
-    """The English a Kokoro voice reads text in: its British voices' (b*) en-gb, else en-us."""
-    return "en-gb" if is_kokoro(voice_id) and voice_id.split(":", 1)[1].startswith("b") else "en-us"
+    """The language a Kokoro voice reads text in (the engine context's ``language``)."""
+    return KOKORO_LANGUAGES.get(voice_id.split(":", 1)[1][:1], "en-us") if is_kokoro(voice_id) else "en-us"
 
 
 def kokoro_pack_path(voice_id: str) -> Path:

@@ -156,9 +156,10 @@ struct vs_context_params {
     int          n_threads;       // CPU threads: 1 to the CPUs this process may use; 0 means all of them
     const char * espeak_library;  // path of libespeak-ng; NULL: phoneme input only
     const char * espeak_data;     // its espeak-ng-data directory
-    // Kokoro: the English its text is read in, "en-us" (NULL: the default) or "en-gb" (as the
-    // model's British voices were trained: espeak-ng's en-gb, long vowels kept). Other models
-    // read text in their own language and refuse one given here.
+    // Kokoro: the language its text is read in (by espeak-ng, mapped onto Kokoro's symbols as
+    // its own espeak front end maps them): "en-us" (NULL: the default), "en-gb" (long vowels
+    // kept, as its British voices were trained), "es", "fr-fr", "hi", "it" or "pt-br". Other
+    // models read text in their own language and refuse one given here.
     const char * language;
     // Runs one short synthesis (or embedding) while opening, so that the first real one
     // does not pay for kernel loading and buffer growth, and so that the stages' ops are

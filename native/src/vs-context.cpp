@@ -253,10 +253,20 @@ static std::unique_ptr<vs_context> make_one(vs_model & model, const vs_context_p
     }
     ctx->sched.reset(ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), 32768, false, false));
     ctx->language = params.language ? params.language : "";
-    if (!ctx->language.empty() && !(model.arch == "kokoro" && (ctx->language == "en-us" || ctx->language == "en-gb"))) {
-        throw error(VS_ERR_INVALID_ARG, "language '" + ctx->language + "': " +
-                                            (model.arch == "kokoro" ? std::string("Kokoro reads en-us or en-gb")
-                                                                    : "a " + model.arch + " model reads its own"));
+    if (!ctx->language.empty() && model.arch != "kokoro") {
+        throw error(VS_ERR_INVALID_ARG,
+                    "language '" + ctx->language + "': a " + model.arch + " model reads its own language");
+    }
+    if (!ctx->language.empty()) {
+        std::string known;
+        bool        found = false;
+        for (const auto & code : kokoro_language_codes()) {
+            known += (known.empty() ? "" : ", ") + code;
+            found |= code == ctx->language;
+        }
+        if (!found) {
+            throw error(VS_ERR_INVALID_ARG, "language '" + ctx->language + "': Kokoro reads " + known);
+        }
     }
     if (!worker && params.espeak_library && *params.espeak_library) {
         ctx->phonemizer =

@@ -427,9 +427,11 @@ class voice {
     }
 };
 
-std::unique_ptr<voice>       make_piper_voice(vs_model & model);
-void                         piper_validate(const vs_model & model);
-std::unique_ptr<voice>       make_kokoro_voice(vs_model & model);
+std::unique_ptr<voice> make_piper_voice(vs_model & model);
+void                   piper_validate(const vs_model & model);
+std::unique_ptr<voice> make_kokoro_voice(vs_model & model);
+// The languages Kokoro reads text in (vs_context_params.language), by code.
+std::vector<std::string>     kokoro_language_codes();
 void                         kokoro_validate(const vs_model & model);
 void                         ge2e_validate(const vs_model & model);
 void                         chatterbox_validate(const vs_model & model);

@@ -314,7 +314,17 @@ ggml_tensor * depthwise_upsample_tc(ggml_context * g, ggml_tensor * xt, ggml_ten
 // are dropped and counted.
 const std::vector<std::pair<std::string, std::string>> & espeak_to_kokoro(bool british);
 
-std::string to_kokoro_symbols(const std::string & ipa, bool british);
+// The languages Kokoro reads text in (vs_context_params.language), each with the espeak-ng
+// voice that phonemizes it ("en" is espeak-ng's English of Great Britain).
+struct kokoro_language {
+    std::string code;
+    std::string espeak_voice;
+};
+
+const std::vector<kokoro_language> & kokoro_languages();
+
+// IPA of `language` (a kokoro_languages() code) into Kokoro's symbols.
+std::string to_kokoro_symbols(const std::string & ipa, const std::string & language);
 
 // Steps t0 .. t0 + n - 1 of a recurrence's output o [H, cols, n] into each sequence's frames
 // (ys[b] [D H, T_b]: direction 0's step t at frame t, direction 1's at frame T_b - 1 - t).

@@ -51,9 +51,30 @@ const std::vector<std::pair<std::string, std::string>> & espeak_to_kokoro(bool b
     return british ? british_map : american;
 }
 
-std::string to_kokoro_symbols(const std::string & ipa, bool british) {
-    const symbol_map & table = espeak_to_kokoro(british);
-    std::string        out;
+// Kokoro's other languages (Spanish, French, Hindi, Italian, Brazilian Portuguese): espeak-ng's
+// IPA with its tied affricates and diphthongs as Kokoro's single symbols, ties and hyphens
+// dropped, as the model's own espeak front end for them maps it.
+static const symbol_map & espeak_other_to_kokoro() {
+    static const symbol_map table = longest_first({
+        { "a^ɪ", "I" },
+        { "a^ʊ", "W" },
+        { "d^z", "ʣ" },
+        { "d^ʒ", "ʤ" },
+        { "e^ɪ", "A" },
+        { "o^ʊ", "O" },
+        { "ə^ʊ", "Q" },
+        { "s^s", "S" },
+        { "t^s", "ʦ" },
+        { "t^ʃ", "ʧ" },
+        { "ɔ^ɪ", "Y" },
+        { "^", "" },
+        { "-", "" },
+    });
+    return table;
+}
+
+static std::string replaced(const std::string & ipa, const symbol_map & table) {
+    std::string out;
     for (size_t i = 0; i < ipa.size();) {
         bool matched = false;
         for (const auto & [from, to] : table) {
@@ -68,6 +89,22 @@ std::string to_kokoro_symbols(const std::string & ipa, bool british) {
             out += ipa[i++];
         }
     }
+    return out;
+}
+
+const std::vector<kokoro_language> & kokoro_languages() {
+    static const std::vector<kokoro_language> languages = {
+        { "en-us", "en-us" }, { "en-gb", "en" }, { "es", "es" },       { "fr-fr", "fr" },
+        { "hi", "hi" },       { "it", "it" },    { "pt-br", "pt-BR" },
+    };
+    return languages;
+}
+
+std::string to_kokoro_symbols(const std::string & ipa, const std::string & language) {
+    if (language != "en-us" && language != "en-gb") {
+        return replaced(ipa, espeak_other_to_kokoro());
+    }
+    const std::string out = replaced(ipa, espeak_to_kokoro(language == "en-gb"));
     // A syllabic consonant (combining U+0329 after it) is spoken with a schwa before it.
     std::string           res;
     std::vector<char32_t> cps = utf8_decode(out);
@@ -88,10 +125,14 @@ std::vector<std::string> kokoro_voice::sentences(vs_context & ctx, const std::st
         throw error(VS_ERR_PHONEMIZER, "this context has no espeak-ng; pass phonemes instead of text");
     }
     std::vector<std::string> out;
-    const bool               british = ctx.language == "en-gb";
-    // espeak-ng's voice "en" is its English of Great Britain.
-    for (const auto & s : ctx.phonemizer->phonemize(text, british ? "en" : "en-us", phonemizer::IPA_TIED)) {
-        std::string k = to_kokoro_symbols(s.ipa, british);
+    const std::string        language = ctx.language.empty() ? "en-us" : ctx.language;
+    const auto &             known    = kokoro_languages();
+    const auto it = std::find_if(known.begin(), known.end(), [&](const auto & l) { return l.code == language; });
+    if (it == known.end()) {
+        throw error(VS_ERR_INVALID_ARG, "Kokoro reads no language '" + language + "'");
+    }
+    for (const auto & s : ctx.phonemizer->phonemize(text, it->espeak_voice, phonemizer::IPA_TIED)) {
+        std::string k = to_kokoro_symbols(s.ipa, language);
         if (!k.empty()) {
             out.push_back(std::move(k));
         }

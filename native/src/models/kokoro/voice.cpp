@@ -188,4 +188,12 @@ std::unique_ptr<voice> make_kokoro_voice(vs_model & model) {
     return std::make_unique<kokoro_voice>(model);
 }
 
+std::vector<std::string> kokoro_language_codes() {
+    std::vector<std::string> codes;
+    for (const auto & l : kokoro::kokoro_languages()) {
+        codes.push_back(l.code);
+    }
+    return codes;
+}
+
 }  // namespace vs
