@@ -14,7 +14,7 @@ GGML_CMAKE_ARGS := -DGGML_LLAMAFILE=ON $(if $(filter cuda,$(GPU)),-DGGML_CUDA=ON
 # One stamp per backend and ggml options, so that changing either rebuilds ggml.
 STAMP    := $(VENV)/.deps-stamp-$(or $(GPU),cpu)-$(shell echo '$(GGML_CMAKE_ARGS)' | cksum | cut -d' ' -f1)
 
-CPP_SOURCES = $(wildcard native/include/*.h native/src/*.h native/src/*.cpp native/src/graph/*.h native/src/graph/*.cpp native/src/models/*/*.h native/src/models/*/*.cpp native/src/cuda/*.cuh native/src/cuda/*.cu native/tools/*.cpp \
+CPP_SOURCES = $(wildcard native/include/*.h native/src/*.h native/src/*.cpp native/src/graph/*.h native/src/graph/*.cpp native/src/cpu/*.h native/src/cpu/*.cpp native/src/cpu/*.inc native/src/models/*/*.h native/src/models/*/*.cpp native/src/cuda/*.cuh native/src/cuda/*.cu native/tools/*.cpp \
 	native/tests/*.h native/tests/*.c native/tests/*.cpp native/python/*.h native/python/*.cpp)
 
 # Vulkan headers for ggml's Vulkan backend where the system's are too old (Debian 12's):

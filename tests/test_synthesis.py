@@ -285,3 +285,14 @@ def test_gpu_graphs_pack_a_batch_and_each_sentence_sounds_as_alone(joe_path):
         for x, s in zip(alone, small, strict=True):
             assert len(x) == len(s)
             np.testing.assert_allclose(s, x, atol=1e-4)
+
+
+def test_the_engines_cpu_kernels_give_ggmls_audio(engine, joe_path):
+    """Piper's residual stacks in the engine's fused CPU kernel (LeakyReLU, dilated convolution,
+    bias and residual add in one pass) against the same stacks in ggml's ops."""
+    ipa = "\n".join(engine.phonemize("The quick brown fox jumps over the lazy dog. Hello there!"))
+    with Engine.open("piper:joe", device="cpu", threads=2, debug=EngineDebug(engine_kernels=False)) as ggml_ops:
+        want = ggml_ops.synthesize(phonemes=ipa, noise_scale=0.0, noise_w=0.0).audio
+    got = engine.synthesize(phonemes=ipa, noise_scale=0.0, noise_w=0.0).audio
+    assert len(got) == len(want) > 22050
+    np.testing.assert_allclose(got, want, atol=2e-5, rtol=0)

@@ -70,7 +70,7 @@ class EngineDebug:
     # A device's limits to build graphs within, as a node trace's first line gives them:
     # "<MiB>[,<matmul 4d 0|1>[,<strided matmul 0|1>[,<out_prod 0|1>]]]". "": the device's own.
     device_limits: str = ""
-    # On CUDA, the engine's own kernels where they apply (False: every stage in ggml's ops).
+    # The engine's own CUDA and CPU kernels where they apply (False: every stage in ggml's ops).
     engine_kernels: bool = True
     # On CUDA, capture no graphs of the engine's kernels, nor tag ggml's (with ggml's own
     # GGML_CUDA_DISABLE_GRAPHS set too, every kernel is launched one by one).

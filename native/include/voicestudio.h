@@ -194,7 +194,7 @@ struct vs_context_params {
         bool   limit_matmul_4d;       // default true
         bool   limit_strided_matmul;  // default true
         bool   limit_out_prod;        // default true
-        // On CUDA, run every stage in ggml's ops, not the engine's own kernels (to compare them).
+        // Run every stage in ggml's ops, not the engine's own CUDA or CPU kernels (to compare them).
         bool no_engine_kernels;
         // On CUDA, capture no graphs of the engine's own kernels and leave ggml's graphs
         // untagged (set ggml's GGML_CUDA_DISABLE_GRAPHS too, for every kernel launched one

@@ -221,6 +221,7 @@ static std::unique_ptr<vs_context> make_one(vs_model & model, const vs_context_p
     const vs_context_params::vs_context_debug & dbg = params.debug;
     ctx->cuda_device                                = dbg.no_engine_kernels ? -1 : cuda::device_of(ctx->dev);
     ctx->device_graphs = ggml_backend_dev_type(ctx->dev) != GGML_BACKEND_DEVICE_TYPE_CPU || dbg.device_graphs;
+    ctx->cpu_kernels   = !ctx->device_graphs && !dbg.no_engine_kernels;
     if (ggml_backend_dev_type(ctx->dev) != GGML_BACKEND_DEVICE_TYPE_CPU) {
         ctx->limits                 = probe_device_limits(ctx->dev);
         ctx->limits.strided_batches = vs::matmul_reads_batch_strides(ctx->backend.get());

@@ -112,6 +112,9 @@ struct vs_context {
     // Graphs built as for a GPU (fewer, larger kernels; ggml's im2col op): off the CPU, or on
     // it with vs_context_debug.device_graphs (to test those graphs where there is no GPU).
     bool device_graphs = false;
+    // The engine's own CPU kernels (src/cpu/) where they apply: graphs for the CPU, unless
+    // vs_context_debug.no_engine_kernels.
+    bool cpu_kernels = false;
     // What the device's ops take, where less than ggml's ops express: a Vulkan device binds
     // a shader's buffers up to its maxStorageBufferRange (128 MiB on some) and its matmuls
     // broadcast over no fourth axis; ggml would run such ops on the CPU. Graphs keep their
@@ -196,6 +199,9 @@ struct vs_context {
     // Weight `name` on this context's device as `type` (F16 or F32): the weight itself where
     // it has that type, else a copy converted once from the file's.
     ggml_tensor * weight_as(const std::string & name, ggml_type type);
+    // Conv weight `name` ([IC, K, OC], F32) in the CPU kernels' order ([OC, IC, K]), made once;
+    // null where it is not F32.
+    ggml_tensor * cpu_packed_conv(const std::string & name);
     // A tensor on this context's device made once (under `key`) by `fill` writing its bytes.
     ggml_tensor * derived_tensor(const std::string & key, ggml_type type, const std::array<int64_t, 4> & ne,
                                  const std::function<void(uint8_t *)> & fill);

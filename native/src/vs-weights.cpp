@@ -1,6 +1,7 @@
 // A context's weights: the file's tensors on its device, and weights re-laid out for it (made once).
 #include <cstring>
 
+#include "cpu/residual.h"
 #include "vs-context.h"
 
 ggml_tensor * vs_context::w(const std::string & name) const {
@@ -94,6 +95,17 @@ ggml_tensor * vs_context::reversed_weight(const std::string & name, int axis) {
                                   std::memcpy(out + (i + (len - 1 - 2 * at) * stride) * es, in + i * es, es);
                               }
                           });
+}
+
+ggml_tensor * vs_context::cpu_packed_conv(const std::string & name) {
+    const ggml_tensor * src = model->tensor(name);
+    if (src->type != GGML_TYPE_F32) {
+        return nullptr;
+    }
+    const int64_t IC = src->ne[0], K = src->ne[1], OC = src->ne[2];
+    return derived_tensor(name + ".cpu", GGML_TYPE_F32, { OC, IC, K, 1 }, [&](uint8_t * out) {
+        vs::cpu::pack_conv_weight(static_cast<const float *>(src->data), IC, K, OC, reinterpret_cast<float *>(out));
+    });
 }
 
 ggml_tensor * vs_context::weight_as(const std::string & name, ggml_type type) {

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "cpu/residual.h"
 #include "graph/graph.h"
 
 namespace {
@@ -264,6 +265,57 @@ void test_phase_columns() {
     failures += ok ? 0 : 1;
 }
 
+// The engine's fused residual convolution (src/cpu/) against direct loops: for the frames of
+// the window, x + mask * (b + conv(leaky(x))), elsewhere x; through ggml (the graph's threads)
+// and with each vector width this CPU runs, one thread and three.
+void test_residual_conv(int C, int K, int T, int d, bool with_mask) {
+    const int          pad = d * (K - 1) / 2, margin = pad + 3, L = margin + T + pad + 5;
+    std::vector<float> x = random_vec((size_t) C * L), w = random_vec((size_t) C * K * C), b = random_vec(C);
+    std::vector<float> mask(T);
+    for (int t = 0; t < T; ++t) {
+        mask[t] = with_mask && t % 7 == 3 ? 0.0f : 1.0f;
+    }
+    std::vector<float> want(x);
+    for (int t = 0; t < T; ++t) {
+        for (int o = 0; o < C; ++o) {
+            double acc = b[o];
+            for (int k = 0; k < K; ++k) {
+                const int src = margin + t - pad + k * d;
+                for (int i = 0; i < C; ++i) {
+                    const float v = x[(size_t) src * C + i];
+                    acc += (double) w[(size_t) (o * K + k) * C + i] * (v >= 0 ? v : 0.1f * v);
+                }
+            }
+            want[(size_t) (margin + t) * C + o] += (float) (mask[t] * acc);
+        }
+    }
+    vs::cpu::residual_conv_params p;
+    p.begin = margin, p.frames = T, p.pad = pad, p.dilation = d, p.slope = 0.1f;
+    std::vector<float> packed((size_t) C * K * C);
+    vs::cpu::pack_conv_weight(w.data(), C, K, C, packed.data());
+    char what[96];
+    auto got = run([&](ggml_context * ctx) {
+        return vs::cpu::residual_conv(ctx, input(ctx, x, { C, L }), input(ctx, packed, { C, C, K }),
+                                      input(ctx, b, { C }), with_mask ? input(ctx, mask, { 1, T }) : nullptr, p);
+    });
+    snprintf(what, sizeof what, "residual_conv C%d K%d d%d%s", C, K, d, with_mask ? " mask" : "");
+    expect_close(what, got, want, 1e-3);
+    for (int width : { 4, 8, 16 }) {
+        if (width > vs::cpu::vector_floats() || C % (2 * width) != 0) {
+            continue;
+        }
+        for (int nth : { 1, 3 }) {
+            std::vector<float> out(x.size(), NAN);
+            for (int ith = 0; ith < nth; ++ith) {
+                vs::cpu::residual_conv_run(x.data(), C, L, packed.data(), K, b.data(),
+                                           with_mask ? mask.data() : nullptr, out.data(), p, ith, nth, width);
+            }
+            snprintf(what, sizeof what, "  %d floats, %d thread%s", width, nth, nth > 1 ? "s" : "");
+            expect_close(what, out, want, 1e-3);
+        }
+    }
+}
+
 }  // namespace
 
 int main() {
@@ -285,6 +337,11 @@ int main() {
     test_conv_transpose(8, 5, 8, 9);
     test_conv_transpose(6, 4, 4, 13);
     test_conv_transpose(6, 4, 4, 13, 3, 7);
+    // The engine's CPU kernel of HiFi-GAN's residual stacks: Piper's kernels and dilations.
+    test_residual_conv(32, 3, 61, 1, true);
+    test_residual_conv(64, 7, 50, 3, false);
+    test_residual_conv(32, 11, 100, 5, true);
+    test_residual_conv(128, 3, 7, 1, true);  // fewer frames than a block
     // As built for a GPU: F32 weights folded too, the im2col matrix materialized; and
     // conv1d_phases from [T, C] and from [C, T] (outputs a multiple of K * d or not, phases'
     // columns rounded up).

@@ -1,4 +1,5 @@
 // Piper's HiFi-GAN decoder as ggml graphs, in tiles with exact seams.
+#include "cpu/residual.h"
 #include "piper.h"
 
 namespace vs::piper {
@@ -56,10 +57,24 @@ std::vector<float> piper_voice::run_decoder(vs_context & c, const std::vector<fl
             for (int cv = 0; cv < hp_.res_convs; ++cv) {
                 const int         d = hp_.res_dilations[j * hp_.res_convs + cv];
                 const std::string w = r + std::to_string(cv) + ".";
-                ggml_tensor *     y = conv1d_window(c.graph_opts(), g, ggml_leaky_relu(g, rb, 0.1f, false),
-                                                    margin - same_padding(hp_.res_kernels[j], d), T, c.w(w + "weight"),
-                                                    c.w(w + "bias"), d);  // [C, T]
-                y                   = masked(g, y, inner);
+                // On the CPU, the engine's kernel: LeakyReLU, convolution, bias, mask and the
+                // residual add in one pass.
+                ggml_tensor * packed =
+                    c.cpu_kernels && cpu::residual_conv_fits(rb->ne[0]) ? c.cpu_packed_conv(w + "weight") : nullptr;
+                if (packed) {
+                    cpu::residual_conv_params p;
+                    p.begin    = margin;
+                    p.frames   = T;
+                    p.pad      = same_padding(hp_.res_kernels[j], d);
+                    p.dilation = d;
+                    p.slope    = 0.1f;
+                    rb         = cpu::residual_conv(g, rb, packed, c.w(w + "bias"), inner, p);
+                    continue;
+                }
+                ggml_tensor * y = conv1d_window(c.graph_opts(), g, ggml_leaky_relu(g, rb, 0.1f, false),
+                                                margin - same_padding(hp_.res_kernels[j], d), T, c.w(w + "weight"),
+                                                c.w(w + "bias"), d);  // [C, T]
+                y               = masked(g, y, inner);
                 // rb += y over the signal frames; the margins stay zero.
                 rb = rb == x ? ggml_acc(g, rb, y, fb, ggml_nbytes(rb), ggml_nbytes(rb), margin * fb)
                              : ggml_acc_inplace(g, rb, y, fb, ggml_nbytes(rb), ggml_nbytes(rb), margin * fb);

@@ -1,0 +1,104 @@
+// The fused residual convolution as a ggml op, its kernels chosen by the CPU it runs on.
+#include "residual.h"
+
+#include <mutex>
+#include <set>
+#include <tuple>
+
+namespace vs::cpu {
+
+#define VS_CPU_DECLARE(isa)                                                                                           \
+    namespace isa {                                                                                                   \
+    void run(const float * x, int64_t C, int64_t L, const float * wp, int64_t K, const float * b, const float * mask, \
+             float * out, const residual_conv_params & p, int ith, int nth);                                          \
+    }
+VS_CPU_DECLARE(generic)
+#if defined(__x86_64__) || defined(_M_X64)
+VS_CPU_DECLARE(avx2)
+VS_CPU_DECLARE(avx512)
+#endif
+
+bool residual_conv_params::operator<(const residual_conv_params & o) const {
+    return std::tie(begin, frames, pad, dilation, slope) < std::tie(o.begin, o.frames, o.pad, o.dilation, o.slope);
+}
+
+int vector_floats() {
+#if defined(__x86_64__) || defined(_M_X64)
+    static const int width = __builtin_cpu_supports("avx512f")                                 ? 16
+                             : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 8
+                                                                                               : 4;
+    return width;
+#else
+    return 4;
+#endif
+}
+
+bool residual_conv_fits(int64_t channels) {
+    return channels > 0 && channels % (2 * vector_floats()) == 0;
+}
+
+void residual_conv_run(const float * x, int64_t C, int64_t L, const float * w_packed, int64_t K, const float * b,
+                       const float * mask, float * out, const residual_conv_params & p, int ith, int nth, int width) {
+    GGML_ASSERT(width <= vector_floats() && C % (2 * (width ? width : vector_floats())) == 0);
+    switch (width ? width : vector_floats()) {
+#if defined(__x86_64__) || defined(_M_X64)
+        case 16:
+            return avx512::run(x, C, L, w_packed, K, b, mask, out, p, ith, nth);
+        case 8:
+            return avx2::run(x, C, L, w_packed, K, b, mask, out, p, ith, nth);
+#endif
+        default:
+            return generic::run(x, C, L, w_packed, K, b, mask, out, p, ith, nth);
+    }
+}
+
+void pack_conv_weight(const float * w, int64_t IC, int64_t K, int64_t OC, float * out) {
+    for (int64_t oc = 0; oc < OC; ++oc) {
+        for (int64_t k = 0; k < K; ++k) {
+            for (int64_t ic = 0; ic < IC; ++ic) {
+                out[(k * IC + ic) * OC + oc] = w[ic + IC * (k + K * oc)];
+            }
+        }
+    }
+}
+
+// A graph node holds a pointer to its parameters: one stable copy of each distinct set, for
+// the life of the process (a model has a few dozen).
+static const residual_conv_params * interned(const residual_conv_params & p) {
+    static std::mutex                     mutex;
+    static std::set<residual_conv_params> all;
+    std::lock_guard<std::mutex>           lock(mutex);
+    return &*all.insert(p).first;
+}
+
+static void compute(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const auto &        p    = *static_cast<const residual_conv_params *>(userdata);
+    const ggml_tensor * x    = dst->src[0];
+    const ggml_tensor * w    = dst->src[1];
+    const ggml_tensor * b    = dst->src[2];
+    const ggml_tensor * mask = dst->src[3];
+    residual_conv_run(static_cast<const float *>(x->data), x->ne[0], x->ne[1], static_cast<const float *>(w->data),
+                      w->ne[2], b ? static_cast<const float *>(b->data) : nullptr,
+                      mask ? static_cast<const float *>(mask->data) : nullptr, static_cast<float *>(dst->data), p, ith,
+                      nth);
+}
+
+ggml_tensor * residual_conv(ggml_context * g, ggml_tensor * x, ggml_tensor * w_packed, ggml_tensor * b,
+                            ggml_tensor * mask, const residual_conv_params & p) {
+    const int64_t C = x->ne[0], L = x->ne[1], K = w_packed->ne[2];
+    GGML_ASSERT(x->type == GGML_TYPE_F32 && ggml_is_contiguous(x) && w_packed->type == GGML_TYPE_F32);
+    GGML_ASSERT(w_packed->ne[0] == C && w_packed->ne[1] == C && residual_conv_fits(C));
+    GGML_ASSERT(p.begin - p.pad >= 0 && p.begin - p.pad + p.frames + (K - 1) * p.dilation <= L);
+    GGML_ASSERT(p.begin + p.frames <= L);
+    GGML_ASSERT(!b || (b->type == GGML_TYPE_F32 && ggml_nelements(b) == C && ggml_is_contiguous(b)));
+    GGML_ASSERT(!mask || (mask->type == GGML_TYPE_F32 && ggml_nelements(mask) == p.frames && ggml_is_contiguous(mask)));
+    ggml_tensor * args[4] = { x, w_packed, b, mask };
+    const int     n_args  = mask ? 4 : b ? 3 : 2;
+    if (!b && mask) {
+        GGML_ABORT("residual_conv: a mask needs a bias argument before it");
+    }
+    return ggml_custom_4d(g, GGML_TYPE_F32, C, L, 1, 1, args, n_args, compute, GGML_N_TASKS_MAX,
+                          const_cast<residual_conv_params *>(interned(p)));
+}
+
+}  // namespace vs::cpu

@@ -1,0 +1,49 @@
+// The engine's own CPU kernels: a dilated convolution of a residual stack fused with what
+// surrounds it in HiFi-GAN (LeakyReLU on its input, bias, mask, residual add), one pass over
+// the signal instead of a matmul per tap and an elementwise pass for each of the others.
+#pragma once
+
+#include <cstdint>
+
+#include "ggml.h"
+
+namespace vs::cpu {
+
+// What one fused residual convolution computes on x [C, L] (C fastest): for the frames
+// t in [begin, begin + T),
+//   out[:, t] = x[:, t] + mask[t - begin] * (b + sum_k W_k leaky(x[:, t - pad + k * dilation]))
+// and out[:, t] = x[:, t] elsewhere. W is packed as [K][IC][OC] (OC fastest).
+struct residual_conv_params {
+    int64_t begin    = 0;
+    int64_t frames   = 0;
+    int64_t pad      = 0;  // frames before t that tap 0 reads
+    int     dilation = 1;
+    float   slope    = 0.1f;  // LeakyReLU's negative slope
+
+    bool operator<(const residual_conv_params & o) const;
+};
+
+// The widest vector this CPU's kernels use, in floats (16 with AVX-512, 8 with AVX2 and FMA,
+// else 4), chosen once at run time.
+int vector_floats();
+
+// Whether the fused kernel takes a convolution of `channels` channels in and out.
+bool residual_conv_fits(int64_t channels);
+
+// x [C, L] F32 contiguous; w_packed [OC, IC, K] F32 (ggml order: OC fastest); b [OC] or null;
+// mask [1, frames] F32 or null. A new [C, L] tensor, computed by all of the graph's threads.
+ggml_tensor * residual_conv(ggml_context * g, ggml_tensor * x, ggml_tensor * w_packed, ggml_tensor * b,
+                            ggml_tensor * mask, const residual_conv_params & p);
+
+// ggml's [IC, K, OC] conv weight (F32) into the kernel's [K][IC][OC] order.
+void pack_conv_weight(const float * w, int64_t IC, int64_t K, int64_t OC, float * out);
+
+// The kernel itself on plain arrays (the op's body, and what the op test compares): frames
+// of tiles ith, ith + nth, ... of p.frames; every thread also copies its share of the frames
+// outside them. `width`: the vector width whose kernel runs (4, 8 or 16, at most
+// vector_floats(); 0: vector_floats()); C must be a multiple of twice it.
+void residual_conv_run(const float * x, int64_t C, int64_t L, const float * w_packed, int64_t K, const float * b,
+                       const float * mask, float * out, const residual_conv_params & p, int ith, int nth,
+                       int width = 0);
+
+}  // namespace vs::cpu
