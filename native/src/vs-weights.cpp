@@ -1,7 +1,7 @@
 // A context's weights: the file's tensors on its device, and weights re-laid out for it (made once).
 #include <cstring>
 
-#include "cpu/residual.h"
+#include "cpu/kernels.h"
 #include "vs-context.h"
 
 ggml_tensor * vs_context::w(const std::string & name) const {

@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "cpu/residual.h"
+#include "cpu/kernels.h"
 #include "graph/graph.h"
 
 namespace {
@@ -316,6 +316,37 @@ void test_residual_conv(int C, int K, int T, int d, bool with_mask) {
     }
 }
 
+// WaveNet's gate (src/cpu/) against the C library's tanh and exp, over a range that
+// reaches where the sigmoid and tanh saturate: through ggml, and at each vector width.
+void test_gate(int H, int T) {
+    std::vector<float> x = random_vec((size_t) 2 * H * T);
+    for (float & v : x) {
+        v *= 12.0f;
+    }
+    std::vector<float> want((size_t) H * T);
+    for (int t = 0; t < T; ++t) {
+        for (int h = 0; h < H; ++h) {
+            const double a = x[(size_t) t * 2 * H + h], b = x[(size_t) t * 2 * H + H + h];
+            want[(size_t) t * H + h] = (float) (std::tanh(a) / (1.0 + std::exp(-b)));
+        }
+    }
+    char what[96];
+    auto got = run([&](ggml_context * ctx) { return vs::cpu::gate(ctx, input(ctx, x, { 2 * H, T })); });
+    snprintf(what, sizeof what, "gate H%d T%d", H, T);
+    expect_close(what, got, want, 1e-6);
+    for (int width : { 4, 8, 16 }) {
+        if (width > vs::cpu::vector_floats()) {
+            continue;
+        }
+        std::vector<float> out(want.size(), NAN);
+        for (int ith = 0; ith < 3; ++ith) {
+            vs::cpu::gate_run(x.data(), H, T, out.data(), ith, 3, width);
+        }
+        snprintf(what, sizeof what, "  %d floats, 3 threads", width);
+        expect_close(what, out, want, 1e-6);
+    }
+}
+
 }  // namespace
 
 int main() {
@@ -342,6 +373,8 @@ int main() {
     test_residual_conv(64, 7, 50, 3, false);
     test_residual_conv(32, 11, 100, 5, true);
     test_residual_conv(128, 3, 7, 1, true);  // fewer frames than a block
+    test_gate(192, 37);                      // Piper's flow
+    test_gate(20, 5);                        // channels that are not whole vectors
     // As built for a GPU: F32 weights folded too, the im2col matrix materialized; and
     // conv1d_phases from [T, C] and from [C, T] (outputs a multiple of K * d or not, phases'
     // columns rounded up).

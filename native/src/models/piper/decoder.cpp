@@ -1,5 +1,5 @@
 // Piper's HiFi-GAN decoder as ggml graphs, in tiles with exact seams.
-#include "cpu/residual.h"
+#include "cpu/kernels.h"
 #include "piper.h"
 
 namespace vs::piper {

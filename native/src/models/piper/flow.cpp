@@ -1,4 +1,5 @@
 // Piper's residual-coupling flow, run in reverse (WaveNet layers).
+#include "cpu/kernels.h"
 #include "piper.h"
 
 namespace vs::piper {
@@ -12,12 +13,14 @@ ggml_tensor * piper_voice::wavenet(vs_context & c, ggml_context * g, ggml_tensor
         const int         pad = (hp_.wn_kernel * dilation - dilation) / 2;
         ggml_tensor * x_in = conv1d(c.graph_opts(), g, masked(g, x, mask), c.w(prefix + "in_layers." + l + ".weight"),
                                     c.w(prefix + "in_layers." + l + ".bias"), dilation, pad);  // [2H, T]
-        // The gate: tanh of the first half times the sigmoid of the second, each over all of
-        // x_in (unary ops take contiguous inputs) and multiplied as views.
+        // The gate: tanh of the first half times the sigmoid of the second; in ggml's ops each
+        // over all of x_in (unary ops take contiguous inputs) and multiplied as views.
         const size_t  half = hp_.hidden * x_in->nb[0];
         ggml_tensor * acts =
-            ggml_mul(g, ggml_view_2d(g, ggml_tanh(g, x_in), hp_.hidden, x_in->ne[1], x_in->nb[1], 0),
-                     ggml_view_2d(g, ggml_sigmoid(g, x_in), hp_.hidden, x_in->ne[1], x_in->nb[1], half));
+            c.cpu_kernels
+                ? cpu::gate(g, x_in)
+                : ggml_mul(g, ggml_view_2d(g, ggml_tanh(g, x_in), hp_.hidden, x_in->ne[1], x_in->nb[1], 0),
+                           ggml_view_2d(g, ggml_sigmoid(g, x_in), hp_.hidden, x_in->ne[1], x_in->nb[1], half));
         ggml_tensor * rs = conv1d(c.graph_opts(), g, acts, c.w(prefix + "res_skip_layers." + l + ".weight"),
                                   c.w(prefix + "res_skip_layers." + l + ".bias"), 1, 0);
         if (i < hp_.wn_layers - 1) {

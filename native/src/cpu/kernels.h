@@ -1,6 +1,8 @@
-// The engine's own CPU kernels: a dilated convolution of a residual stack fused with what
-// surrounds it in HiFi-GAN (LeakyReLU on its input, bias, mask, residual add), one pass over
-// the signal instead of a matmul per tap and an elementwise pass for each of the others.
+// The engine's own CPU kernels, where ggml's ops make several passes over long signals (or
+// compute what is thrown away): a dilated convolution of a residual stack fused with what
+// surrounds it in HiFi-GAN (LeakyReLU on its input, bias, mask, residual add), and WaveNet's
+// gate. Each has kernels for AVX-512, AVX2 with FMA and the build's own vectors (NEON on ARM),
+// chosen at run time.
 #pragma once
 
 #include <cstdint>
@@ -45,5 +47,13 @@ void pack_conv_weight(const float * w, int64_t IC, int64_t K, int64_t OC, float 
 void residual_conv_run(const float * x, int64_t C, int64_t L, const float * w_packed, int64_t K, const float * b,
                        const float * mask, float * out, const residual_conv_params & p, int ith, int nth,
                        int width = 0);
+
+// WaveNet's gate on x [2H, T]: tanh of the first H channels times the sigmoid of the last H,
+// [H, T] (exp to about an ulp; tanh and the sigmoid from it to about 1e-7).
+ggml_tensor * gate(ggml_context * g, ggml_tensor * x);
+
+// The gate's kernel on plain arrays: frames ith * ceil(T / nth) on. `width` as for
+// residual_conv_run.
+void gate_run(const float * x, int64_t H, int64_t T, float * out, int ith, int nth, int width = 0);
 
 }  // namespace vs::cpu

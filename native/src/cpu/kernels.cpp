@@ -1,5 +1,5 @@
 // The fused residual convolution as a ggml op, its kernels chosen by the CPU it runs on.
-#include "residual.h"
+#include "kernels.h"
 
 #include <mutex>
 #include <set>
@@ -11,6 +11,7 @@ namespace vs::cpu {
     namespace isa {                                                                                                   \
     void run(const float * x, int64_t C, int64_t L, const float * wp, int64_t K, const float * b, const float * mask, \
              float * out, const residual_conv_params & p, int ith, int nth);                                          \
+    void gate(const float * x, int64_t H, int64_t T, float * out, int ith, int nth);                                  \
     }
 VS_CPU_DECLARE(generic)
 #if defined(__x86_64__) || defined(_M_X64)
@@ -99,6 +100,32 @@ ggml_tensor * residual_conv(ggml_context * g, ggml_tensor * x, ggml_tensor * w_p
     }
     return ggml_custom_4d(g, GGML_TYPE_F32, C, L, 1, 1, args, n_args, compute, GGML_N_TASKS_MAX,
                           const_cast<residual_conv_params *>(interned(p)));
+}
+
+void gate_run(const float * x, int64_t H, int64_t T, float * out, int ith, int nth, int width) {
+    GGML_ASSERT(width <= vector_floats());
+    switch (width ? width : vector_floats()) {
+#if defined(__x86_64__) || defined(_M_X64)
+        case 16:
+            return avx512::gate(x, H, T, out, ith, nth);
+        case 8:
+            return avx2::gate(x, H, T, out, ith, nth);
+#endif
+        default:
+            return generic::gate(x, H, T, out, ith, nth);
+    }
+}
+
+static void compute_gate(ggml_tensor * dst, int ith, int nth, void *) {
+    const ggml_tensor * x = dst->src[0];
+    gate_run(static_cast<const float *>(x->data), dst->ne[0], dst->ne[1], static_cast<float *>(dst->data), ith, nth);
+}
+
+ggml_tensor * gate(ggml_context * g, ggml_tensor * x) {
+    GGML_ASSERT(x->type == GGML_TYPE_F32 && ggml_is_contiguous(x) && x->ne[0] % 2 == 0 && x->ne[2] == 1);
+    ggml_tensor * args[1] = { x };
+    return ggml_custom_4d(g, GGML_TYPE_F32, x->ne[0] / 2, x->ne[1], 1, 1, args, 1, compute_gate, GGML_N_TASKS_MAX,
+                          nullptr);
 }
 
 }  // namespace vs::cpu

@@ -1,0 +1,7 @@
+// The CPU kernels for 8-float vectors (avx2; compiled with its flags).
+#include "kernels.h"
+
+#define VS_CPU_ISA avx2
+#define VS_CPU_VW 8
+#include "gate_kernel.inc"
+#include "residual_kernel.inc"

@@ -1,0 +1,7 @@
+// The CPU kernels for 4-float vectors (the build's own instruction set).
+#include "kernels.h"
+
+#define VS_CPU_ISA generic
+#define VS_CPU_VW 4
+#include "gate_kernel.inc"
+#include "residual_kernel.inc"
