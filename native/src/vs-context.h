@@ -199,8 +199,8 @@ struct vs_context {
     // Weight `name` on this context's device as `type` (F16 or F32): the weight itself where
     // it has that type, else a copy converted once from the file's.
     ggml_tensor * weight_as(const std::string & name, ggml_type type);
-    // Conv weight `name` ([IC, K, OC], F32) in the CPU kernels' order ([OC, IC, K]), made once;
-    // null where it is not F32.
+    // Conv weight `name` ([IC, K, OC], F32 or F16) in the CPU kernels' order ([OC, IC, K], F32),
+    // made once; null for other types.
     ggml_tensor * cpu_packed_conv(const std::string & name);
     // A tensor on this context's device made once (under `key`) by `fill` writing its bytes.
     ggml_tensor * derived_tensor(const std::string & key, ggml_type type, const std::array<int64_t, 4> & ne,

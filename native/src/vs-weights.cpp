@@ -99,12 +99,13 @@ ggml_tensor * vs_context::reversed_weight(const std::string & name, int axis) {
 
 ggml_tensor * vs_context::cpu_packed_conv(const std::string & name) {
     const ggml_tensor * src = model->tensor(name);
-    if (src->type != GGML_TYPE_F32) {
+    if (src->type != GGML_TYPE_F32 && src->type != GGML_TYPE_F16) {
         return nullptr;
     }
     const int64_t IC = src->ne[0], K = src->ne[1], OC = src->ne[2];
     return derived_tensor(name + ".cpu", GGML_TYPE_F32, { OC, IC, K, 1 }, [&](uint8_t * out) {
-        vs::cpu::pack_conv_weight(static_cast<const float *>(src->data), IC, K, OC, reinterpret_cast<float *>(out));
+        const std::vector<float> floats = vs::host_floats(src);  // F16 exactly
+        vs::cpu::pack_conv_weight(floats.data(), IC, K, OC, reinterpret_cast<float *>(out));
     });
 }
 

@@ -316,6 +316,63 @@ void test_residual_conv(int C, int K, int T, int d, bool with_mask) {
     }
 }
 
+// Kokoro's Snake-activated convolution (src/cpu/) against direct loops: "same" zero padding of
+// the activated input, bias and an optional residual, with AdaIN's per-channel affine folded
+// into the Snake's argument; inputs that reach well past sin's first periods.
+void test_snake_conv(int C, int OC, int K, int T, int d, bool with_residual) {
+    const int          pad = d * (K - 1) / 2;
+    std::vector<float> x = random_vec((size_t) C * T), w = random_vec((size_t) C * K * OC), b = random_vec(OC);
+    std::vector<float> scale = random_vec(C), shift = random_vec(C), inv(C), res = random_vec((size_t) OC * T);
+    for (int c = 0; c < C; ++c) {
+        scale[c] *= 40.0f;
+        inv[c] = 1.0f / (0.2f + std::fabs(scale[c]) / 40.0f);
+    }
+    std::vector<double> act((size_t) C * T);
+    for (size_t i = 0; i < act.size(); ++i) {
+        const int    c = (int) (i % C);
+        const double u = (double) x[i] * scale[c] + shift[c];
+        act[i]         = (u + std::sin(u) * std::sin(u)) * inv[c];
+    }
+    std::vector<float> want((size_t) OC * T);
+    for (int t = 0; t < T; ++t) {
+        for (int o = 0; o < OC; ++o) {
+            double acc = b[o] + (with_residual ? res[(size_t) t * OC + o] : 0.0);
+            for (int k = 0; k < K; ++k) {
+                const int src = t - pad + k * d;
+                if (src < 0 || src >= T) {
+                    continue;
+                }
+                for (int i = 0; i < C; ++i) {
+                    acc += (double) w[(size_t) (o * K + k) * C + i] * act[(size_t) src * C + i];
+                }
+            }
+            want[(size_t) t * OC + o] = (float) acc;
+        }
+    }
+    std::vector<float> packed((size_t) C * K * OC);
+    vs::cpu::pack_conv_weight(w.data(), C, K, OC, packed.data());
+    char what[96];
+    auto got = run([&](ggml_context * ctx) {
+        return vs::cpu::snake_conv(ctx, input(ctx, x, { C, T }), input(ctx, scale, { C }), input(ctx, shift, { C }),
+                                   input(ctx, inv, { C }), input(ctx, packed, { OC, C, K }), input(ctx, b, { OC }),
+                                   with_residual ? input(ctx, res, { OC, T }) : nullptr, d);
+    });
+    snprintf(what, sizeof what, "snake_conv C%d OC%d K%d d%d%s", C, OC, K, d, with_residual ? " residual" : "");
+    expect_close(what, got, want, 2e-3);
+    for (int width : { 4, 8, 16 }) {
+        if (width > vs::cpu::vector_floats() || C % width != 0 || OC % (2 * width) != 0) {
+            continue;
+        }
+        std::vector<float> out(want.size(), NAN);
+        for (int ith = 0; ith < 3; ++ith) {
+            vs::cpu::snake_conv_run(x.data(), C, T, scale.data(), shift.data(), inv.data(), packed.data(), K, OC,
+                                    b.data(), with_residual ? res.data() : nullptr, out.data(), d, ith, 3, width);
+        }
+        snprintf(what, sizeof what, "  %d floats, 3 threads", width);
+        expect_close(what, out, want, 2e-3);
+    }
+}
+
 // WaveNet's gate (src/cpu/) against the C library's tanh and exp, over a range that
 // reaches where the sigmoid and tanh saturate: through ggml, and at each vector width.
 void test_gate(int H, int T) {
@@ -373,8 +430,12 @@ int main() {
     test_residual_conv(64, 7, 50, 3, false);
     test_residual_conv(32, 11, 100, 5, true);
     test_residual_conv(128, 3, 7, 1, true);  // fewer frames than a block
-    test_gate(192, 37);                      // Piper's flow
-    test_gate(20, 5);                        // channels that are not whole vectors
+    // Kokoro's generator: its kernels and dilations, and fewer frames than the padding.
+    test_snake_conv(64, 64, 3, 70, 1, false);
+    test_snake_conv(32, 64, 7, 53, 3, true);
+    test_snake_conv(32, 32, 11, 9, 5, true);
+    test_gate(192, 37);  // Piper's flow
+    test_gate(20, 5);    // channels that are not whole vectors
     // As built for a GPU: F32 weights folded too, the im2col matrix materialized; and
     // conv1d_phases from [T, C] and from [C, T] (outputs a multiple of K * d or not, phases'
     // columns rounded up).

@@ -12,6 +12,9 @@ namespace vs::cpu {
     void run(const float * x, int64_t C, int64_t L, const float * wp, int64_t K, const float * b, const float * mask, \
              float * out, const residual_conv_params & p, int ith, int nth);                                          \
     void gate(const float * x, int64_t H, int64_t T, float * out, int ith, int nth);                                  \
+    void snake_run(const float * x, int64_t C, int64_t T, const float * scale, const float * shift,                   \
+                   const float * inv_alpha, const float * wp, int64_t K, int64_t OC, const float * b,                 \
+                   const float * residual, float * out, int d, int ith, int nth);                                     \
     }
 VS_CPU_DECLARE(generic)
 #if defined(__x86_64__) || defined(_M_X64)
@@ -126,6 +129,58 @@ ggml_tensor * gate(ggml_context * g, ggml_tensor * x) {
     ggml_tensor * args[1] = { x };
     return ggml_custom_4d(g, GGML_TYPE_F32, x->ne[0] / 2, x->ne[1], 1, 1, args, 1, compute_gate, GGML_N_TASKS_MAX,
                           nullptr);
+}
+
+bool snake_conv_fits(int64_t channels, int64_t out_channels) {
+    return channels > 0 && channels % vector_floats() == 0 && out_channels > 0 &&
+           out_channels % (2 * vector_floats()) == 0;
+}
+
+void snake_conv_run(const float * x, int64_t C, int64_t T, const float * scale, const float * shift,
+                    const float * inv_alpha, const float * w_packed, int64_t K, int64_t OC, const float * b,
+                    const float * residual, float * out, int dilation, int ith, int nth, int width) {
+    const int w = width ? width : vector_floats();
+    GGML_ASSERT(w <= vector_floats() && C % w == 0 && OC % (2 * w) == 0);
+    switch (w) {
+#if defined(__x86_64__) || defined(_M_X64)
+        case 16:
+            return avx512::snake_run(x, C, T, scale, shift, inv_alpha, w_packed, K, OC, b, residual, out, dilation, ith,
+                                     nth);
+        case 8:
+            return avx2::snake_run(x, C, T, scale, shift, inv_alpha, w_packed, K, OC, b, residual, out, dilation, ith,
+                                   nth);
+#endif
+        default:
+            return generic::snake_run(x, C, T, scale, shift, inv_alpha, w_packed, K, OC, b, residual, out, dilation,
+                                      ith, nth);
+    }
+}
+
+static const float * data_of(const ggml_tensor * t) {
+    return t ? static_cast<const float *>(t->data) : nullptr;
+}
+
+static void compute_snake(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const ggml_tensor *x = dst->src[0], *w = dst->src[4];
+    snake_conv_run(data_of(x), x->ne[0], x->ne[1], data_of(dst->src[1]), data_of(dst->src[2]), data_of(dst->src[3]),
+                   data_of(w), w->ne[2], w->ne[0], data_of(dst->src[5]), data_of(dst->src[6]),
+                   static_cast<float *>(dst->data), (int) reinterpret_cast<intptr_t>(userdata), ith, nth);
+}
+
+ggml_tensor * snake_conv(ggml_context * g, ggml_tensor * x, ggml_tensor * scale, ggml_tensor * shift,
+                         ggml_tensor * inv_alpha, ggml_tensor * w_packed, ggml_tensor * b, ggml_tensor * residual,
+                         int dilation) {
+    const int64_t C = x->ne[0], T = x->ne[1], OC = w_packed->ne[0];
+    GGML_ASSERT(x->type == GGML_TYPE_F32 && ggml_is_contiguous(x) && ggml_nrows(x) == T && w_packed->ne[1] == C);
+    GGML_ASSERT(snake_conv_fits(C, OC) && b != nullptr && ggml_nelements(b) == OC);
+    for (ggml_tensor * v : { scale, shift, inv_alpha }) {
+        GGML_ASSERT(v->type == GGML_TYPE_F32 && ggml_is_contiguous(v) && ggml_nelements(v) == C);
+    }
+    GGML_ASSERT(!residual || (residual->type == GGML_TYPE_F32 && ggml_is_contiguous(residual) &&
+                              residual->ne[0] == OC && ggml_nelements(residual) == OC * T));
+    ggml_tensor * args[7] = { x, scale, shift, inv_alpha, w_packed, b, residual };
+    return ggml_custom_4d(g, GGML_TYPE_F32, OC, T, 1, 1, args, residual ? 7 : 6, compute_snake, GGML_N_TASKS_MAX,
+                          reinterpret_cast<void *>((intptr_t) dilation));
 }
 
 }  // namespace vs::cpu

@@ -48,6 +48,23 @@ void residual_conv_run(const float * x, int64_t C, int64_t L, const float * w_pa
                        const float * mask, float * out, const residual_conv_params & p, int ith, int nth,
                        int width = 0);
 
+// A Snake-activated convolution as Kokoro's generator runs its residual blocks on x [C, T]:
+//   out = residual + b + conv(snake(x)), snake(x) = (u + sin^2 u) / alpha, u = x * scale + shift
+// per channel (scale = AdaIN's a times alpha, shift = its b times alpha, inv_alpha = 1 / alpha,
+// each [C]), the activated input padded with zeros by dilation * (K - 1) / 2 on each side, so
+// that [OC, T] comes out; residual [OC, T] or null.
+ggml_tensor * snake_conv(ggml_context * g, ggml_tensor * x, ggml_tensor * scale, ggml_tensor * shift,
+                         ggml_tensor * inv_alpha, ggml_tensor * w_packed, ggml_tensor * b, ggml_tensor * residual,
+                         int dilation);
+
+// Whether snake_conv takes `channels` in and `out_channels` out.
+bool snake_conv_fits(int64_t channels, int64_t out_channels);
+
+// The kernel on plain arrays, as residual_conv_run.
+void snake_conv_run(const float * x, int64_t C, int64_t T, const float * scale, const float * shift,
+                    const float * inv_alpha, const float * w_packed, int64_t K, int64_t OC, const float * b,
+                    const float * residual, float * out, int dilation, int ith, int nth, int width = 0);
+
 // WaveNet's gate on x [2H, T]: tanh of the first H channels times the sigmoid of the last H,
 // [H, T] (exp to about an ulp; tanh and the sigmoid from it to about 1e-7).
 ggml_tensor * gate(ggml_context * g, ggml_tensor * x);

@@ -1,4 +1,5 @@
 // Kokoro-82M's shared blocks: graph inputs, style tables, packings, AdaIN and its residual blocks, convolutions.
+#include "cpu/kernels.h"
 #include "kokoro.h"
 
 namespace vs::kokoro {
@@ -445,6 +446,33 @@ ggml_tensor * kokoro_voice::adain_res_block(vs_context & c, ggml_context * g, gg
 }
 
 // iSTFTNet's AdaINResBlock1: three (AdaIN, Snake, dilated conv, AdaIN, Snake, conv) residuals.
+// On the CPU, AdaIN's statistics in ggml's ops, then the normalization, Snake, the convolution,
+// its bias and `residual` in the engine's kernel; null where the kernel does not take them.
+static ggml_tensor * adain_snake_conv_cpu(vs_context & c, ggml_context * g, ggml_tensor * x, const cond & k,
+                                          const std::string & fc, const std::string & alpha, const std::string & conv,
+                                          int dilation, ggml_tensor * residual) {
+    const int64_t C = x->ne[0];
+    ggml_tensor * w = c.cpu_kernels ? c.cpu_packed_conv(conv + ".weight") : nullptr;
+    if (!w || !cpu::snake_conv_fits(C, w->ne[0])) {
+        return nullptr;
+    }
+    if (!ggml_is_contiguous(x)) {
+        x = ggml_cont(g, x);
+    }
+    if (residual && !ggml_is_contiguous(residual)) {
+        residual = ggml_cont(g, residual);
+    }
+    ggml_tensor *a, *b;
+    adain_affine(c, g, x, k, fc, a, b);
+    if (ggml_nelements(a) != C || ggml_nelements(b) != C) {
+        return nullptr;
+    }
+    ggml_tensor * al  = ggml_reshape_2d(g, c.w(alpha), C, 1);
+    ggml_tensor * inv = ggml_div(g, ggml_view_2d(g, k.ones, C, 1, C * sizeof(float), 0), al);  // 1 / alpha
+    return cpu::snake_conv(g, x, ggml_mul(g, a, al), ggml_mul(g, b, al), inv, w, c.w(conv + ".bias"), residual,
+                           dilation);
+}
+
 ggml_tensor * kokoro_voice::snake_res_block(vs_context & c, ggml_context * g, ggml_tensor * x, const cond & k,
                                             const std::string & pre, int kernel) const {
     for (int i = 0; i < 3; ++i) {
@@ -453,7 +481,12 @@ ggml_tensor * kokoro_voice::snake_res_block(vs_context & c, ggml_context * g, gg
         const std::string a1 = pre + "adain1." + n + ".fc", a2 = pre + "adain2." + n + ".fc";
         const std::string s1 = pre + "alpha1." + n, s2 = pre + "alpha2." + n;
         const std::string c1 = pre + "convs1." + n, c2 = pre + "convs2." + n;
-        ggml_tensor *     y = nullptr;
+        ggml_tensor *     y = adain_snake_conv_cpu(c, g, x, k, a1, s1, c1, d, nullptr);
+        if (y) {
+            x = adain_snake_conv_cpu(c, g, y, k, a2, s2, c2, 1, x);
+            GGML_ASSERT(x);  // the second convolution is the first's shape
+            continue;
+        }
         if (c.device_graphs) {  // AdaIN and Snake in [T, C] (see adain_tc)
             y = conv1d_tc(c, g, adain_snake_tc(c, g, x, k, a1, s1), c1 + ".weight", c.w(c1 + ".bias"), d,
                           (kernel * d - d) / 2);
