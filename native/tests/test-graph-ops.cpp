@@ -373,6 +373,37 @@ void test_snake_conv(int C, int OC, int K, int T, int d, bool with_residual) {
     }
 }
 
+// Each channel's mean and variance (src/cpu/) against double-precision loops, on a signal
+// whose means dwarf its spread in some channels (AdaIN's case for two passes).
+void test_channel_stats(int C, int T) {
+    std::vector<float> x = random_vec((size_t) C * T);
+    for (size_t i = 0; i < x.size(); ++i) {
+        x[i] = x[i] * 0.1f + (i % C % 3 == 0 ? 10.0f : 0.0f);
+    }
+    std::vector<float> want((size_t) 2 * C);
+    for (int c = 0; c < C; ++c) {
+        double sum = 0, dev = 0;
+        for (int t = 0; t < T; ++t) {
+            sum += x[(size_t) t * C + c];
+        }
+        for (int t = 0; t < T; ++t) {
+            dev += std::pow(x[(size_t) t * C + c] - sum / T, 2);
+        }
+        want[c]     = (float) (sum / T);
+        want[C + c] = (float) (dev / T);
+    }
+    auto got = run([&](ggml_context * ctx) { return vs::cpu::channel_stats(ctx, input(ctx, x, { C, T })); });
+    char what[64];
+    snprintf(what, sizeof what, "channel_stats C%d T%d", C, T);
+    double worst = 0;  // relative to each value
+    for (size_t i = 0; i < want.size(); ++i) {
+        worst = std::max(worst, std::fabs(got[i] - want[i]) / std::max(1e-6, (double) std::fabs(want[i])));
+    }
+    const bool ok = got.size() == want.size() && worst < 2e-4;
+    printf("%-28s %s (max relative diff %.2e)\n", what, ok ? "ok" : "FAILED", worst);
+    failures += ok ? 0 : 1;
+}
+
 // WaveNet's gate (src/cpu/) against the C library's tanh and exp, over a range that
 // reaches where the sigmoid and tanh saturate: through ggml, and at each vector width.
 void test_gate(int H, int T) {
@@ -434,6 +465,8 @@ int main() {
     test_snake_conv(64, 64, 3, 70, 1, false);
     test_snake_conv(32, 64, 7, 53, 3, true);
     test_snake_conv(32, 32, 11, 9, 5, true);
+    test_channel_stats(128, 18240);  // AdaIN over Kokoro's longest stage
+    test_channel_stats(64, 3);
     test_gate(192, 37);  // Piper's flow
     test_gate(20, 5);    // channels that are not whole vectors
     // As built for a GPU: F32 weights folded too, the im2col matrix materialized; and

@@ -1,6 +1,7 @@
 // The fused residual convolution as a ggml op, its kernels chosen by the CPU it runs on.
 #include "kernels.h"
 
+#include <algorithm>
 #include <mutex>
 #include <set>
 #include <tuple>
@@ -12,6 +13,7 @@ namespace vs::cpu {
     void run(const float * x, int64_t C, int64_t L, const float * wp, int64_t K, const float * b, const float * mask, \
              float * out, const residual_conv_params & p, int ith, int nth);                                          \
     void gate(const float * x, int64_t H, int64_t T, float * out, int ith, int nth);                                  \
+    void stats(const float * x, int64_t C, int64_t T, int64_t c0, int64_t c1, float * out);                           \
     void snake_run(const float * x, int64_t C, int64_t T, const float * scale, const float * shift,                   \
                    const float * inv_alpha, const float * wp, int64_t K, int64_t OC, const float * b,                 \
                    const float * residual, float * out, int d, int ith, int nth);                                     \
@@ -181,6 +183,37 @@ ggml_tensor * snake_conv(ggml_context * g, ggml_tensor * x, ggml_tensor * scale,
     ggml_tensor * args[7] = { x, scale, shift, inv_alpha, w_packed, b, residual };
     return ggml_custom_4d(g, GGML_TYPE_F32, OC, T, 1, 1, args, residual ? 7 : 6, compute_snake, GGML_N_TASKS_MAX,
                           reinterpret_cast<void *>((intptr_t) dilation));
+}
+
+void channel_stats_run(const float * x, int64_t C, int64_t T, int64_t c0, int64_t c1, float * out, int width) {
+    const int w = width ? width : vector_floats();
+    GGML_ASSERT(w <= vector_floats() && C % w == 0 && c0 % w == 0 && c1 % w == 0);
+    switch (w) {
+#if defined(__x86_64__) || defined(_M_X64)
+        case 16:
+            return avx512::stats(x, C, T, c0, c1, out);
+        case 8:
+            return avx2::stats(x, C, T, c0, c1, out);
+#endif
+        default:
+            return generic::stats(x, C, T, c0, c1, out);
+    }
+}
+
+static void compute_stats(ggml_tensor * dst, int ith, int nth, void *) {
+    const ggml_tensor * x = dst->src[0];
+    const int64_t       C = x->ne[0], w = vector_floats(), per = (C / w + nth - 1) / nth * w;
+    const int64_t       c0 = std::min(C, ith * per), c1 = std::min(C, c0 + per);
+    if (c0 < c1) {
+        channel_stats_run(data_of(x), C, x->ne[1], c0, c1, static_cast<float *>(dst->data));
+    }
+}
+
+ggml_tensor * channel_stats(ggml_context * g, ggml_tensor * x) {
+    GGML_ASSERT(x->type == GGML_TYPE_F32 && ggml_is_contiguous(x) && ggml_nrows(x) == x->ne[1]);
+    GGML_ASSERT(x->ne[0] % vector_floats() == 0);
+    ggml_tensor * args[1] = { x };
+    return ggml_custom_4d(g, GGML_TYPE_F32, x->ne[0], 2, 1, 1, args, 1, compute_stats, GGML_N_TASKS_MAX, nullptr);
 }
 
 }  // namespace vs::cpu

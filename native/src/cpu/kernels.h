@@ -65,6 +65,13 @@ void snake_conv_run(const float * x, int64_t C, int64_t T, const float * scale, 
                     const float * inv_alpha, const float * w_packed, int64_t K, int64_t OC, const float * b,
                     const float * residual, float * out, int dilation, int ith, int nth, int width = 0);
 
+// Each channel's mean and variance over time of x [C, T] (C a multiple of vector_floats()):
+// [C, 2], the means then the variances (the mean squared deviation from the mean).
+ggml_tensor * channel_stats(ggml_context * g, ggml_tensor * x);
+
+// The kernel on plain arrays: channels [c0, c1) of x into out [2 * C].
+void channel_stats_run(const float * x, int64_t C, int64_t T, int64_t c0, int64_t c1, float * out, int width = 0);
+
 // WaveNet's gate on x [2H, T]: tanh of the first H channels times the sigmoid of the last H,
 // [H, T] (exp to about an ulp; tanh and the sigmoid from it to about 1e-7).
 ggml_tensor * gate(ggml_context * g, ggml_tensor * x);

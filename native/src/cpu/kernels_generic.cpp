@@ -5,3 +5,4 @@
 #define VS_CPU_VW 4
 #include "gate_kernel.inc"
 #include "residual_kernel.inc"
+#include "stats_kernel.inc"

@@ -225,13 +225,20 @@ void adain_affine(vs_context & c, ggml_context * g, ggml_tensor * x, const cond 
                   ggml_tensor *& a, ggml_tensor *& b) {
     ggml_tensor *scale, *shift;
     style_affine(c, g, k.s, fc, x->ne[0], scale, shift);
-    const int64_t T    = x->ne[1];
-    ggml_tensor * ones = ggml_view_2d(g, k.ones, 1, T, k.ones->nb[1], 0);
-    ggml_tensor * mean = ggml_scale(g, ggml_out_prod(g, x, ones), 1.0f / (float) T);  // [C, 1]
-    // Two passes (E[(x - mean)^2], not E[x^2] - mean^2): some channels' means dwarf their spread.
-    ggml_tensor * var = ggml_scale(g, ggml_out_prod(g, ggml_sqr(g, ggml_sub(g, x, mean)), ones), 1.0f / (float) T);
-    a                 = ggml_div(g, scale, ggml_sqrt(g, ggml_scale_bias(g, var, 1.0f, 1e-5f)));
-    b                 = ggml_sub(g, shift, ggml_mul(g, mean, a));
+    const int64_t T = x->ne[1];
+    ggml_tensor * mean, *var;
+    if (c.cpu_kernels && ggml_is_contiguous(x) && x->ne[0] % cpu::vector_floats() == 0 && ggml_nrows(x) == T) {
+        ggml_tensor * stats = cpu::channel_stats(g, x);  // [C, 2]
+        mean                = ggml_view_2d(g, stats, x->ne[0], 1, stats->nb[1], 0);
+        var                 = ggml_view_2d(g, stats, x->ne[0], 1, stats->nb[1], stats->nb[1]);
+    } else {
+        ggml_tensor * ones = ggml_view_2d(g, k.ones, 1, T, k.ones->nb[1], 0);
+        mean               = ggml_scale(g, ggml_out_prod(g, x, ones), 1.0f / (float) T);  // [C, 1]
+        // Two passes (E[(x - mean)^2], not E[x^2] - mean^2): some channels' means dwarf their spread.
+        var = ggml_scale(g, ggml_out_prod(g, ggml_sqr(g, ggml_sub(g, x, mean)), ones), 1.0f / (float) T);
+    }
+    a = ggml_div(g, scale, ggml_sqrt(g, ggml_scale_bias(g, var, 1.0f, 1e-5f)));
+    b = ggml_sub(g, shift, ggml_mul(g, mean, a));
 }
 
 ggml_tensor * adain(vs_context & c, ggml_context * g, ggml_tensor * x, const cond & k, const std::string & fc) {
