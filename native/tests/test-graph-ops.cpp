@@ -212,6 +212,38 @@ void test_conv_transpose(int IC, int OC, int stride, int T, int zeros_before = 0
     char name[64];
     snprintf(name, sizeof name, "conv_transpose1d s%d z%d,%d", stride, zeros_before, zeros_after);
     expect_close(name, got, want);
+    // The engine's CPU fold of the same taps (src/cpu/): the matmul's columns folded, the bias
+    // added and the margins zeroed in one op.
+    auto folded = run([&](ggml_context * ctx) {
+        ggml_tensor * cols =
+            ggml_mul_mat(ctx, input(ctx, wt, { IC, OC * K }), vs::pad_time(ctx, input(ctx, x, { IC, T }), 1, 1));
+        return vs::cpu::transpose_fold(ctx, cols, input(ctx, b, { OC }), stride, pad, T_out, zeros_before, zeros_after);
+    });
+    snprintf(name, sizeof name, "  transpose_fold s%d z%d,%d", stride, zeros_before, zeros_after);
+    expect_close(name, folded, want);
+}
+
+// HiFi-GAN's output head (src/cpu/) against direct loops: tanh of a convolution of
+// LeakyReLU(x, 0.01) to one channel, from frame `first` of x.
+void test_conv_head(int C, int K, int T, int first) {
+    const int          L = first + T + K - 1 + 3;
+    std::vector<float> x = random_vec((size_t) C * L), w = random_vec((size_t) C * K), want(T);
+    for (int t = 0; t < T; ++t) {
+        double acc = 0;
+        for (int k = 0; k < K; ++k) {
+            for (int c = 0; c < C; ++c) {
+                const float v = x[(size_t) (first + t + k) * C + c];
+                acc += (double) w[(size_t) k * C + c] * (v < 0 ? 0.01 * v : v);
+            }
+        }
+        want[t] = (float) std::tanh(acc);
+    }
+    auto got = run([&](ggml_context * ctx) {
+        return vs::cpu::conv_head(ctx, input(ctx, x, { C, L }), input(ctx, w, { C, K, 1 }), first, T, 0.01f);
+    });
+    char name[64];
+    snprintf(name, sizeof name, "conv_head C%d K%d", C, K);
+    expect_close(name, got, want);
 }
 
 // step_above_zero on every device ggml finds (the CPU in CI): 0 at -1, -0, +0, 1 at a tiny
@@ -456,19 +488,6 @@ int main() {
     test_conv_transpose(8, 5, 8, 9);
     test_conv_transpose(6, 4, 4, 13);
     test_conv_transpose(6, 4, 4, 13, 3, 7);
-    // The engine's CPU kernel of HiFi-GAN's residual stacks: Piper's kernels and dilations.
-    test_residual_conv(32, 3, 61, 1, true);
-    test_residual_conv(64, 7, 50, 3, false);
-    test_residual_conv(32, 11, 100, 5, true);
-    test_residual_conv(128, 3, 7, 1, true);  // fewer frames than a block
-    // Kokoro's generator: its kernels and dilations, and fewer frames than the padding.
-    test_snake_conv(64, 64, 3, 70, 1, false);
-    test_snake_conv(32, 64, 7, 53, 3, true);
-    test_snake_conv(32, 32, 11, 9, 5, true);
-    test_channel_stats(128, 18240);  // AdaIN over Kokoro's longest stage
-    test_channel_stats(64, 3);
-    test_gate(192, 37);  // Piper's flow
-    test_gate(20, 5);    // channels that are not whole vectors
     // As built for a GPU: F32 weights folded too, the im2col matrix materialized; and
     // conv1d_phases from [T, C] and from [C, T] (outputs a multiple of K * d or not, phases'
     // columns rounded up).
@@ -508,5 +527,21 @@ int main() {
     ggml_backend_free(cpu);
     printf("%s the CPU's matmul reads strided windows\n", strided ? "ok  " : "FAIL");
     failures += strided ? 0 : 1;
+    // The engine's own CPU kernels (src/cpu/), last: their random inputs leave the others' as they were.
+    // The engine's CPU kernel of HiFi-GAN's residual stacks: Piper's kernels and dilations.
+    test_residual_conv(32, 3, 61, 1, true);
+    test_residual_conv(64, 7, 50, 3, false);
+    test_residual_conv(32, 11, 100, 5, true);
+    test_residual_conv(128, 3, 7, 1, true);  // fewer frames than a block
+    // Kokoro's generator: its kernels and dilations, and fewer frames than the padding.
+    test_snake_conv(64, 64, 3, 70, 1, false);
+    test_snake_conv(32, 64, 7, 53, 3, true);
+    test_snake_conv(32, 32, 11, 9, 5, true);
+    test_channel_stats(128, 18240);  // AdaIN over Kokoro's longest stage
+    test_channel_stats(64, 3);
+    test_conv_head(32, 7, 301, 4);  // Piper's conv_post
+    test_conv_head(20, 3, 17, 0);   // channels that are not whole vectors
+    test_gate(192, 37);             // Piper's flow
+    test_gate(20, 5);               // channels that are not whole vectors
     return failures == 0 ? 0 : 1;
 }

@@ -14,6 +14,10 @@ namespace vs::cpu {
              float * out, const residual_conv_params & p, int ith, int nth);                                          \
     void gate(const float * x, int64_t H, int64_t T, float * out, int ith, int nth);                                  \
     void stats(const float * x, int64_t C, int64_t T, int64_t c0, int64_t c1, float * out);                           \
+    void fold(const float * cols, int64_t OC, int64_t n, int s, int padding, const float * b, int64_t zeros_before,   \
+              int64_t T_out, float * out, int64_t f0, int64_t f1);                                                    \
+    void head(const float * x, int64_t C, int64_t first, const float * w, int64_t K, float slope, float * out,        \
+              int64_t t0, int64_t t1);                                                                                \
     void snake_run(const float * x, int64_t C, int64_t T, const float * scale, const float * shift,                   \
                    const float * inv_alpha, const float * wp, int64_t K, int64_t OC, const float * b,                 \
                    const float * residual, float * out, int d, int ith, int nth);                                     \
@@ -214,6 +218,99 @@ ggml_tensor * channel_stats(ggml_context * g, ggml_tensor * x) {
     GGML_ASSERT(x->ne[0] % vector_floats() == 0);
     ggml_tensor * args[1] = { x };
     return ggml_custom_4d(g, GGML_TYPE_F32, x->ne[0], 2, 1, 1, args, 1, compute_stats, GGML_N_TASKS_MAX, nullptr);
+}
+
+// The share of n items thread ith of nth takes.
+static void share(int64_t n, int ith, int nth, int64_t & begin, int64_t & end) {
+    const int64_t per = (n + nth - 1) / nth;
+    begin             = std::min(n, ith * per);
+    end               = std::min(n, begin + per);
+}
+
+struct fold_params {
+    int     stride, padding;
+    int64_t T_out, zeros_before;
+    bool    operator<(const fold_params & o) const {
+        return std::tie(stride, padding, T_out, zeros_before) < std::tie(o.stride, o.padding, o.T_out, o.zeros_before);
+    }
+};
+
+struct head_params {
+    int64_t first;
+    float   slope;
+    bool    operator<(const head_params & o) const { return std::tie(first, slope) < std::tie(o.first, o.slope); }
+};
+
+template <class P>
+static const P * interned_as(const P & p) {
+    static std::mutex           mutex;
+    static std::set<P>          all;
+    std::lock_guard<std::mutex> lock(mutex);
+    return &*all.insert(p).first;
+}
+
+static void compute_fold(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const auto &        p    = *static_cast<const fold_params *>(userdata);
+    const ggml_tensor * cols = dst->src[0];
+    int64_t             f0, f1;
+    share(dst->ne[1], ith, nth, f0, f1);
+    const float * b = dst->src[1] ? data_of(dst->src[1]) : nullptr;
+    switch (vector_floats()) {
+#if defined(__x86_64__) || defined(_M_X64)
+        case 16:
+            return avx512::fold(data_of(cols), dst->ne[0], cols->ne[1], p.stride, p.padding, b, p.zeros_before, p.T_out,
+                                static_cast<float *>(dst->data), f0, f1);
+        case 8:
+            return avx2::fold(data_of(cols), dst->ne[0], cols->ne[1], p.stride, p.padding, b, p.zeros_before, p.T_out,
+                              static_cast<float *>(dst->data), f0, f1);
+#endif
+        default:
+            return generic::fold(data_of(cols), dst->ne[0], cols->ne[1], p.stride, p.padding, b, p.zeros_before,
+                                 p.T_out, static_cast<float *>(dst->data), f0, f1);
+    }
+}
+
+ggml_tensor * transpose_fold(ggml_context * g, ggml_tensor * cols, ggml_tensor * b, int stride, int padding,
+                             int64_t T_out, int64_t zeros_before, int64_t zeros_after) {
+    const int64_t OC = cols->ne[0] / (2 * stride), T = cols->ne[1] - 2;
+    GGML_ASSERT(cols->type == GGML_TYPE_F32 && ggml_is_contiguous(cols) && cols->ne[0] == OC * 2 * stride);
+    GGML_ASSERT(padding >= 0 && padding + T_out <= stride * (T + 1));
+    GGML_ASSERT(!b || (b->type == GGML_TYPE_F32 && ggml_is_contiguous(b) && ggml_nelements(b) == OC));
+    ggml_tensor * args[2] = { cols, b };
+    fold_params   p{ stride, padding, T_out, zeros_before };
+    return ggml_custom_4d(g, GGML_TYPE_F32, OC, zeros_before + T_out + zeros_after, 1, 1, args, b ? 2 : 1, compute_fold,
+                          GGML_N_TASKS_MAX, const_cast<fold_params *>(interned_as(p)));
+}
+
+static void compute_head(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const auto &        p = *static_cast<const head_params *>(userdata);
+    const ggml_tensor * x = dst->src[0];
+    const ggml_tensor * w = dst->src[1];
+    int64_t             t0, t1;
+    share(dst->ne[1], ith, nth, t0, t1);
+    switch (vector_floats()) {
+#if defined(__x86_64__) || defined(_M_X64)
+        case 16:
+            return avx512::head(data_of(x), x->ne[0], p.first, data_of(w), w->ne[1], p.slope,
+                                static_cast<float *>(dst->data), t0, t1);
+        case 8:
+            return avx2::head(data_of(x), x->ne[0], p.first, data_of(w), w->ne[1], p.slope,
+                              static_cast<float *>(dst->data), t0, t1);
+#endif
+        default:
+            return generic::head(data_of(x), x->ne[0], p.first, data_of(w), w->ne[1], p.slope,
+                                 static_cast<float *>(dst->data), t0, t1);
+    }
+}
+
+ggml_tensor * conv_head(ggml_context * g, ggml_tensor * x, ggml_tensor * w, int64_t first, int64_t T, float slope) {
+    GGML_ASSERT(x->type == GGML_TYPE_F32 && ggml_is_contiguous(x) && ggml_nrows(x) == x->ne[1]);
+    GGML_ASSERT(w->type == GGML_TYPE_F32 && ggml_is_contiguous(w) && w->ne[0] == x->ne[0] && w->ne[2] == 1);
+    GGML_ASSERT(first >= 0 && first + T + w->ne[1] - 1 <= x->ne[1]);
+    ggml_tensor * args[2] = { x, w };
+    head_params   p{ first, slope };
+    return ggml_custom_4d(g, GGML_TYPE_F32, 1, T, 1, 1, args, 2, compute_head, GGML_N_TASKS_MAX,
+                          const_cast<head_params *>(interned_as(p)));
 }
 
 }  // namespace vs::cpu

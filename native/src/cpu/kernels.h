@@ -72,6 +72,19 @@ ggml_tensor * channel_stats(ggml_context * g, ggml_tensor * x);
 // The kernel on plain arrays: channels [c0, c1) of x into out [2 * C].
 void channel_stats_run(const float * x, int64_t C, int64_t T, int64_t c0, int64_t c1, float * out, int width = 0);
 
+// The second half of a transposed convolution with K = 2s (conv_transpose1d_zero_edges): from
+// cols [OC * 2s, T + 2] (column j every tap of input step j - 1, a zero step at each end), the
+// output frames u = 0 .. T_out - 1 (full frame u + padding, a sum of two steps' taps) plus the
+// bias, between zeros_before and zeros_after zero frames: [OC, zeros_before + T_out +
+// zeros_after], one pass where ggml's ops took an add, a bias add and a pad.
+ggml_tensor * transpose_fold(ggml_context * g, ggml_tensor * cols, ggml_tensor * b, int stride, int padding,
+                             int64_t T_out, int64_t zeros_before, int64_t zeros_after);
+
+// HiFi-GAN's output head on the frames of x [C, L] from `first`: tanh of a convolution of
+// LeakyReLU(x, slope) to one channel with w [C, K, 1] (F32), no bias: [1, T]. One pass over x
+// where ggml's ops took a LeakyReLU, a matrix-vector product and an add per tap, and a tanh.
+ggml_tensor * conv_head(ggml_context * g, ggml_tensor * x, ggml_tensor * w, int64_t first, int64_t T, float slope);
+
 // WaveNet's gate on x [2H, T]: tanh of the first H channels times the sigmoid of the last H,
 // [H, T] (exp to about an ulp; tanh and the sigmoid from it to about 1e-7).
 ggml_tensor * gate(ggml_context * g, ggml_tensor * x);

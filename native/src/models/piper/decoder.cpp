@@ -40,10 +40,19 @@ std::vector<float> piper_voice::run_decoder(vs_context & c, const std::vector<fl
             }
         }
         x = ggml_leaky_relu(g, x, 0.1f, false);
-        x = i == 0 ? conv_transpose1d(g, x, c.w(u + "weight"), c.w(u + "bias"), s, (hp_.ups_kernels[i] - s) / 2, margin,
-                                      after)
-                   : conv_transpose1d_zero_edges(g, x, c.w(u + "weight"), c.w(u + "bias"), s,
-                                                 (hp_.ups_kernels[i] - s) / 2, margin, after);
+        if (c.cpu_kernels) {                          // the fold of the taps, the bias and the margins in one pass
+            ggml_tensor * w     = c.w(u + "weight");  // [IC, OC, K]
+            ggml_tensor * edged = i == 0 ? pad_time(g, x, 1, 1) : x;
+            ggml_tensor * cols  = ggml_mul_mat(g, ggml_reshape_2d(g, w, w->ne[0], w->ne[1] * w->ne[2]), edged);
+            const int     pad   = (hp_.ups_kernels[i] - s) / 2;
+            x = cpu::transpose_fold(g, cols, c.w(u + "bias"), s, pad, (edged->ne[1] - 2) * s + w->ne[2] - s - 2 * pad,
+                                    margin, after);
+        } else {
+            x = i == 0 ? conv_transpose1d(g, x, c.w(u + "weight"), c.w(u + "bias"), s, (hp_.ups_kernels[i] - s) / 2,
+                                          margin, after)
+                       : conv_transpose1d_zero_edges(g, x, c.w(u + "weight"), c.w(u + "bias"), s,
+                                                     (hp_.ups_kernels[i] - s) / 2, margin, after);
+        }
         // x: [C, margin + T + after]
         GGML_ASSERT(x->ne[1] == margin + T + after);
         ggml_tensor * mask  = mask_at(T / F, margin, after);
@@ -87,9 +96,14 @@ std::vector<float> piper_voice::run_decoder(vs_context & c, const std::vector<fl
             x = ggml_view_2d(g, x, x->ne[0], T + 2, fb, (margin - 1) * fb);
         }
     }
-    x = conv1d_window(c.graph_opts(), g, ggml_leaky_relu(g, x, 0.01f, false), margin - hp_.dec_kernel_post / 2, T,
-                      c.w("dec.conv_post.weight"), nullptr, 1);
-    x = ggml_tanh(g, x);  // [1, N]
+    ggml_tensor * w_post = c.w("dec.conv_post.weight");  // [C, K, 1]
+    if (c.cpu_kernels && w_post->type == GGML_TYPE_F32 && w_post->ne[2] == 1) {
+        x = cpu::conv_head(g, x, w_post, margin - hp_.dec_kernel_post / 2, T, 0.01f);  // [1, N]
+    } else {
+        x = conv1d_window(c.graph_opts(), g, ggml_leaky_relu(g, x, 0.01f, false), margin - hp_.dec_kernel_post / 2, T,
+                          w_post, nullptr, 1);
+        x = ggml_tanh(g, x);  // [1, N]
+    }
     ggml_set_name(x, "audio");
     ggml_set_output(x);
     ggml_build_forward_expand(gb.gf, x);
