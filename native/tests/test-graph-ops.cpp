@@ -324,7 +324,7 @@ void test_residual_conv(int C, int K, int T, int d, bool with_mask) {
     vs::cpu::residual_conv_params p;
     p.begin = margin, p.frames = T, p.pad = pad, p.dilation = d, p.slope = 0.1f;
     std::vector<float> packed((size_t) C * K * C);
-    vs::cpu::pack_conv_weight(w.data(), C, K, C, packed.data());
+    vs::cpu::pack_conv_weight(w.data(), C, K, C, packed.data());  // for the widest vectors
     char what[96];
     auto got = run([&](ggml_context * ctx) {
         return vs::cpu::residual_conv(ctx, input(ctx, x, { C, L }), input(ctx, packed, { C, C, K }),
@@ -336,6 +336,7 @@ void test_residual_conv(int C, int K, int T, int d, bool with_mask) {
         if (width > vs::cpu::vector_floats() || C % (2 * width) != 0) {
             continue;
         }
+        vs::cpu::pack_conv_weight(w.data(), C, K, C, packed.data(), 2 * width);
         for (int nth : { 1, 3 }) {
             std::vector<float> out(x.size(), NAN);
             for (int ith = 0; ith < nth; ++ith) {
@@ -395,6 +396,7 @@ void test_snake_conv(int C, int OC, int K, int T, int d, bool with_residual) {
         if (width > vs::cpu::vector_floats() || C % width != 0 || OC % (2 * width) != 0) {
             continue;
         }
+        vs::cpu::pack_conv_weight(w.data(), C, K, OC, packed.data(), 2 * width);
         std::vector<float> out(want.size(), NAN);
         for (int ith = 0; ith < 3; ++ith) {
             vs::cpu::snake_conv_run(x.data(), C, T, scale.data(), shift.data(), inv.data(), packed.data(), K, OC,

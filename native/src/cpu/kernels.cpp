@@ -62,11 +62,14 @@ void residual_conv_run(const float * x, int64_t C, int64_t L, const float * w_pa
     }
 }
 
-void pack_conv_weight(const float * w, int64_t IC, int64_t K, int64_t OC, float * out) {
+void pack_conv_weight(const float * w, int64_t IC, int64_t K, int64_t OC, float * out, int64_t block) {
+    block = block ? block : 2 * vector_floats();
+    GGML_ASSERT(OC % block == 0);
     for (int64_t oc = 0; oc < OC; ++oc) {
+        const int64_t ob = oc / block * block, j = oc % block;
         for (int64_t k = 0; k < K; ++k) {
             for (int64_t ic = 0; ic < IC; ++ic) {
-                out[(k * IC + ic) * OC + oc] = w[ic + IC * (k + K * oc)];
+                out[ob * K * IC + (k * IC + ic) * block + j] = w[ic + IC * (k + K * oc)];
             }
         }
     }

@@ -14,7 +14,7 @@ namespace vs::cpu {
 // What one fused residual convolution computes on x [C, L] (C fastest): for the frames
 // t in [begin, begin + T),
 //   out[:, t] = x[:, t] + mask[t - begin] * (b + sum_k W_k leaky(x[:, t - pad + k * dilation]))
-// and out[:, t] = x[:, t] elsewhere. W is packed as [K][IC][OC] (OC fastest).
+// and out[:, t] = x[:, t] elsewhere. W is packed by pack_conv_weight.
 struct residual_conv_params {
     int64_t begin    = 0;
     int64_t frames   = 0;
@@ -37,8 +37,10 @@ bool residual_conv_fits(int64_t channels);
 ggml_tensor * residual_conv(ggml_context * g, ggml_tensor * x, ggml_tensor * w_packed, ggml_tensor * b,
                             ggml_tensor * mask, const residual_conv_params & p);
 
-// ggml's [IC, K, OC] conv weight (F32) into the kernel's [K][IC][OC] order.
-void pack_conv_weight(const float * w, int64_t IC, int64_t K, int64_t OC, float * out);
+// ggml's [IC, K, OC] conv weight (F32) into the kernels' order: blocks of `block` output
+// channels (0: twice vector_floats(), what the kernels take), each block's [K][IC][block]
+// contiguous (the weights a block of outputs reads, in the order it reads them).
+void pack_conv_weight(const float * w, int64_t IC, int64_t K, int64_t OC, float * out, int64_t block = 0);
 
 // The kernel itself on plain arrays (the op's body, and what the op test compares): frames
 // of tiles ith, ith + nth, ... of p.frames; every thread also copies its share of the frames
