@@ -438,6 +438,34 @@ void test_channel_stats(int C, int T) {
     failures += ok ? 0 : 1;
 }
 
+// A plain convolution in the CPU kernel (src/cpu/: WaveNet's) against direct loops, "same"
+// padding, at each vector width.
+void test_plain_conv(int IC, int OC, int K, int T, int d) {
+    std::vector<float> x = random_vec((size_t) IC * T), w = random_vec((size_t) IC * K * OC), b = random_vec(OC);
+    const auto         want = reference_conv1d(x, w, b, IC, OC, K, T, T, d, -d * (K - 1) / 2);
+    std::vector<float> packed((size_t) IC * K * OC);
+    vs::cpu::pack_conv_weight(w.data(), IC, K, OC, packed.data());
+    char what[64];
+    auto got = run([&](ggml_context * ctx) {
+        return vs::cpu::conv(ctx, input(ctx, x, { IC, T }), input(ctx, packed, { OC, IC, K }), input(ctx, b, { OC }),
+                             d);
+    });
+    snprintf(what, sizeof what, "conv IC%d OC%d K%d d%d", IC, OC, K, d);
+    expect_close(what, got, want);
+    for (int width : { 4, 8, 16 }) {
+        if (width > vs::cpu::vector_floats() || OC % (2 * width) != 0) {
+            continue;
+        }
+        vs::cpu::pack_conv_weight(w.data(), IC, K, OC, packed.data(), 2 * width);
+        std::vector<float> out(want.size(), NAN);
+        for (int ith = 0; ith < 3; ++ith) {
+            vs::cpu::conv_run(x.data(), IC, T, packed.data(), K, OC, b.data(), out.data(), d, ith, 3, width);
+        }
+        snprintf(what, sizeof what, "  %d floats, 3 threads", width);
+        expect_close(what, out, want);
+    }
+}
+
 // WaveNet's gate (src/cpu/) against the C library's tanh and exp, over a range that
 // reaches where the sigmoid and tanh saturate: through ggml, and at each vector width.
 void test_gate(int H, int T) {
@@ -541,9 +569,11 @@ int main() {
     test_snake_conv(32, 32, 11, 9, 5, true);
     test_channel_stats(128, 18240);  // AdaIN over Kokoro's longest stage
     test_channel_stats(64, 3);
-    test_conv_head(32, 7, 301, 4);  // Piper's conv_post
-    test_conv_head(20, 3, 17, 0);   // channels that are not whole vectors
-    test_gate(192, 37);             // Piper's flow
-    test_gate(20, 5);               // channels that are not whole vectors
+    test_conv_head(32, 7, 301, 4);      // Piper's conv_post
+    test_conv_head(20, 3, 17, 0);       // channels that are not whole vectors
+    test_plain_conv(24, 64, 5, 41, 2);  // WaveNet's in_layers
+    test_plain_conv(20, 32, 1, 9, 1);   // its res_skip_layers
+    test_gate(192, 37);                 // Piper's flow
+    test_gate(20, 5);                   // channels that are not whole vectors
     return failures == 0 ? 0 : 1;
 }

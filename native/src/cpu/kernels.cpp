@@ -14,6 +14,8 @@ namespace vs::cpu {
              float * out, const residual_conv_params & p, int ith, int nth);                                          \
     void gate(const float * x, int64_t H, int64_t T, float * out, int ith, int nth);                                  \
     void stats(const float * x, int64_t C, int64_t T, int64_t c0, int64_t c1, float * out);                           \
+    void plain_run(const float * x, int64_t C, int64_t T, const float * wp, int64_t K, int64_t OC, const float * b,   \
+                   float * out, int d, int ith, int nth);                                                             \
     void fold(const float * cols, int64_t OC, int64_t n, int s, int padding, const float * b, int64_t zeros_before,   \
               int64_t T_out, float * out, int64_t f0, int64_t f1);                                                    \
     void head(const float * x, int64_t C, int64_t first, const float * w, int64_t K, float slope, float * out,        \
@@ -314,6 +316,39 @@ ggml_tensor * conv_head(ggml_context * g, ggml_tensor * x, ggml_tensor * w, int6
     head_params   p{ first, slope };
     return ggml_custom_4d(g, GGML_TYPE_F32, 1, T, 1, 1, args, 2, compute_head, GGML_N_TASKS_MAX,
                           const_cast<head_params *>(interned_as(p)));
+}
+
+void conv_run(const float * x, int64_t C, int64_t T, const float * w_packed, int64_t K, int64_t OC, const float * b,
+              float * out, int dilation, int ith, int nth, int width) {
+    const int w = width ? width : vector_floats();
+    GGML_ASSERT(w <= vector_floats() && OC % (2 * w) == 0);
+    switch (w) {
+#if defined(__x86_64__) || defined(_M_X64)
+        case 16:
+            return avx512::plain_run(x, C, T, w_packed, K, OC, b, out, dilation, ith, nth);
+        case 8:
+            return avx2::plain_run(x, C, T, w_packed, K, OC, b, out, dilation, ith, nth);
+#endif
+        default:
+            return generic::plain_run(x, C, T, w_packed, K, OC, b, out, dilation, ith, nth);
+    }
+}
+
+static void compute_conv(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const ggml_tensor *x = dst->src[0], *w = dst->src[1];
+    conv_run(data_of(x), x->ne[0], x->ne[1], data_of(w), w->ne[2], w->ne[0],
+             dst->src[2] ? data_of(dst->src[2]) : nullptr, static_cast<float *>(dst->data),
+             (int) reinterpret_cast<intptr_t>(userdata), ith, nth);
+}
+
+ggml_tensor * conv(ggml_context * g, ggml_tensor * x, ggml_tensor * w_packed, ggml_tensor * b, int dilation) {
+    const int64_t C = x->ne[0], T = x->ne[1], OC = w_packed->ne[0];
+    GGML_ASSERT(x->type == GGML_TYPE_F32 && ggml_is_contiguous(x) && ggml_nrows(x) == T && w_packed->ne[1] == C);
+    GGML_ASSERT(OC % (2 * vector_floats()) == 0);
+    GGML_ASSERT(!b || (b->type == GGML_TYPE_F32 && ggml_is_contiguous(b) && ggml_nelements(b) == OC));
+    ggml_tensor * args[3] = { x, w_packed, b };
+    return ggml_custom_4d(g, GGML_TYPE_F32, OC, T, 1, 1, args, b ? 3 : 2, compute_conv, GGML_N_TASKS_MAX,
+                          reinterpret_cast<void *>((intptr_t) dilation));
 }
 
 }  // namespace vs::cpu

@@ -59,6 +59,14 @@ ggml_tensor * snake_conv(ggml_context * g, ggml_tensor * x, ggml_tensor * scale,
                          ggml_tensor * inv_alpha, ggml_tensor * w_packed, ggml_tensor * b, ggml_tensor * residual,
                          int dilation);
 
+// A plain convolution of x [C, T] (C any number; F32), "same" zero padding of dilation * (K - 1)
+// / 2 on each side, plus b: [OC, T] (OC a multiple of twice vector_floats()).
+ggml_tensor * conv(ggml_context * g, ggml_tensor * x, ggml_tensor * w_packed, ggml_tensor * b, int dilation);
+
+// The kernel on plain arrays, as residual_conv_run.
+void conv_run(const float * x, int64_t C, int64_t T, const float * w_packed, int64_t K, int64_t OC, const float * b,
+              float * out, int dilation, int ith, int nth, int width = 0);
+
 // Whether snake_conv takes `channels` in and `out_channels` out.
 bool snake_conv_fits(int64_t channels, int64_t out_channels);
 
