@@ -199,6 +199,10 @@ struct vs_context {
     // Weight `name` on this context's device as `type` (F16 or F32): the weight itself where
     // it has that type, else a copy converted once from the file's.
     ggml_tensor * weight_as(const std::string & name, ggml_type type);
+    // Conv1d of x [IC, T] with weight `name`.weight and bias `name`.bias, padded by `pad` on each
+    // side (< 0: "same", dilation * (K - 1) / 2): on the CPU in the engine's kernel where it
+    // applies (same padding, F32 or F16 weights), else conv1d.
+    ggml_tensor * conv(ggml_context * g, ggml_tensor * x, const std::string & name, int dilation = 1, int pad = -1);
     // Conv weight `name` ([IC, K, OC], F32 or F16) in the CPU kernels' order ([OC, IC, K], F32),
     // made once; null for other types.
     ggml_tensor * cpu_packed_conv(const std::string & name);

@@ -97,6 +97,20 @@ ggml_tensor * vs_context::reversed_weight(const std::string & name, int axis) {
                           });
 }
 
+ggml_tensor * vs_context::conv(ggml_context * g, ggml_tensor * x, const std::string & name, int dilation, int pad) {
+    ggml_tensor * w    = this->w(name + ".weight");  // [IC, K, OC]
+    const int     same = dilation * (int) (w->ne[1] - 1) / 2;
+    pad                = pad < 0 ? same : pad;
+    ggml_tensor * packed =
+        cpu_kernels && pad == same && w->ne[2] % (2 * vs::cpu::vector_floats()) == 0 && ggml_nrows(x) == x->ne[1]
+            ? cpu_packed_conv(name + ".weight")
+            : nullptr;
+    if (packed) {
+        return vs::cpu::conv(g, ggml_is_contiguous(x) ? x : ggml_cont(g, x), packed, this->w(name + ".bias"), dilation);
+    }
+    return vs::conv1d(graph_opts(), g, x, w, this->w(name + ".bias"), dilation, pad);
+}
+
 ggml_tensor * vs_context::cpu_packed_conv(const std::string & name) {
     const ggml_tensor * src = model->tensor(name);
     if (src->type != GGML_TYPE_F32 && src->type != GGML_TYPE_F16) {

@@ -401,19 +401,6 @@ ggml_tensor * depthwise_upsample_tc(ggml_context * g, ggml_tensor * xt, ggml_ten
     return ggml_reshape_2d(g, y, 2 * T, C);
 }
 
-// A "same" convolution of x [C, T]: on the CPU in the engine's kernel where it applies, else conv1d.
-static ggml_tensor * same_conv(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & name,
-                               int dilation) {
-    ggml_tensor * w      = c.w(name + ".weight");  // [IC, K, OC]
-    ggml_tensor * packed = c.cpu_kernels && w->ne[2] % (2 * cpu::vector_floats()) == 0 && ggml_nrows(x) == x->ne[1]
-                               ? c.cpu_packed_conv(name + ".weight")
-                               : nullptr;
-    if (packed) {
-        return cpu::conv(g, ggml_is_contiguous(x) ? x : ggml_cont(g, x), packed, c.w(name + ".bias"), dilation);
-    }
-    return conv1d(c.graph_opts(), g, x, w, c.w(name + ".bias"), dilation, dilation * (int) (w->ne[1] - 1) / 2);
-}
-
 // StyleTTS 2's AdainResBlk1d (LeakyReLU 0.2, optional 2x upsampling), scaled by 1/sqrt(2).
 ggml_tensor * kokoro_voice::adain_res_block(vs_context & c, ggml_context * g, ggml_tensor * x, const cond & k,
                                             const std::string & pre, bool upsample) const {
@@ -449,9 +436,9 @@ ggml_tensor * kokoro_voice::adain_res_block(vs_context & c, ggml_context * g, gg
         if (upsample) {
             r = depthwise_upsample(g, r, c.w(pre + "pool.weight"), c.w(pre + "pool.bias"));
         }
-        r = same_conv(c, g, r, pre + "conv1", 1);  // K = 3
+        r = c.conv(g, r, pre + "conv1");  // K = 3
         r = ggml_leaky_relu(g, adain(c, g, r, k, pre + "norm2.fc"), 0.2f, false);
-        r = same_conv(c, g, r, pre + "conv2", 1);
+        r = c.conv(g, r, pre + "conv2");
     }
 
     // The shortcut: the 1x1 convolution (no bias) before the frames are repeated, on half

@@ -40,9 +40,9 @@ ggml_tensor * piper_voice::attention(vs_context & c, ggml_context * g, ggml_tens
     const std::string pre = "enc_p.encoder.attn_layers." + std::to_string(il) + ".";
     const int64_t     S = x->ne[1] / n, H = hp_.n_heads, d = hp_.hidden / hp_.n_heads;
 
-    ggml_tensor * q = conv1d(c.graph_opts(), g, x, c.w(pre + "conv_q.weight"), c.w(pre + "conv_q.bias"), 1, 0);
-    ggml_tensor * k = conv1d(c.graph_opts(), g, x, c.w(pre + "conv_k.weight"), c.w(pre + "conv_k.bias"), 1, 0);
-    ggml_tensor * v = conv1d(c.graph_opts(), g, x, c.w(pre + "conv_v.weight"), c.w(pre + "conv_v.bias"), 1, 0);
+    ggml_tensor * q = c.conv(g, x, pre + "conv_q");
+    ggml_tensor * k = c.conv(g, x, pre + "conv_k");
+    ggml_tensor * v = c.conv(g, x, pre + "conv_v");
     q               = ggml_scale(g, q, 1.0f / std::sqrt((float) d));
 
     q = ggml_cont(g, ggml_permute(g, ggml_reshape_4d(g, q, d, H, S, n), 0, 2, 1, 3));  // [d, S, H, n]
@@ -65,7 +65,7 @@ ggml_tensor * piper_voice::attention(vs_context & c, ggml_context * g, ggml_tens
     ggml_tensor * a_rel = absolute_to_relative(g, ggml_reshape_3d(g, attn, S, S, H * n));
     out                 = ggml_add(g, out, ggml_reshape_4d(g, ggml_mul_mat(g, rel_v, a_rel), d, S, H, n));
     out = ggml_reshape_2d(g, ggml_cont(g, ggml_permute(g, out, 0, 2, 1, 3)), hp_.hidden, S * n);  // [C, S * n]
-    return conv1d(c.graph_opts(), g, out, c.w(pre + "conv_o.weight"), c.w(pre + "conv_o.bias"), 1, 0);
+    return c.conv(g, out, pre + "conv_o");
 }
 
 void piper_voice::run_encoder(vs_context & c, const std::vector<int32_t> & ids, const packing & pk,
@@ -89,12 +89,10 @@ void piper_voice::run_encoder(vs_context & c, const std::vector<int32_t> & ids, 
                                               c.w("enc_p.encoder.norm_layers_1." + l + ".gamma"),
                                               c.w("enc_p.encoder.norm_layers_1." + l + ".beta"), 1e-5f);
             const std::string f = "enc_p.encoder.ffn_layers." + l + ".";
-            ggml_tensor *     y =
-                conv1d(c.graph_opts(), g, masked(g, x, mask), c.w(f + "conv_1.weight"), c.w(f + "conv_1.bias"), 1, pad);
-            y = conv1d(c.graph_opts(), g, masked(g, ggml_relu(g, y), mask), c.w(f + "conv_2.weight"),
-                        c.w(f + "conv_2.bias"), 1, pad);
-            x = layer_norm(g, ggml_add(g, x, y), c.w("enc_p.encoder.norm_layers_2." + l + ".gamma"),
-                            c.w("enc_p.encoder.norm_layers_2." + l + ".beta"), 1e-5f);
+            ggml_tensor *     y = c.conv(g, masked(g, x, mask), f + "conv_1", 1, pad);
+            y                   = c.conv(g, masked(g, ggml_relu(g, y), mask), f + "conv_2", 1, pad);
+            x                   = layer_norm(g, ggml_add(g, x, y), c.w("enc_p.encoder.norm_layers_2." + l + ".gamma"),
+                                              c.w("enc_p.encoder.norm_layers_2." + l + ".beta"), 1e-5f);
         }
         ggml_set_name(x, "enc_hidden");
         ggml_set_output(x);

@@ -4,29 +4,14 @@
 
 namespace vs::piper {
 
-// One of WaveNet's convolutions ("same" padding): on the CPU in the engine's kernel where it applies.
-static ggml_tensor * wavenet_conv(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & name,
-                                  int dilation, int pad) {
-    ggml_tensor * w      = c.w(name + ".weight");  // [IC, K, OC]
-    ggml_tensor * packed = c.cpu_kernels && w->ne[2] % (2 * cpu::vector_floats()) == 0 &&
-                                   pad == dilation * (w->ne[1] - 1) / 2 && ggml_nrows(x) == x->ne[1]
-                               ? c.cpu_packed_conv(name + ".weight")
-                               : nullptr;
-    if (packed) {
-        return cpu::conv(g, ggml_is_contiguous(x) ? x : ggml_cont(g, x), packed, c.w(name + ".bias"), dilation);
-    }
-    return conv1d(c.graph_opts(), g, x, w, c.w(name + ".bias"), dilation, pad);
-}
-
 ggml_tensor * piper_voice::wavenet(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & prefix,
                                    ggml_tensor * mask) const {
     ggml_tensor * out      = nullptr;
     int           dilation = 1;
     for (int i = 0; i < hp_.wn_layers; ++i, dilation *= hp_.wn_dilation_rate) {
-        const std::string l   = std::to_string(i);
-        const int         pad = (hp_.wn_kernel * dilation - dilation) / 2;
-        ggml_tensor *     x_in =
-            wavenet_conv(c, g, masked(g, x, mask), prefix + "in_layers." + l, dilation, pad);  // [2H, T]
+        const std::string l    = std::to_string(i);
+        const int         pad  = (hp_.wn_kernel * dilation - dilation) / 2;
+        ggml_tensor *     x_in = c.conv(g, masked(g, x, mask), prefix + "in_layers." + l, dilation, pad);  // [2H, T]
         // The gate: tanh of the first half times the sigmoid of the second; in ggml's ops each
         // over all of x_in (unary ops take contiguous inputs) and multiplied as views.
         const size_t  half = hp_.hidden * x_in->nb[0];
@@ -35,7 +20,7 @@ ggml_tensor * piper_voice::wavenet(vs_context & c, ggml_context * g, ggml_tensor
                 ? cpu::gate(g, x_in)
                 : ggml_mul(g, ggml_view_2d(g, ggml_tanh(g, x_in), hp_.hidden, x_in->ne[1], x_in->nb[1], 0),
                            ggml_view_2d(g, ggml_sigmoid(g, x_in), hp_.hidden, x_in->ne[1], x_in->nb[1], half));
-        ggml_tensor * rs = wavenet_conv(c, g, acts, prefix + "res_skip_layers." + l, 1, 0);
+        ggml_tensor * rs = c.conv(g, acts, prefix + "res_skip_layers." + l, 1, 0);
         if (i < hp_.wn_layers - 1) {
             // The residual half and the skip half, read as views.
             x                  = ggml_add(g, x, ggml_view_2d(g, rs, hp_.hidden, rs->ne[1], rs->nb[1], 0));
