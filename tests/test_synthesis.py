@@ -1,5 +1,7 @@
 """Behaviour of the engine a user relies on: seeds, G2P, chunks, cancellation, bad input."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -296,3 +298,31 @@ def test_the_engines_cpu_kernels_give_ggmls_audio(engine, joe_path):
     got = engine.synthesize(phonemes=ipa, noise_scale=0.0, noise_w=0.0).audio
     assert len(got) == len(want) > 22050
     np.testing.assert_allclose(got, want, atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("width", [4, 8])
+def test_the_narrower_cpu_kernels_give_ggmls_audio_too(joe_path, width):
+    """The kernels for AVX2 (8 floats) and for the build's own vectors (4), chosen with
+    VOICESTUDIO_CPU_VECTOR_FLOATS on this CPU, with weights packed for them: Piper's audio as in
+    ggml's ops."""
+    import os
+    import subprocess
+    import sys
+
+    probe = (
+        "import numpy as np\n"
+        "from app.engine.binding import native_engine\n"
+        "from app.engine.engine import Engine, EngineDebug\n"
+        "ipa = 'ðə kwˈɪk bɹˈaʊn fˈɑːks.'\n"
+        "takes = []\n"
+        "for on in (True, False):\n"
+        "    with Engine.open('piper:joe', device='cpu', threads=2, debug=EngineDebug(engine_kernels=on)) as e:\n"
+        "        takes.append(e.synthesize(phonemes=ipa, noise_scale=0.0, noise_w=0.0).audio)\n"
+        "a, b = takes\n"
+        "print(native_engine().cpu_vector_floats(), len(a) == len(b), float(np.abs(a - b).max()))\n"
+    )
+    env = dict(os.environ, VOICESTUDIO_CPU_VECTOR_FLOATS=str(width))
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=root, capture_output=True, text=True, check=True)
+    used, same_length, worst = out.stdout.split()
+    assert int(used) == width and same_length == "True" and float(worst) <= 2e-5

@@ -1,6 +1,7 @@
 // app._engine: a thin binding over the C API. Compute runs without the GIL;
 // callbacks take it back. Audio is returned as a NumPy array that owns the
 // engine's buffer (no copy).
+#include "cpu/kernels.h"
 #include "handles.h"
 
 using namespace vs_python;
@@ -118,7 +119,9 @@ NB_MODULE(_engine, m) {
             return v ? std::optional<std::string>(v) : std::nullopt;
         });
 
-    m.attr("MAX_WORKERS")  = VS_MAX_WORKERS;
+    m.attr("MAX_WORKERS") = VS_MAX_WORKERS;
+    // The vector width (floats) of the engine's CPU kernels on this CPU.
+    m.def("cpu_vector_floats", &vs::cpu::vector_floats);
     m.attr("AUTO_WORKERS") = VS_AUTO_WORKERS;
 
     nb::class_<Context>(m, "Context")

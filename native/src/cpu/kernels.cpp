@@ -2,6 +2,7 @@
 #include "kernels.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <set>
 #include <tuple>
@@ -34,15 +35,26 @@ bool residual_conv_params::operator<(const residual_conv_params & o) const {
     return std::tie(begin, frames, pad, dilation, slope) < std::tie(o.begin, o.frames, o.pad, o.dilation, o.slope);
 }
 
-int vector_floats() {
+static int widest_vector_floats() {
 #if defined(__x86_64__) || defined(_M_X64)
-    static const int width = __builtin_cpu_supports("avx512f")                                 ? 16
-                             : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 8
-                                                                                               : 4;
-    return width;
+    return __builtin_cpu_supports("avx512f")                                 ? 16
+           : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 8
+                                                                             : 4;
 #else
     return 4;
 #endif
+}
+
+int vector_floats() {
+    // VOICESTUDIO_CPU_VECTOR_FLOATS (4, 8 or 16) narrows the choice, to run a narrower
+    // instruction set's kernels on a CPU that has a wider one.
+    static const int width = [] {
+        const int    widest = widest_vector_floats();
+        const char * env    = std::getenv("VOICESTUDIO_CPU_VECTOR_FLOATS");
+        const int    asked  = env ? std::atoi(env) : 0;
+        return asked == 4 || asked == 8 || asked == 16 ? std::min(asked, widest) : widest;
+    }();
+    return width;
 }
 
 bool residual_conv_fits(int64_t channels) {

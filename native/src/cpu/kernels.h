@@ -26,7 +26,7 @@ struct residual_conv_params {
 };
 
 // The widest vector this CPU's kernels use, in floats (16 with AVX-512, 8 with AVX2 and FMA,
-// else 4), chosen once at run time.
+// else 4), chosen once at run time; VOICESTUDIO_CPU_VECTOR_FLOATS=4|8|16 narrows it.
 int vector_floats();
 
 // Whether the fused kernel takes a convolution of `channels` channels in and out.
