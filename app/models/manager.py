@@ -667,9 +667,7 @@ def install_kokoro_pack(
 ) -> Path:
     """A catalogue Kokoro voice's pack: downloaded (checked against the catalogue), checked for
     its shape and values, and written atomically beside the model with its manifest."""
-    entry = hub.catalogue()[voice_id]
-    if len(entry.files) != 1 or not entry.files[0].sha256:
-        raise ModelFileError(f"catalogue entry {voice_id} must pin one voice pack file by its sha256")
+    entry = hub.catalogue()[voice_id]  # one pack file, pinned by its sha256 (hub._check_entry)
     target = kokoro_pack_path(voice_id)
     if not force and _kokoro_pack_installed(voice_id):
         progress(1.0, f"{voice_id} is installed")
@@ -772,9 +770,9 @@ def voice_info(voice_id: str) -> VoiceInfo:
         language = "en" if CHATTERBOX_MODELS[voice_id.split(":", 1)[0]] == "turbo" else "multilingual"
         return VoiceInfo(voice_id, "chatterbox", language, source, "MIT", installed, 24000 if installed else None)
     if is_kokoro_hub(voice_id):
-        entry = hub.catalogue()[voice_id]
-        return VoiceInfo(voice_id, "kokoro", entry.language, entry.source, entry.licence, is_installed(voice_id),
-                         KOKORO_SAMPLE_RATE if is_installed(voice_id) else None)  # fmt: skip
+        entry, installed = hub.catalogue()[voice_id], is_installed(voice_id)
+        return VoiceInfo(voice_id, "kokoro", entry.language, entry.source, entry.licence, installed,
+                         KOKORO_SAMPLE_RATE if installed else None)  # fmt: skip
     if is_kokoro(voice_id):
         check_voice(voice_id)
         installed = kokoro_installed()

@@ -1,4 +1,4 @@
-// The fused residual convolution as a ggml op, its kernels chosen by the CPU it runs on.
+// The CPU kernels as ggml ops, each instruction set's build of them chosen by the CPU it runs on.
 #include "kernels.h"
 
 #include <algorithm>
@@ -30,6 +30,37 @@ VS_CPU_DECLARE(generic)
 VS_CPU_DECLARE(avx2)
 VS_CPU_DECLARE(avx512)
 #endif
+
+// One instruction set's build of the kernels.
+struct isa_kernels {
+    decltype(&generic::run)       run;
+    decltype(&generic::gate)      gate;
+    decltype(&generic::stats)     stats;
+    decltype(&generic::plain_run) plain_run;
+    decltype(&generic::fold)      fold;
+    decltype(&generic::head)      head;
+    decltype(&generic::snake_run) snake_run;
+};
+
+#define VS_CPU_KERNELS(isa)                                                                   \
+    isa_kernels {                                                                             \
+        isa::run, isa::gate, isa::stats, isa::plain_run, isa::fold, isa::head, isa::snake_run \
+    }
+
+// The build for vectors of `width` floats (0: vector_floats()).
+static const isa_kernels & kernels(int width = 0) {
+    static const isa_kernels generic_kernels = VS_CPU_KERNELS(generic);
+#if defined(__x86_64__) || defined(_M_X64)
+    static const isa_kernels avx2_kernels = VS_CPU_KERNELS(avx2), avx512_kernels = VS_CPU_KERNELS(avx512);
+    switch (width ? width : vector_floats()) {
+        case 16:
+            return avx512_kernels;
+        case 8:
+            return avx2_kernels;
+    }
+#endif
+    return generic_kernels;
+}
 
 bool residual_conv_params::operator<(const residual_conv_params & o) const {
     return std::tie(begin, frames, pad, dilation, slope) < std::tie(o.begin, o.frames, o.pad, o.dilation, o.slope);
@@ -64,16 +95,7 @@ bool residual_conv_fits(int64_t channels) {
 void residual_conv_run(const float * x, int64_t C, int64_t L, const float * w_packed, int64_t K, const float * b,
                        const float * mask, float * out, const residual_conv_params & p, int ith, int nth, int width) {
     GGML_ASSERT(width <= vector_floats() && C % (2 * (width ? width : vector_floats())) == 0);
-    switch (width ? width : vector_floats()) {
-#if defined(__x86_64__) || defined(_M_X64)
-        case 16:
-            return avx512::run(x, C, L, w_packed, K, b, mask, out, p, ith, nth);
-        case 8:
-            return avx2::run(x, C, L, w_packed, K, b, mask, out, p, ith, nth);
-#endif
-        default:
-            return generic::run(x, C, L, w_packed, K, b, mask, out, p, ith, nth);
-    }
+    kernels(width).run(x, C, L, w_packed, K, b, mask, out, p, ith, nth);
 }
 
 void pack_conv_weight(const float * w, int64_t IC, int64_t K, int64_t OC, float * out, int64_t block) {
@@ -91,23 +113,23 @@ void pack_conv_weight(const float * w, int64_t IC, int64_t K, int64_t OC, float 
 
 // A graph node holds a pointer to its parameters: one stable copy of each distinct set, for
 // the life of the process (a model has a few dozen).
-static const residual_conv_params * interned(const residual_conv_params & p) {
-    static std::mutex                     mutex;
-    static std::set<residual_conv_params> all;
-    std::lock_guard<std::mutex>           lock(mutex);
+template <class P>
+static const P * interned(const P & p) {
+    static std::mutex           mutex;
+    static std::set<P>          all;
+    std::lock_guard<std::mutex> lock(mutex);
     return &*all.insert(p).first;
 }
 
+static const float * data_of(const ggml_tensor * t) {
+    return t ? static_cast<const float *>(t->data) : nullptr;
+}
+
 static void compute(ggml_tensor * dst, int ith, int nth, void * userdata) {
-    const auto &        p    = *static_cast<const residual_conv_params *>(userdata);
-    const ggml_tensor * x    = dst->src[0];
-    const ggml_tensor * w    = dst->src[1];
-    const ggml_tensor * b    = dst->src[2];
-    const ggml_tensor * mask = dst->src[3];
-    residual_conv_run(static_cast<const float *>(x->data), x->ne[0], x->ne[1], static_cast<const float *>(w->data),
-                      w->ne[2], b ? static_cast<const float *>(b->data) : nullptr,
-                      mask ? static_cast<const float *>(mask->data) : nullptr, static_cast<float *>(dst->data), p, ith,
-                      nth);
+    const auto &       p = *static_cast<const residual_conv_params *>(userdata);
+    const ggml_tensor *x = dst->src[0], *w = dst->src[1];
+    residual_conv_run(data_of(x), x->ne[0], x->ne[1], data_of(w), w->ne[2], data_of(dst->src[2]), data_of(dst->src[3]),
+                      static_cast<float *>(dst->data), p, ith, nth);
 }
 
 ggml_tensor * residual_conv(ggml_context * g, ggml_tensor * x, ggml_tensor * w_packed, ggml_tensor * b,
@@ -119,27 +141,16 @@ ggml_tensor * residual_conv(ggml_context * g, ggml_tensor * x, ggml_tensor * w_p
     GGML_ASSERT(p.begin + p.frames <= L);
     GGML_ASSERT(!b || (b->type == GGML_TYPE_F32 && ggml_nelements(b) == C && ggml_is_contiguous(b)));
     GGML_ASSERT(!mask || (mask->type == GGML_TYPE_F32 && ggml_nelements(mask) == p.frames && ggml_is_contiguous(mask)));
+    GGML_ASSERT(b || !mask);  // a mask is the argument after the bias
     ggml_tensor * args[4] = { x, w_packed, b, mask };
     const int     n_args  = mask ? 4 : b ? 3 : 2;
-    if (!b && mask) {
-        GGML_ABORT("residual_conv: a mask needs a bias argument before it");
-    }
     return ggml_custom_4d(g, GGML_TYPE_F32, C, L, 1, 1, args, n_args, compute, GGML_N_TASKS_MAX,
                           const_cast<residual_conv_params *>(interned(p)));
 }
 
 void gate_run(const float * x, int64_t H, int64_t T, float * out, int ith, int nth, int width) {
     GGML_ASSERT(width <= vector_floats());
-    switch (width ? width : vector_floats()) {
-#if defined(__x86_64__) || defined(_M_X64)
-        case 16:
-            return avx512::gate(x, H, T, out, ith, nth);
-        case 8:
-            return avx2::gate(x, H, T, out, ith, nth);
-#endif
-        default:
-            return generic::gate(x, H, T, out, ith, nth);
-    }
+    kernels(width).gate(x, H, T, out, ith, nth);
 }
 
 static void compute_gate(ggml_tensor * dst, int ith, int nth, void *) {
@@ -164,23 +175,7 @@ void snake_conv_run(const float * x, int64_t C, int64_t T, const float * scale, 
                     const float * residual, float * out, int dilation, int ith, int nth, int width) {
     const int w = width ? width : vector_floats();
     GGML_ASSERT(w <= vector_floats() && C % w == 0 && OC % (2 * w) == 0);
-    switch (w) {
-#if defined(__x86_64__) || defined(_M_X64)
-        case 16:
-            return avx512::snake_run(x, C, T, scale, shift, inv_alpha, w_packed, K, OC, b, residual, out, dilation, ith,
-                                     nth);
-        case 8:
-            return avx2::snake_run(x, C, T, scale, shift, inv_alpha, w_packed, K, OC, b, residual, out, dilation, ith,
-                                   nth);
-#endif
-        default:
-            return generic::snake_run(x, C, T, scale, shift, inv_alpha, w_packed, K, OC, b, residual, out, dilation,
-                                      ith, nth);
-    }
-}
-
-static const float * data_of(const ggml_tensor * t) {
-    return t ? static_cast<const float *>(t->data) : nullptr;
+    kernels(w).snake_run(x, C, T, scale, shift, inv_alpha, w_packed, K, OC, b, residual, out, dilation, ith, nth);
 }
 
 static void compute_snake(ggml_tensor * dst, int ith, int nth, void * userdata) {
@@ -209,16 +204,7 @@ ggml_tensor * snake_conv(ggml_context * g, ggml_tensor * x, ggml_tensor * scale,
 void channel_stats_run(const float * x, int64_t C, int64_t T, int64_t c0, int64_t c1, float * out, int width) {
     const int w = width ? width : vector_floats();
     GGML_ASSERT(w <= vector_floats() && C % w == 0 && c0 % w == 0 && c1 % w == 0);
-    switch (w) {
-#if defined(__x86_64__) || defined(_M_X64)
-        case 16:
-            return avx512::stats(x, C, T, c0, c1, out);
-        case 8:
-            return avx2::stats(x, C, T, c0, c1, out);
-#endif
-        default:
-            return generic::stats(x, C, T, c0, c1, out);
-    }
+    kernels(w).stats(x, C, T, c0, c1, out);
 }
 
 static void compute_stats(ggml_tensor * dst, int ith, int nth, void *) {
@@ -258,33 +244,13 @@ struct head_params {
     bool    operator<(const head_params & o) const { return std::tie(first, slope) < std::tie(o.first, o.slope); }
 };
 
-template <class P>
-static const P * interned_as(const P & p) {
-    static std::mutex           mutex;
-    static std::set<P>          all;
-    std::lock_guard<std::mutex> lock(mutex);
-    return &*all.insert(p).first;
-}
-
 static void compute_fold(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const auto &        p    = *static_cast<const fold_params *>(userdata);
     const ggml_tensor * cols = dst->src[0];
     int64_t             f0, f1;
     share(dst->ne[1], ith, nth, f0, f1);
-    const float * b = dst->src[1] ? data_of(dst->src[1]) : nullptr;
-    switch (vector_floats()) {
-#if defined(__x86_64__) || defined(_M_X64)
-        case 16:
-            return avx512::fold(data_of(cols), dst->ne[0], cols->ne[1], p.stride, p.padding, b, p.zeros_before, p.T_out,
-                                static_cast<float *>(dst->data), f0, f1);
-        case 8:
-            return avx2::fold(data_of(cols), dst->ne[0], cols->ne[1], p.stride, p.padding, b, p.zeros_before, p.T_out,
-                              static_cast<float *>(dst->data), f0, f1);
-#endif
-        default:
-            return generic::fold(data_of(cols), dst->ne[0], cols->ne[1], p.stride, p.padding, b, p.zeros_before,
-                                 p.T_out, static_cast<float *>(dst->data), f0, f1);
-    }
+    kernels().fold(data_of(cols), dst->ne[0], cols->ne[1], p.stride, p.padding, data_of(dst->src[1]), p.zeros_before,
+                   p.T_out, static_cast<float *>(dst->data), f0, f1);
 }
 
 ggml_tensor * transpose_fold(ggml_context * g, ggml_tensor * cols, ggml_tensor * b, int stride, int padding,
@@ -296,7 +262,7 @@ ggml_tensor * transpose_fold(ggml_context * g, ggml_tensor * cols, ggml_tensor *
     ggml_tensor * args[2] = { cols, b };
     fold_params   p{ stride, padding, T_out, zeros_before };
     return ggml_custom_4d(g, GGML_TYPE_F32, OC, zeros_before + T_out + zeros_after, 1, 1, args, b ? 2 : 1, compute_fold,
-                          GGML_N_TASKS_MAX, const_cast<fold_params *>(interned_as(p)));
+                          GGML_N_TASKS_MAX, const_cast<fold_params *>(interned(p)));
 }
 
 static void compute_head(ggml_tensor * dst, int ith, int nth, void * userdata) {
@@ -305,19 +271,8 @@ static void compute_head(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const ggml_tensor * w = dst->src[1];
     int64_t             t0, t1;
     share(dst->ne[1], ith, nth, t0, t1);
-    switch (vector_floats()) {
-#if defined(__x86_64__) || defined(_M_X64)
-        case 16:
-            return avx512::head(data_of(x), x->ne[0], p.first, data_of(w), w->ne[1], p.slope,
-                                static_cast<float *>(dst->data), t0, t1);
-        case 8:
-            return avx2::head(data_of(x), x->ne[0], p.first, data_of(w), w->ne[1], p.slope,
-                              static_cast<float *>(dst->data), t0, t1);
-#endif
-        default:
-            return generic::head(data_of(x), x->ne[0], p.first, data_of(w), w->ne[1], p.slope,
-                                 static_cast<float *>(dst->data), t0, t1);
-    }
+    kernels().head(data_of(x), x->ne[0], p.first, data_of(w), w->ne[1], p.slope, static_cast<float *>(dst->data), t0,
+                   t1);
 }
 
 ggml_tensor * conv_head(ggml_context * g, ggml_tensor * x, ggml_tensor * w, int64_t first, int64_t T, float slope) {
@@ -327,30 +282,20 @@ ggml_tensor * conv_head(ggml_context * g, ggml_tensor * x, ggml_tensor * w, int6
     ggml_tensor * args[2] = { x, w };
     head_params   p{ first, slope };
     return ggml_custom_4d(g, GGML_TYPE_F32, 1, T, 1, 1, args, 2, compute_head, GGML_N_TASKS_MAX,
-                          const_cast<head_params *>(interned_as(p)));
+                          const_cast<head_params *>(interned(p)));
 }
 
 void conv_run(const float * x, int64_t C, int64_t T, const float * w_packed, int64_t K, int64_t OC, const float * b,
               float * out, int dilation, int ith, int nth, int width) {
     const int w = width ? width : vector_floats();
     GGML_ASSERT(w <= vector_floats() && OC % (2 * w) == 0);
-    switch (w) {
-#if defined(__x86_64__) || defined(_M_X64)
-        case 16:
-            return avx512::plain_run(x, C, T, w_packed, K, OC, b, out, dilation, ith, nth);
-        case 8:
-            return avx2::plain_run(x, C, T, w_packed, K, OC, b, out, dilation, ith, nth);
-#endif
-        default:
-            return generic::plain_run(x, C, T, w_packed, K, OC, b, out, dilation, ith, nth);
-    }
+    kernels(w).plain_run(x, C, T, w_packed, K, OC, b, out, dilation, ith, nth);
 }
 
 static void compute_conv(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const ggml_tensor *x = dst->src[0], *w = dst->src[1];
-    conv_run(data_of(x), x->ne[0], x->ne[1], data_of(w), w->ne[2], w->ne[0],
-             dst->src[2] ? data_of(dst->src[2]) : nullptr, static_cast<float *>(dst->data),
-             (int) reinterpret_cast<intptr_t>(userdata), ith, nth);
+    conv_run(data_of(x), x->ne[0], x->ne[1], data_of(w), w->ne[2], w->ne[0], data_of(dst->src[2]),
+             static_cast<float *>(dst->data), (int) reinterpret_cast<intptr_t>(userdata), ith, nth);
 }
 
 ggml_tensor * conv(ggml_context * g, ggml_tensor * x, ggml_tensor * w_packed, ggml_tensor * b, int dilation) {

@@ -1,6 +1,7 @@
 // The engine's own CPU kernels, where ggml's ops make several passes over long signals (or
-// compute what is thrown away): a dilated convolution of a residual stack fused with what
-// surrounds it in HiFi-GAN (LeakyReLU on its input, bias, mask, residual add), and WaveNet's
+// compute what is thrown away): convolutions fused with what surrounds them (HiFi-GAN's
+// residual stacks with LeakyReLU, bias, mask and residual add; Kokoro's with AdaIN and Snake;
+// plain ones), an upsampling's fold, HiFi-GAN's output head, AdaIN's statistics and WaveNet's
 // gate. Each has kernels for AVX-512, AVX2 with FMA and the build's own vectors (NEON on ARM),
 // chosen at run time.
 #pragma once

@@ -16,38 +16,33 @@ static symbol_map longest_first(symbol_map t) {
     return t;
 }
 
-static symbol_map shared_symbols() {
-    return {
+// The mappings both Englishes share, then `own`, longest first.
+static symbol_map english_symbols(std::initializer_list<std::pair<std::string, std::string>> own) {
+    symbol_map t = {
         { "ʔˌn\u0329", "tᵊn" }, { "ʔn\u0329", "tᵊn" }, { "ʔn", "tᵊn" }, { "ʔ", "t" }, { "a^ɪ", "I" },
         { "a^ʊ", "W" },         { "d^ʒ", "ʤ" },        { "e^ɪ", "A" },  { "e", "A" }, { "t^ʃ", "ʧ" },
         { "ɔ^ɪ", "Y" },         { "ə^l", "ᵊl" },       { "r", "ɹ" },    { "x", "k" }, { "ç", "k" },
         { "ɐ", "ə" },           { "ɚ", "əɹ" },         { "ɬ", "l" },    { "ʲ", "" },  { "^", "" },
     };
+    t.insert(t.end(), own);
+    return longest_first(t);
 }
 
 const std::vector<std::pair<std::string, std::string>> & espeak_to_kokoro(bool british) {
-    static const symbol_map american = [] {
-        symbol_map t = shared_symbols();
-        t.insert(t.end(), {
-                              { "o^ʊ", "O" },
-                              { "ə^ʊ", "O" },
-                              { "ɜːɹ", "ɜɹ" },
-                              { "ɜː", "ɜɹ" },
-                              { "ɪə", "iə" },
-                              { "ː", "" },
-                          });
-        return longest_first(t);
-    }();
-    static const symbol_map british_map = [] {
-        symbol_map t = shared_symbols();
-        t.insert(t.end(), {
-                              { "ə^ʊ", "Q" },
-                              { "e^ə", "ɛː" },
-                              { "i^ə", "ɪə" },
-                              { "iə", "ɪə" },
-                          });
-        return longest_first(t);
-    }();
+    static const symbol_map american    = english_symbols({
+        { "o^ʊ", "O" },
+        { "ə^ʊ", "O" },
+        { "ɜːɹ", "ɜɹ" },
+        { "ɜː", "ɜɹ" },
+        { "ɪə", "iə" },
+        { "ː", "" },
+    });
+    static const symbol_map british_map = english_symbols({
+        { "ə^ʊ", "Q" },
+        { "e^ə", "ɛː" },
+        { "i^ə", "ɪə" },
+        { "iə", "ɪə" },
+    });
     return british ? british_map : american;
 }
 
