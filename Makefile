@@ -24,7 +24,7 @@ VK_CMAKE_ARGS = $$([ "$(GPU)" = vulkan ] && [ -d $(VK_HEADERS) ] && echo -DVulka
 
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 
-.PHONY: run test setup system-deps engine models lint format native-test fuzz-short fuzz sanitize py-test desktop \
+.PHONY: run test setup system-deps engine models ggml-avx2 lint format native-test fuzz-short fuzz sanitize py-test desktop \
 	bench-startup clean
 
 run: setup
@@ -97,6 +97,19 @@ engine: $(STAMP)
 models: engine
 	$(PY) main.py models install
 	$(PY) main.py models install kokoro speaker-encoder
+
+# For `tools/cpu_table.py --isa avx2` (a CPU without AVX-512, emulated): ggml of the pinned
+# ggml-python's source built for AVX2 and FMA alone, its libraries in build/ggml-avx2 (the source
+# is built in a temporary folder and removed).
+GGML_AVX2 := build/ggml-avx2
+ggml-avx2: $(STAMP)
+	@d=$$(mktemp -d) && trap 'rm -rf $$d' EXIT && \
+	$(PY) -m pip download -q --no-deps --no-binary :all: -d $$d "$$(grep '^ggml-python==' $(VENV)/requirements.txt | head -n 1)" && \
+	mkdir $$d/src && tar xzf $$d/ggml_python-*.tar.gz -C $$d/src --strip-components=1 && \
+	$(VENV)/bin/cmake -S $$d/src/vendor/ggml -B $$d/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
+	  -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_LLAMAFILE=ON -DGGML_BUILD_TESTS=OFF -DGGML_BUILD_EXAMPLES=OFF >/dev/null && \
+	$(VENV)/bin/cmake --build $$d/build && rm -rf $(GGML_AVX2) && mkdir -p $(GGML_AVX2) && \
+	cp -P $$d/build/src/*.so* $(GGML_AVX2)/ && echo "ggml for AVX2 and FMA: $(GGML_AVX2)"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check app tests tools main.py

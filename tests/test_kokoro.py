@@ -249,8 +249,9 @@ def test_cancel_inside_a_batch(kokoro):
 
 def test_the_engines_cpu_kernels_give_ggmls_audio(kokoro):
     """AdaIN's statistics and the generator's residual blocks in the engine's CPU kernels (the
-    normalization, Snake, the dilated convolution, bias and residual add in one pass, in F32)
-    against ggml's ops (F16 weights with F16 activations): the same sound and level. (Samples
+    normalization, Snake, the dilated convolution, bias and residual add in one pass, in 16-bit
+    integers where the kernels have them, else F32) against ggml's ops (F16 weights with F16
+    activations): the same sound and level. (Samples
     differ more than the spectra: the harmonic source's phase follows F0's last digits.)"""
     line = kokoro.phonemize("The quick brown fox jumps over the lazy dog.")[0]
     with Engine.open("kokoro:jf_alpha", device="cpu", threads=2, debug=EngineDebug(engine_kernels=False)) as ggml_ops:
@@ -259,3 +260,22 @@ def test_the_engines_cpu_kernels_give_ggmls_audio(kokoro):
     assert len(got) == len(want) > 24000
     assert log_mel_cosine(got, want, 24000) >= 0.9999
     assert abs(np.std(got) / np.std(want) - 1) <= 0.002
+
+
+def test_the_generators_integer_convolutions_sound_as_its_float_ones(kokoro):
+    """Where the CPU's kernels have 16-bit integer convolutions (x86), the generator's residual
+    blocks run in them by default: the same spectrum and level as the float kernels, measured
+    (not the same samples: the switch to floats must take effect)."""
+    from app.engine.binding import native_engine
+
+    if native_engine().cpu_vector_floats() < 8:
+        pytest.skip("this CPU's kernels have no integer convolutions")
+    line = kokoro.phonemize("The quick brown fox jumps over the lazy dog.")[0]
+    with Engine.open("kokoro:jf_alpha", device="cpu", threads=2, debug=EngineDebug(int16_kernels=False)) as floats:
+        want = floats.synthesize(phonemes=line).audio
+    got = kokoro.synthesize(phonemes=line).audio
+    assert len(got) == len(want) > 24000
+    assert not np.array_equal(got, want)
+    assert log_mel_cosine(got, want, 24000) >= 0.99999
+    assert abs(np.std(got) / np.std(want) - 1) <= 0.0005
+    assert np.max(np.abs(got - want)) <= 0.02 * np.max(np.abs(want))

@@ -326,3 +326,32 @@ def test_the_narrower_cpu_kernels_give_ggmls_audio_too(joe_path, width):
     out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=root, capture_output=True, text=True, check=True)
     used, same_length, worst = out.stdout.split()
     assert int(used) == width and same_length == "True" and float(worst) <= 2e-5
+
+
+def test_a_cpu_without_avx512_is_emulated_by_hiding_it(joe_path):
+    """build/native/libvs-isa-mask.so (tools/cpu_table.py --isa avx2), preloaded, hides AVX-512
+    from CPUID for the whole process: the engine then chooses its AVX2 kernels, numpy and
+    onnxruntime their AVX2 paths, and the audio is what those kernels give."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    mask = root / "build" / "native" / "libvs-isa-mask.so"
+    flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
+    if not mask.exists() or "avx512f" not in flags or "cpuid_fault" not in flags:
+        pytest.skip("needs x86-64 Linux with AVX-512 and CPUID faulting")
+    probe = (
+        "from numpy._core._multiarray_umath import __cpu_features__ as f\n"
+        "import onnxruntime\n"
+        "from app.engine.binding import native_engine\n"
+        "print(native_engine().cpu_vector_floats(), f['AVX512F'], f['AVX2'], f['FMA3'])\n"
+    )
+    runs = {}
+    for masked in (False, True):
+        env = dict(os.environ, LD_PRELOAD=str(mask)) if masked else dict(os.environ)
+        out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=root, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        runs[masked] = out.stdout.split()
+    assert runs[False] == ["16", "True", "True", "True"]
+    assert runs[True] == ["8", "False", "True", "True"]

@@ -72,6 +72,8 @@ class EngineDebug:
     device_limits: str = ""
     # The engine's own CUDA and CPU kernels where they apply (False: every stage in ggml's ops).
     engine_kernels: bool = True
+    # Their convolutions in 16-bit integers where the CPU's kernels have them (False: floats).
+    int16_kernels: bool = True
     # On CUDA, capture no graphs of the engine's kernels, nor tag ggml's (with ggml's own
     # GGML_CUDA_DISABLE_GRAPHS set too, every kernel is launched one by one).
     captures: bool = True
@@ -86,6 +88,7 @@ class EngineDebug:
         out: dict = {
             "device_graphs": self.device_graphs,
             "no_engine_kernels": not self.engine_kernels,
+            "no_int16_kernels": not self.int16_kernels,
             "no_captures": not self.captures,
             "keep_graphs": -1 if self.keep_graphs is None else int(self.keep_graphs),
             "kept_graphs_mib": -1 if self.kept_graphs_mib is None else self.kept_graphs_mib,

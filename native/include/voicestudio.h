@@ -196,6 +196,9 @@ struct vs_context_params {
         bool   limit_out_prod;        // default true
         // Run every stage in ggml's ops, not the engine's own CUDA or CPU kernels (to compare them).
         bool no_engine_kernels;
+        // Run the engine's CPU convolutions in 32-bit floats only, not in 16-bit integers
+        // where the CPU's integer multiply-adds are faster (to compare them).
+        bool no_int16_kernels;
         // On CUDA, capture no graphs of the engine's own kernels and leave ggml's graphs
         // untagged (set ggml's GGML_CUDA_DISABLE_GRAPHS too, for every kernel launched one
         // by one).

@@ -185,6 +185,8 @@ class Context {
                 dbg.limit_out_prod = nb::cast<bool>(value);
             } else if (name == "no_engine_kernels") {
                 dbg.no_engine_kernels = nb::cast<bool>(value);
+            } else if (name == "no_int16_kernels") {
+                dbg.no_int16_kernels = nb::cast<bool>(value);
             } else if (name == "no_captures") {
                 dbg.no_captures = nb::cast<bool>(value);
             } else if (name == "keep_graphs") {

@@ -207,6 +207,7 @@ struct vs_context_params vs_context_default_params(void) {
     p.debug.limit_strided_matmul = true;
     p.debug.limit_out_prod       = true;
     p.debug.no_engine_kernels    = false;    // the engine's CUDA and CPU kernels where they apply
+    p.debug.no_int16_kernels     = false;    // integer convolutions where the CPU's kernels have them
     p.debug.no_captures          = false;    // where the CUDA backend captures graphs
     p.debug.keep_graphs          = -1;       // on CUDA
     p.debug.kept_graphs_mib      = -1;       // 1024

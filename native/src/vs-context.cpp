@@ -14,6 +14,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "cpu/kernels.h"
 #include "graph/graph.h"
 #include "vs-cuda.h"
 #include "vs-debug.h"
@@ -222,6 +223,7 @@ static std::unique_ptr<vs_context> make_one(vs_model & model, const vs_context_p
     ctx->cuda_device                                = dbg.no_engine_kernels ? -1 : cuda::device_of(ctx->dev);
     ctx->device_graphs = ggml_backend_dev_type(ctx->dev) != GGML_BACKEND_DEVICE_TYPE_CPU || dbg.device_graphs;
     ctx->cpu_kernels   = !ctx->device_graphs && !dbg.no_engine_kernels;
+    ctx->cpu_int16     = ctx->cpu_kernels && !dbg.no_int16_kernels && vs::cpu::int16_convs();
     if (ggml_backend_dev_type(ctx->dev) != GGML_BACKEND_DEVICE_TYPE_CPU) {
         ctx->limits                 = probe_device_limits(ctx->dev);
         ctx->limits.strided_batches = vs::matmul_reads_batch_strides(ctx->backend.get());

@@ -115,6 +115,9 @@ struct vs_context {
     // The engine's own CPU kernels (src/cpu/) where they apply: graphs for the CPU, unless
     // vs_context_debug.no_engine_kernels.
     bool cpu_kernels = false;
+    // Those kernels' convolutions in 16-bit integers where they have them (Kokoro's generator),
+    // unless vs_context_debug.no_int16_kernels.
+    bool cpu_int16 = false;
     // What the device's ops take, where less than ggml's ops express: a Vulkan device binds
     // a shader's buffers up to its maxStorageBufferRange (128 MiB on some) and its matmuls
     // broadcast over no fourth axis; ggml would run such ops on the CPU. Graphs keep their
@@ -206,6 +209,10 @@ struct vs_context {
     // Conv weight `name` ([IC, K, OC], F32 or F16) in the CPU kernels' order ([OC, IC, K], F32),
     // made once; null for other types.
     ggml_tensor * cpu_packed_conv(const std::string & name);
+    // The same in the integer kernels' order ([OC, IC, K], I16), made once, and each output
+    // channel's scale (scales, [OC] F32); null where the CPU's kernels have no integer
+    // convolutions, vs_context_debug.no_int16_kernels is set, or the weight is not F32 or F16.
+    ggml_tensor * cpu_packed_conv_int16(const std::string & name, ggml_tensor *& scales);
     // A tensor on this context's device made once (under `key`) by `fill` writing its bytes.
     ggml_tensor * derived_tensor(const std::string & key, ggml_type type, const std::array<int64_t, 4> & ne,
                                  const std::function<void(uint8_t *)> & fill);

@@ -349,16 +349,73 @@ void test_residual_conv(int C, int K, int T, int d, bool with_mask) {
     }
 }
 
+// The Snake-activated convolution in 16-bit integers against the same direct loops: within the
+// quantization's error of the largest output (its activations to about 14 bits of each tile's
+// largest, its weights to about 12 of each output channel's), at each vector width that has it,
+// through the op and on plain arrays over 3 threads.
+void test_snake_conv_int16(const std::vector<float> & x, const std::vector<float> & scale,
+                           const std::vector<float> & shift, const std::vector<float> & inv,
+                           const std::vector<float> & w, const std::vector<float> & b, const float * res, int C, int OC,
+                           int K, int T, int d, const std::vector<float> & want) {
+    if (!vs::cpu::int16_convs()) {
+        printf("  int16: not on this CPU's kernels\n");
+        return;
+    }
+    double top = 0;
+    for (float v : want) {
+        top = std::max(top, (double) std::fabs(v));
+    }
+    const double         tolerance = 2e-3 * top;
+    std::vector<int16_t> q((size_t) C * K * OC);
+    std::vector<float>   ws(OC);
+    vs::cpu::pack_conv_weight_int16(w.data(), C, K, OC, q.data(), ws.data());
+    char what[96];
+    auto got = run([&](ggml_context * ctx) {
+        ggml_tensor * wq = ggml_new_tensor_3d(ctx, GGML_TYPE_I16, OC, C, K);
+        std::memcpy(wq->data, q.data(), q.size() * sizeof(int16_t));
+        return vs::cpu::snake_conv(
+            ctx, input(ctx, x, { C, T }), input(ctx, scale, { C }), input(ctx, shift, { C }), input(ctx, inv, { C }),
+            wq, input(ctx, ws, { OC }), input(ctx, b, { OC }),
+            res ? input(ctx, std::vector<float>(res, res + (size_t) OC * T), { OC, T }) : nullptr, d);
+    });
+    snprintf(what, sizeof what, "  int16 op (of %.0f)", top);
+    expect_close(what, got, want, tolerance);
+    for (int width : { 8, 16 }) {
+        if (width > vs::cpu::vector_floats() || C % width != 0 || OC % (2 * width) != 0) {
+            continue;
+        }
+        vs::cpu::pack_conv_weight_int16(w.data(), C, K, OC, q.data(), ws.data(), 2 * width);
+        vs::cpu::packed_weight pw;
+        pw.int16  = q.data();
+        pw.scales = ws.data();
+        std::vector<float> out(want.size(), NAN);
+        for (int ith = 0; ith < 3; ++ith) {
+            vs::cpu::snake_conv_run(x.data(), C, T, scale.data(), shift.data(), inv.data(), pw, K, OC, b.data(), res,
+                                    out.data(), d, ith, 3, width);
+        }
+        snprintf(what, sizeof what, "  int16, %d lanes, 3 threads", width);
+        expect_close(what, out, want, tolerance);
+    }
+}
+
 // Kokoro's Snake-activated convolution (src/cpu/) against direct loops: "same" zero padding of
 // the activated input, bias and an optional residual, with AdaIN's per-channel affine folded
 // into the Snake's argument; inputs that reach well past sin's first periods.
-void test_snake_conv(int C, int OC, int K, int T, int d, bool with_residual) {
+// largest: every activation and weight the same, so that the integer kernels' sums reach their
+// bound (a sum over more pairs than int16_flush_pairs would overflow).
+void test_snake_conv(int C, int OC, int K, int T, int d, bool with_residual, bool largest = false) {
     const int          pad = d * (K - 1) / 2;
     std::vector<float> x = random_vec((size_t) C * T), w = random_vec((size_t) C * K * OC), b = random_vec(OC);
     std::vector<float> scale = random_vec(C), shift = random_vec(C), inv(C), res = random_vec((size_t) OC * T);
     for (int c = 0; c < C; ++c) {
         scale[c] *= 40.0f;
         inv[c] = 1.0f / (0.2f + std::fabs(scale[c]) / 40.0f);
+    }
+    if (largest) {
+        std::fill(w.begin(), w.end(), 1.0f);
+        std::fill(scale.begin(), scale.end(), 0.0f);
+        std::fill(shift.begin(), shift.end(), 1.0f);
+        std::fill(inv.begin(), inv.end(), 1.0f);
     }
     std::vector<double> act((size_t) C * T);
     for (size_t i = 0; i < act.size(); ++i) {
@@ -382,29 +439,39 @@ void test_snake_conv(int C, int OC, int K, int T, int d, bool with_residual) {
             want[(size_t) t * OC + o] = (float) acc;
         }
     }
+    // Float rounding over C * K terms, growing as its square root, of the largest output.
+    double top = 0;
+    for (float v : want) {
+        top = std::max(top, (double) std::fabs(v));
+    }
+    const double       tolerance = 4e-7 * top * std::sqrt((double) C * K);
     std::vector<float> packed((size_t) C * K * OC);
     vs::cpu::pack_conv_weight(w.data(), C, K, OC, packed.data());
     char what[96];
     auto got = run([&](ggml_context * ctx) {
         return vs::cpu::snake_conv(ctx, input(ctx, x, { C, T }), input(ctx, scale, { C }), input(ctx, shift, { C }),
-                                   input(ctx, inv, { C }), input(ctx, packed, { OC, C, K }), input(ctx, b, { OC }),
-                                   with_residual ? input(ctx, res, { OC, T }) : nullptr, d);
+                                   input(ctx, inv, { C }), input(ctx, packed, { OC, C, K }), nullptr,
+                                   input(ctx, b, { OC }), with_residual ? input(ctx, res, { OC, T }) : nullptr, d);
     });
-    snprintf(what, sizeof what, "snake_conv C%d OC%d K%d d%d%s", C, OC, K, d, with_residual ? " residual" : "");
-    expect_close(what, got, want, 2e-3);
+    snprintf(what, sizeof what, "snake_conv C%d OC%d K%d d%d%s%s", C, OC, K, d, with_residual ? " residual" : "",
+             largest ? " largest" : "");
+    expect_close(what, got, want, tolerance);
     for (int width : { 4, 8, 16 }) {
         if (width > vs::cpu::vector_floats() || C % width != 0 || OC % (2 * width) != 0) {
             continue;
         }
         vs::cpu::pack_conv_weight(w.data(), C, K, OC, packed.data(), 2 * width);
-        std::vector<float> out(want.size(), NAN);
+        std::vector<float>     out(want.size(), NAN);
+        vs::cpu::packed_weight pw;
+        pw.f32 = packed.data();
         for (int ith = 0; ith < 3; ++ith) {
-            vs::cpu::snake_conv_run(x.data(), C, T, scale.data(), shift.data(), inv.data(), packed.data(), K, OC,
-                                    b.data(), with_residual ? res.data() : nullptr, out.data(), d, ith, 3, width);
+            vs::cpu::snake_conv_run(x.data(), C, T, scale.data(), shift.data(), inv.data(), pw, K, OC, b.data(),
+                                    with_residual ? res.data() : nullptr, out.data(), d, ith, 3, width);
         }
         snprintf(what, sizeof what, "  %d floats, 3 threads", width);
-        expect_close(what, out, want, 2e-3);
+        expect_close(what, out, want, tolerance);
     }
+    test_snake_conv_int16(x, scale, shift, inv, w, b, with_residual ? res.data() : nullptr, C, OC, K, T, d, want);
 }
 
 // Each channel's mean and variance (src/cpu/) against double-precision loops, on a signal
@@ -569,11 +636,13 @@ int main() {
     test_snake_conv(32, 32, 11, 9, 5, true);
     test_channel_stats(128, 18240);  // AdaIN over Kokoro's longest stage
     test_channel_stats(64, 3);
-    test_conv_head(32, 7, 301, 4);      // Piper's conv_post
-    test_conv_head(20, 3, 17, 0);       // channels that are not whole vectors
-    test_plain_conv(24, 64, 5, 41, 2);  // WaveNet's in_layers
-    test_plain_conv(20, 32, 1, 9, 1);   // its res_skip_layers
-    test_gate(192, 37);                 // Piper's flow
-    test_gate(20, 5);                   // channels that are not whole vectors
+    test_conv_head(32, 7, 301, 4);                     // Piper's conv_post
+    test_conv_head(20, 3, 17, 0);                      // channels that are not whole vectors
+    test_plain_conv(24, 64, 5, 41, 2);                 // WaveNet's in_layers
+    test_plain_conv(20, 32, 1, 9, 1);                  // its res_skip_layers
+    test_gate(192, 37);                                // Piper's flow
+    test_gate(20, 5);                                  // channels that are not whole vectors
+    test_snake_conv(256, 32, 11, 40, 1, false);        // several flushes of the integer sums per tap
+    test_snake_conv(256, 32, 11, 40, 1, false, true);  // those sums at their bound
     return failures == 0 ? 0 : 1;
 }

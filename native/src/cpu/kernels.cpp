@@ -2,6 +2,7 @@
 #include "kernels.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <mutex>
 #include <set>
@@ -22,8 +23,8 @@ namespace vs::cpu {
     void head(const float * x, int64_t C, int64_t first, const float * w, int64_t K, float slope, float * out,        \
               int64_t t0, int64_t t1);                                                                                \
     void snake_run(const float * x, int64_t C, int64_t T, const float * scale, const float * shift,                   \
-                   const float * inv_alpha, const float * wp, int64_t K, int64_t OC, const float * b,                 \
-                   const float * residual, float * out, int d, int ith, int nth);                                     \
+                   const float * inv_alpha, const float * wp, const int16_t * wq, const float * ws, int64_t K,        \
+                   int64_t OC, const float * b, const float * residual, float * out, int d, int ith, int nth);        \
     }
 VS_CPU_DECLARE(generic)
 #if defined(__x86_64__) || defined(_M_X64)
@@ -68,9 +69,9 @@ bool residual_conv_params::operator<(const residual_conv_params & o) const {
 
 static int widest_vector_floats() {
 #if defined(__x86_64__) || defined(_M_X64)
-    return __builtin_cpu_supports("avx512f")                                 ? 16
-           : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 8
-                                                                             : 4;
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") ? 16
+           : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")       ? 8
+                                                                                   : 4;
 #else
     return 4;
 #endif
@@ -170,34 +171,85 @@ bool snake_conv_fits(int64_t channels, int64_t out_channels) {
            out_channels % (2 * vector_floats()) == 0;
 }
 
-void snake_conv_run(const float * x, int64_t C, int64_t T, const float * scale, const float * shift,
-                    const float * inv_alpha, const float * w_packed, int64_t K, int64_t OC, const float * b,
-                    const float * residual, float * out, int dilation, int ith, int nth, int width) {
-    const int w = width ? width : vector_floats();
-    GGML_ASSERT(w <= vector_floats() && C % w == 0 && OC % (2 * w) == 0);
-    kernels(w).snake_run(x, C, T, scale, shift, inv_alpha, w_packed, K, OC, b, residual, out, dilation, ith, nth);
+bool int16_convs() {
+    return vector_floats() >= 8;
 }
 
+void pack_conv_weight_int16(const float * w, int64_t IC, int64_t K, int64_t OC, int16_t * out, float * scales,
+                            int64_t block) {
+    block = block ? block : 2 * vector_floats();
+    GGML_ASSERT(OC % block == 0 && IC % 2 == 0);
+    for (int64_t oc = 0; oc < OC; ++oc) {
+        const float * row  = w + IC * K * oc;
+        float         amax = 0.0f;
+        for (int64_t i = 0; i < IC * K; ++i) {
+            amax = std::max(amax, std::fabs(row[i]));
+        }
+        scales[oc]       = amax > 0.0f ? amax / int16_weight_max : 1.0f;
+        const int64_t ob = oc / block * block, j = oc % block;
+        for (int64_t k = 0; k < K; ++k) {
+            for (int64_t ic = 0; ic < IC; ++ic) {
+                const float q = std::nearbyint(row[ic + IC * k] / scales[oc]);
+                out[ob * K * IC + ((k * IC / 2 + ic / 2) * block + j) * 2 + ic % 2] =
+                    (int16_t) std::clamp(q, (float) -int16_weight_max, (float) int16_weight_max);
+            }
+        }
+    }
+}
+
+void snake_conv_run(const float * x, int64_t C, int64_t T, const float * scale, const float * shift,
+                    const float * inv_alpha, const packed_weight & w, int64_t K, int64_t OC, const float * b,
+                    const float * residual, float * out, int dilation, int ith, int nth, int width) {
+    const int vw = width ? width : vector_floats();
+    GGML_ASSERT(vw <= vector_floats() && C % vw == 0 && OC % (2 * vw) == 0);
+    GGML_ASSERT(w.int16 ? w.scales && vw >= 8 && C % 2 == 0 : w.f32 != nullptr);
+    kernels(vw).snake_run(x, C, T, scale, shift, inv_alpha, w.f32, w.int16, w.scales, K, OC, b, residual, out, dilation,
+                          ith, nth);
+}
+
+// Sources: x, scale, shift, inv_alpha, the weights, the bias, for integer weights their scales,
+// then the residual if any.
 static void compute_snake(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const ggml_tensor *x = dst->src[0], *w = dst->src[4];
-    snake_conv_run(data_of(x), x->ne[0], x->ne[1], data_of(dst->src[1]), data_of(dst->src[2]), data_of(dst->src[3]),
-                   data_of(w), w->ne[2], w->ne[0], data_of(dst->src[5]), data_of(dst->src[6]),
+    const bool         int16 = w->type == GGML_TYPE_I16;
+    packed_weight      pw;
+    if (int16) {
+        pw.int16  = static_cast<const int16_t *>(w->data);
+        pw.scales = data_of(dst->src[6]);
+    } else {
+        pw.f32 = data_of(w);
+    }
+    snake_conv_run(data_of(x), x->ne[0], x->ne[1], data_of(dst->src[1]), data_of(dst->src[2]), data_of(dst->src[3]), pw,
+                   w->ne[2], w->ne[0], data_of(dst->src[5]), data_of(dst->src[int16 ? 7 : 6]),
                    static_cast<float *>(dst->data), (int) reinterpret_cast<intptr_t>(userdata), ith, nth);
 }
 
 ggml_tensor * snake_conv(ggml_context * g, ggml_tensor * x, ggml_tensor * scale, ggml_tensor * shift,
-                         ggml_tensor * inv_alpha, ggml_tensor * w_packed, ggml_tensor * b, ggml_tensor * residual,
-                         int dilation) {
+                         ggml_tensor * inv_alpha, ggml_tensor * w_packed, ggml_tensor * w_scales, ggml_tensor * b,
+                         ggml_tensor * residual, int dilation) {
     const int64_t C = x->ne[0], T = x->ne[1], OC = w_packed->ne[0];
     GGML_ASSERT(x->type == GGML_TYPE_F32 && ggml_is_contiguous(x) && ggml_nrows(x) == T && w_packed->ne[1] == C);
     GGML_ASSERT(snake_conv_fits(C, OC) && b != nullptr && ggml_nelements(b) == OC);
+    if (w_packed->type == GGML_TYPE_I16) {
+        GGML_ASSERT(int16_convs() && C % 2 == 0 && w_scales && w_scales->type == GGML_TYPE_F32 &&
+                    ggml_nelements(w_scales) == OC);
+    } else {
+        GGML_ASSERT(w_packed->type == GGML_TYPE_F32 && !w_scales);
+    }
     for (ggml_tensor * v : { scale, shift, inv_alpha }) {
         GGML_ASSERT(v->type == GGML_TYPE_F32 && ggml_is_contiguous(v) && ggml_nelements(v) == C);
     }
     GGML_ASSERT(!residual || (residual->type == GGML_TYPE_F32 && ggml_is_contiguous(residual) &&
                               residual->ne[0] == OC && ggml_nelements(residual) == OC * T));
-    ggml_tensor * args[7] = { x, scale, shift, inv_alpha, w_packed, b, residual };
-    return ggml_custom_4d(g, GGML_TYPE_F32, OC, T, 1, 1, args, residual ? 7 : 6, compute_snake, GGML_N_TASKS_MAX,
+    ggml_tensor * args[8] = { x, scale, shift, inv_alpha, w_packed, b };
+    int           n_args  = 6;
+    if (w_scales) {
+        args[n_args++] = w_scales;
+    }
+    if (residual) {
+        args[n_args++] = residual;
+    }
+    return ggml_custom_4d(g, GGML_TYPE_F32, OC, T, 1, 1, args, n_args, compute_snake, GGML_N_TASKS_MAX,
                           reinterpret_cast<void *>((intptr_t) dilation));
 }
 

@@ -51,14 +51,42 @@ void residual_conv_run(const float * x, int64_t C, int64_t L, const float * w_pa
                        const float * mask, float * out, const residual_conv_params & p, int ith, int nth,
                        int width = 0);
 
+// Convolutions in 16-bit integers, where the CPU's integer multiply-adds of pairs (pmaddwd)
+// outrun its float FMAs: each tile of input frames is quantized with one scale (its largest
+// magnitude to int16_activation_max), each output channel's weights with one (their largest to
+// int16_weight_max), and 32-bit sums go into float every int16_flush_pairs pairs of input
+// channels, which no sum can overflow: int16_flush_pairs * 2 * 8191 * 2047 < 2^31.
+constexpr int int16_activation_max = 8191;
+constexpr int int16_weight_max     = 2047;
+constexpr int int16_flush_pairs    = 32;
+
+// Whether this CPU's kernels (at vector_floats()) have the integer convolutions (x86's AVX2 and
+// AVX-512 do).
+bool int16_convs();
+
+// ggml's [IC, K, OC] conv weight (F32, IC even) into the integer kernels' order: blocks of
+// `block` output channels (0: twice vector_floats()), each block's [K][IC / 2][block][2]
+// contiguous; scales[oc] is what output channel oc's integers are multiplied by.
+void pack_conv_weight_int16(const float * w, int64_t IC, int64_t K, int64_t OC, int16_t * out, float * scales,
+                            int64_t block = 0);
+
+// A convolution's packed weights: F32 (pack_conv_weight), or int16 with their scales
+// (pack_conv_weight_int16).
+struct packed_weight {
+    const float *   f32    = nullptr;
+    const int16_t * int16  = nullptr;
+    const float *   scales = nullptr;
+};
+
 // A Snake-activated convolution as Kokoro's generator runs its residual blocks on x [C, T]:
 //   out = residual + b + conv(snake(x)), snake(x) = (u + sin^2 u) / alpha, u = x * scale + shift
 // per channel (scale = AdaIN's a times alpha, shift = its b times alpha, inv_alpha = 1 / alpha,
 // each [C]), the activated input padded with zeros by dilation * (K - 1) / 2 on each side, so
-// that [OC, T] comes out; residual [OC, T] or null.
+// that [OC, T] comes out; residual [OC, T] or null. w_packed: F32 [OC, IC, K], or I16 with
+// w_scales F32 [OC] (the integer kernels).
 ggml_tensor * snake_conv(ggml_context * g, ggml_tensor * x, ggml_tensor * scale, ggml_tensor * shift,
-                         ggml_tensor * inv_alpha, ggml_tensor * w_packed, ggml_tensor * b, ggml_tensor * residual,
-                         int dilation);
+                         ggml_tensor * inv_alpha, ggml_tensor * w_packed, ggml_tensor * w_scales, ggml_tensor * b,
+                         ggml_tensor * residual, int dilation);
 
 // A plain convolution of x [C, T] (C any number; F32), "same" zero padding of dilation * (K - 1)
 // / 2 on each side, plus b: [OC, T] (OC a multiple of twice vector_floats()).
@@ -73,7 +101,7 @@ bool snake_conv_fits(int64_t channels, int64_t out_channels);
 
 // The kernel on plain arrays, as residual_conv_run.
 void snake_conv_run(const float * x, int64_t C, int64_t T, const float * scale, const float * shift,
-                    const float * inv_alpha, const float * w_packed, int64_t K, int64_t OC, const float * b,
+                    const float * inv_alpha, const packed_weight & w, int64_t K, int64_t OC, const float * b,
                     const float * residual, float * out, int dilation, int ith, int nth, int width = 0);
 
 // Each channel's mean and variance over time of x [C, T] (C a multiple of vector_floats()):

@@ -458,8 +458,12 @@ ggml_tensor * kokoro_voice::adain_res_block(vs_context & c, ggml_context * g, gg
 static ggml_tensor * adain_snake_conv_cpu(vs_context & c, ggml_context * g, ggml_tensor * x, const cond & k,
                                           const std::string & fc, const std::string & alpha, const std::string & conv,
                                           int dilation, ggml_tensor * residual) {
-    const int64_t C = x->ne[0];
-    ggml_tensor * w = c.cpu_kernels ? c.cpu_packed_conv(conv + ".weight") : nullptr;
+    const int64_t C      = x->ne[0];
+    ggml_tensor * scales = nullptr;
+    ggml_tensor * w      = c.cpu_packed_conv_int16(conv + ".weight", scales);
+    if (!w && c.cpu_kernels) {
+        w = c.cpu_packed_conv(conv + ".weight");
+    }
     if (!w || !cpu::snake_conv_fits(C, w->ne[0])) {
         return nullptr;
     }
@@ -476,7 +480,7 @@ static ggml_tensor * adain_snake_conv_cpu(vs_context & c, ggml_context * g, ggml
     }
     ggml_tensor * al  = ggml_reshape_2d(g, c.w(alpha), C, 1);
     ggml_tensor * inv = ggml_div(g, ggml_view_2d(g, k.ones, C, 1, C * sizeof(float), 0), al);  // 1 / alpha
-    return cpu::snake_conv(g, x, ggml_mul(g, a, al), ggml_mul(g, b, al), inv, w, c.w(conv + ".bias"), residual,
+    return cpu::snake_conv(g, x, ggml_mul(g, a, al), ggml_mul(g, b, al), inv, w, scales, c.w(conv + ".bias"), residual,
                            dilation);
 }
 
