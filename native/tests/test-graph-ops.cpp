@@ -327,7 +327,7 @@ void test_residual_conv(int C, int K, int T, int d, bool with_mask) {
     vs::cpu::pack_conv_weight(w.data(), C, K, C, packed.data());  // for the widest vectors
     char what[96];
     auto got = run([&](ggml_context * ctx) {
-        return vs::cpu::residual_conv(ctx, input(ctx, x, { C, L }), input(ctx, packed, { C, C, K }),
+        return vs::cpu::residual_conv(ctx, input(ctx, x, { C, L }), input(ctx, packed, { C, C, K }), nullptr,
                                       input(ctx, b, { C }), with_mask ? input(ctx, mask, { 1, T }) : nullptr, p);
     });
     snprintf(what, sizeof what, "residual_conv C%d K%d d%d%s", C, K, d, with_mask ? " mask" : "");
@@ -337,15 +337,53 @@ void test_residual_conv(int C, int K, int T, int d, bool with_mask) {
             continue;
         }
         vs::cpu::pack_conv_weight(w.data(), C, K, C, packed.data(), 2 * width);
+        vs::cpu::packed_weight pw;
+        pw.f32 = packed.data();
         for (int nth : { 1, 3 }) {
             std::vector<float> out(x.size(), NAN);
             for (int ith = 0; ith < nth; ++ith) {
-                vs::cpu::residual_conv_run(x.data(), C, L, packed.data(), K, b.data(),
-                                           with_mask ? mask.data() : nullptr, out.data(), p, ith, nth, width);
+                vs::cpu::residual_conv_run(x.data(), C, L, pw, K, b.data(), with_mask ? mask.data() : nullptr,
+                                           out.data(), p, ith, nth, width);
             }
             snprintf(what, sizeof what, "  %d floats, %d thread%s", width, nth, nth > 1 ? "s" : "");
             expect_close(what, out, want, 1e-3);
         }
+    }
+    if (!vs::cpu::int16_convs()) {
+        return;
+    }
+    // In 16-bit integers: within the quantization's error (as for the Snake convolution) of the
+    // largest convolution output.
+    double top = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+        top = std::max(top, (double) std::fabs(want[i] - x[i]));
+    }
+    std::vector<int16_t> q((size_t) C * K * C);
+    std::vector<float>   ws(C);
+    vs::cpu::pack_conv_weight_int16(w.data(), C, K, C, q.data(), ws.data());
+    got = run([&](ggml_context * ctx) {
+        ggml_tensor * wq = ggml_new_tensor_3d(ctx, GGML_TYPE_I16, C, C, K);
+        std::memcpy(wq->data, q.data(), q.size() * sizeof(int16_t));
+        return vs::cpu::residual_conv(ctx, input(ctx, x, { C, L }), wq, input(ctx, ws, { C }), input(ctx, b, { C }),
+                                      with_mask ? input(ctx, mask, { 1, T }) : nullptr, p);
+    });
+    snprintf(what, sizeof what, "  int16 op (of %.0f)", top);
+    expect_close(what, got, want, 2e-3 * top);
+    for (int width : { 8, 16 }) {
+        if (width > vs::cpu::vector_floats() || C % (2 * width) != 0) {
+            continue;
+        }
+        vs::cpu::pack_conv_weight_int16(w.data(), C, K, C, q.data(), ws.data(), 2 * width);
+        vs::cpu::packed_weight pw;
+        pw.int16  = q.data();
+        pw.scales = ws.data();
+        std::vector<float> out(x.size(), NAN);
+        for (int ith = 0; ith < 3; ++ith) {
+            vs::cpu::residual_conv_run(x.data(), C, L, pw, K, b.data(), with_mask ? mask.data() : nullptr, out.data(),
+                                       p, ith, 3, width);
+        }
+        snprintf(what, sizeof what, "  int16, %d lanes, 3 threads", width);
+        expect_close(what, out, want, 2e-3 * top);
     }
 }
 

@@ -10,21 +10,21 @@
 
 namespace vs::cpu {
 
-#define VS_CPU_DECLARE(isa)                                                                                           \
-    namespace isa {                                                                                                   \
-    void run(const float * x, int64_t C, int64_t L, const float * wp, int64_t K, const float * b, const float * mask, \
-             float * out, const residual_conv_params & p, int ith, int nth);                                          \
-    void gate(const float * x, int64_t H, int64_t T, float * out, int ith, int nth);                                  \
-    void stats(const float * x, int64_t C, int64_t T, int64_t c0, int64_t c1, float * out);                           \
-    void plain_run(const float * x, int64_t C, int64_t T, const float * wp, int64_t K, int64_t OC, const float * b,   \
-                   float * out, int d, int ith, int nth);                                                             \
-    void fold(const float * cols, int64_t OC, int64_t n, int s, int padding, const float * b, int64_t zeros_before,   \
-              int64_t T_out, float * out, int64_t f0, int64_t f1);                                                    \
-    void head(const float * x, int64_t C, int64_t first, const float * w, int64_t K, float slope, float * out,        \
-              int64_t t0, int64_t t1);                                                                                \
-    void snake_run(const float * x, int64_t C, int64_t T, const float * scale, const float * shift,                   \
-                   const float * inv_alpha, const float * wp, const int16_t * wq, const float * ws, int64_t K,        \
-                   int64_t OC, const float * b, const float * residual, float * out, int d, int ith, int nth);        \
+#define VS_CPU_DECLARE(isa)                                                                                            \
+    namespace isa {                                                                                                    \
+    void run(const float * x, int64_t C, int64_t L, const float * wp, const int16_t * wq, const float * ws, int64_t K, \
+             const float * b, const float * mask, float * out, const residual_conv_params & p, int ith, int nth);      \
+    void gate(const float * x, int64_t H, int64_t T, float * out, int ith, int nth);                                   \
+    void stats(const float * x, int64_t C, int64_t T, int64_t c0, int64_t c1, float * out);                            \
+    void plain_run(const float * x, int64_t C, int64_t T, const float * wp, int64_t K, int64_t OC, const float * b,    \
+                   float * out, int d, int ith, int nth);                                                              \
+    void fold(const float * cols, int64_t OC, int64_t n, int s, int padding, const float * b, int64_t zeros_before,    \
+              int64_t T_out, float * out, int64_t f0, int64_t f1);                                                     \
+    void head(const float * x, int64_t C, int64_t first, const float * w, int64_t K, float slope, float * out,         \
+              int64_t t0, int64_t t1);                                                                                 \
+    void snake_run(const float * x, int64_t C, int64_t T, const float * scale, const float * shift,                    \
+                   const float * inv_alpha, const float * wp, const int16_t * wq, const float * ws, int64_t K,         \
+                   int64_t OC, const float * b, const float * residual, float * out, int d, int ith, int nth);         \
     }
 VS_CPU_DECLARE(generic)
 #if defined(__x86_64__) || defined(_M_X64)
@@ -93,10 +93,12 @@ bool residual_conv_fits(int64_t channels) {
     return channels > 0 && channels % (2 * vector_floats()) == 0;
 }
 
-void residual_conv_run(const float * x, int64_t C, int64_t L, const float * w_packed, int64_t K, const float * b,
+void residual_conv_run(const float * x, int64_t C, int64_t L, const packed_weight & w, int64_t K, const float * b,
                        const float * mask, float * out, const residual_conv_params & p, int ith, int nth, int width) {
-    GGML_ASSERT(width <= vector_floats() && C % (2 * (width ? width : vector_floats())) == 0);
-    kernels(width).run(x, C, L, w_packed, K, b, mask, out, p, ith, nth);
+    const int vw = width ? width : vector_floats();
+    GGML_ASSERT(vw <= vector_floats() && C % (2 * vw) == 0);
+    GGML_ASSERT(w.int16 ? w.scales && vw >= 8 : w.f32 != nullptr);
+    kernels(vw).run(x, C, L, w.f32, w.int16, w.scales, K, b, mask, out, p, ith, nth);
 }
 
 void pack_conv_weight(const float * w, int64_t IC, int64_t K, int64_t OC, float * out, int64_t block) {
@@ -126,25 +128,63 @@ static const float * data_of(const ggml_tensor * t) {
     return t ? static_cast<const float *>(t->data) : nullptr;
 }
 
-static void compute(ggml_tensor * dst, int ith, int nth, void * userdata) {
-    const auto &       p = *static_cast<const residual_conv_params *>(userdata);
-    const ggml_tensor *x = dst->src[0], *w = dst->src[1];
-    residual_conv_run(data_of(x), x->ne[0], x->ne[1], data_of(w), w->ne[2], data_of(dst->src[2]), data_of(dst->src[3]),
-                      static_cast<float *>(dst->data), p, ith, nth);
+// The weights of a kernel's op, src[at] (then their scales, for integers, at src[at + 1]).
+static packed_weight packed_of(const ggml_tensor * dst, int at) {
+    const ggml_tensor * w = dst->src[at];
+    packed_weight       pw;
+    if (w->type == GGML_TYPE_I16) {
+        pw.int16  = static_cast<const int16_t *>(w->data);
+        pw.scales = data_of(dst->src[at + 1]);
+    } else {
+        pw.f32 = data_of(w);
+    }
+    return pw;
 }
 
-ggml_tensor * residual_conv(ggml_context * g, ggml_tensor * x, ggml_tensor * w_packed, ggml_tensor * b,
-                            ggml_tensor * mask, const residual_conv_params & p) {
+// The sources after a kernel's weights (and their scales) from src[at] on, as the weights' type
+// sets where they begin.
+static int after_weights(const ggml_tensor * dst, int at) {
+    return dst->src[at]->type == GGML_TYPE_I16 ? at + 2 : at + 1;
+}
+
+// Checks a kernel's weights: F32, or I16 with F32 scales for each output channel (the first
+// axis) where this CPU's kernels have integer convolutions.
+static void check_weights(const ggml_tensor * w, const ggml_tensor * scales) {
+    if (w->type == GGML_TYPE_I16) {
+        GGML_ASSERT(int16_convs() && w->ne[1] % 2 == 0 && scales && scales->type == GGML_TYPE_F32 &&
+                    ggml_nelements(scales) == w->ne[0]);
+    } else {
+        GGML_ASSERT(w->type == GGML_TYPE_F32 && !scales);
+    }
+}
+
+// Sources: x, the weights (and their scales), the bias, the mask.
+static void compute(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const auto &        p = *static_cast<const residual_conv_params *>(userdata);
+    const ggml_tensor * x = dst->src[0];
+    const int           b = after_weights(dst, 1);
+    residual_conv_run(data_of(x), x->ne[0], x->ne[1], packed_of(dst, 1), dst->src[1]->ne[2], data_of(dst->src[b]),
+                      data_of(dst->src[b + 1]), static_cast<float *>(dst->data), p, ith, nth);
+}
+
+ggml_tensor * residual_conv(ggml_context * g, ggml_tensor * x, ggml_tensor * w_packed, ggml_tensor * w_scales,
+                            ggml_tensor * b, ggml_tensor * mask, const residual_conv_params & p) {
     const int64_t C = x->ne[0], L = x->ne[1], K = w_packed->ne[2];
-    GGML_ASSERT(x->type == GGML_TYPE_F32 && ggml_is_contiguous(x) && w_packed->type == GGML_TYPE_F32);
+    GGML_ASSERT(x->type == GGML_TYPE_F32 && ggml_is_contiguous(x));
+    check_weights(w_packed, w_scales);
     GGML_ASSERT(w_packed->ne[0] == C && w_packed->ne[1] == C && residual_conv_fits(C));
     GGML_ASSERT(p.begin - p.pad >= 0 && p.begin - p.pad + p.frames + (K - 1) * p.dilation <= L);
     GGML_ASSERT(p.begin + p.frames <= L);
     GGML_ASSERT(!b || (b->type == GGML_TYPE_F32 && ggml_nelements(b) == C && ggml_is_contiguous(b)));
     GGML_ASSERT(!mask || (mask->type == GGML_TYPE_F32 && ggml_nelements(mask) == p.frames && ggml_is_contiguous(mask)));
     GGML_ASSERT(b || !mask);  // a mask is the argument after the bias
-    ggml_tensor * args[4] = { x, w_packed, b, mask };
-    const int     n_args  = mask ? 4 : b ? 3 : 2;
+    ggml_tensor * args[5] = { x, w_packed };
+    int           n_args  = 2;
+    for (ggml_tensor * t : { w_scales, b, mask }) {
+        if (t) {
+            args[n_args++] = t;
+        }
+    }
     return ggml_custom_4d(g, GGML_TYPE_F32, C, L, 1, 1, args, n_args, compute, GGML_N_TASKS_MAX,
                           const_cast<residual_conv_params *>(interned(p)));
 }
@@ -207,20 +247,12 @@ void snake_conv_run(const float * x, int64_t C, int64_t T, const float * scale, 
                           ith, nth);
 }
 
-// Sources: x, scale, shift, inv_alpha, the weights, the bias, for integer weights their scales,
-// then the residual if any.
+// Sources: x, scale, shift, inv_alpha, the weights (and their scales), the bias, the residual.
 static void compute_snake(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const ggml_tensor *x = dst->src[0], *w = dst->src[4];
-    const bool         int16 = w->type == GGML_TYPE_I16;
-    packed_weight      pw;
-    if (int16) {
-        pw.int16  = static_cast<const int16_t *>(w->data);
-        pw.scales = data_of(dst->src[6]);
-    } else {
-        pw.f32 = data_of(w);
-    }
-    snake_conv_run(data_of(x), x->ne[0], x->ne[1], data_of(dst->src[1]), data_of(dst->src[2]), data_of(dst->src[3]), pw,
-                   w->ne[2], w->ne[0], data_of(dst->src[5]), data_of(dst->src[int16 ? 7 : 6]),
+    const int          b = after_weights(dst, 4);
+    snake_conv_run(data_of(x), x->ne[0], x->ne[1], data_of(dst->src[1]), data_of(dst->src[2]), data_of(dst->src[3]),
+                   packed_of(dst, 4), w->ne[2], w->ne[0], data_of(dst->src[b]), data_of(dst->src[b + 1]),
                    static_cast<float *>(dst->data), (int) reinterpret_cast<intptr_t>(userdata), ith, nth);
 }
 
@@ -230,24 +262,18 @@ ggml_tensor * snake_conv(ggml_context * g, ggml_tensor * x, ggml_tensor * scale,
     const int64_t C = x->ne[0], T = x->ne[1], OC = w_packed->ne[0];
     GGML_ASSERT(x->type == GGML_TYPE_F32 && ggml_is_contiguous(x) && ggml_nrows(x) == T && w_packed->ne[1] == C);
     GGML_ASSERT(snake_conv_fits(C, OC) && b != nullptr && ggml_nelements(b) == OC);
-    if (w_packed->type == GGML_TYPE_I16) {
-        GGML_ASSERT(int16_convs() && C % 2 == 0 && w_scales && w_scales->type == GGML_TYPE_F32 &&
-                    ggml_nelements(w_scales) == OC);
-    } else {
-        GGML_ASSERT(w_packed->type == GGML_TYPE_F32 && !w_scales);
-    }
+    check_weights(w_packed, w_scales);
     for (ggml_tensor * v : { scale, shift, inv_alpha }) {
         GGML_ASSERT(v->type == GGML_TYPE_F32 && ggml_is_contiguous(v) && ggml_nelements(v) == C);
     }
     GGML_ASSERT(!residual || (residual->type == GGML_TYPE_F32 && ggml_is_contiguous(residual) &&
                               residual->ne[0] == OC && ggml_nelements(residual) == OC * T));
-    ggml_tensor * args[8] = { x, scale, shift, inv_alpha, w_packed, b };
-    int           n_args  = 6;
-    if (w_scales) {
-        args[n_args++] = w_scales;
-    }
-    if (residual) {
-        args[n_args++] = residual;
+    ggml_tensor * args[8] = { x, scale, shift, inv_alpha, w_packed };
+    int           n_args  = 5;
+    for (ggml_tensor * t : { w_scales, b, residual }) {
+        if (t) {
+            args[n_args++] = t;
+        }
     }
     return ggml_custom_4d(g, GGML_TYPE_F32, OC, T, 1, 1, args, n_args, compute_snake, GGML_N_TASKS_MAX,
                           reinterpret_cast<void *>((intptr_t) dilation));

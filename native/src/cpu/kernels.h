@@ -12,45 +12,6 @@
 
 namespace vs::cpu {
 
-// What one fused residual convolution computes on x [C, L] (C fastest): for the frames
-// t in [begin, begin + T),
-//   out[:, t] = x[:, t] + mask[t - begin] * (b + sum_k W_k leaky(x[:, t - pad + k * dilation]))
-// and out[:, t] = x[:, t] elsewhere. W is packed by pack_conv_weight.
-struct residual_conv_params {
-    int64_t begin    = 0;
-    int64_t frames   = 0;
-    int64_t pad      = 0;  // frames before t that tap 0 reads
-    int     dilation = 1;
-    float   slope    = 0.1f;  // LeakyReLU's negative slope
-
-    bool operator<(const residual_conv_params & o) const;
-};
-
-// The widest vector this CPU's kernels use, in floats (16 with AVX-512, 8 with AVX2 and FMA,
-// else 4), chosen once at run time; VOICESTUDIO_CPU_VECTOR_FLOATS=4|8|16 narrows it.
-int vector_floats();
-
-// Whether the fused kernel takes a convolution of `channels` channels in and out.
-bool residual_conv_fits(int64_t channels);
-
-// x [C, L] F32 contiguous; w_packed [OC, IC, K] F32 (ggml order: OC fastest); b [OC] or null;
-// mask [1, frames] F32 or null. A new [C, L] tensor, computed by all of the graph's threads.
-ggml_tensor * residual_conv(ggml_context * g, ggml_tensor * x, ggml_tensor * w_packed, ggml_tensor * b,
-                            ggml_tensor * mask, const residual_conv_params & p);
-
-// ggml's [IC, K, OC] conv weight (F32) into the kernels' order: blocks of `block` output
-// channels (0: twice vector_floats(), what the kernels take), each block's [K][IC][block]
-// contiguous (the weights a block of outputs reads, in the order it reads them).
-void pack_conv_weight(const float * w, int64_t IC, int64_t K, int64_t OC, float * out, int64_t block = 0);
-
-// The kernel itself on plain arrays (the op's body, and what the op test compares): frames
-// of tiles ith, ith + nth, ... of p.frames; every thread also copies its share of the frames
-// outside them. `width`: the vector width whose kernel runs (4, 8 or 16, at most
-// vector_floats(); 0: vector_floats()); C must be a multiple of twice it.
-void residual_conv_run(const float * x, int64_t C, int64_t L, const float * w_packed, int64_t K, const float * b,
-                       const float * mask, float * out, const residual_conv_params & p, int ith, int nth,
-                       int width = 0);
-
 // Convolutions in 16-bit integers, where the CPU's integer multiply-adds of pairs (pmaddwd)
 // outrun its float FMAs: each tile of input frames is quantized with one scale (its largest
 // magnitude to int16_activation_max), each output channel's weights with one (their largest to
@@ -77,6 +38,46 @@ struct packed_weight {
     const int16_t * int16  = nullptr;
     const float *   scales = nullptr;
 };
+
+// What one fused residual convolution computes on x [C, L] (C fastest): for the frames
+// t in [begin, begin + T),
+//   out[:, t] = x[:, t] + mask[t - begin] * (b + sum_k W_k leaky(x[:, t - pad + k * dilation]))
+// and out[:, t] = x[:, t] elsewhere. W is packed by pack_conv_weight.
+struct residual_conv_params {
+    int64_t begin    = 0;
+    int64_t frames   = 0;
+    int64_t pad      = 0;  // frames before t that tap 0 reads
+    int     dilation = 1;
+    float   slope    = 0.1f;  // LeakyReLU's negative slope
+
+    bool operator<(const residual_conv_params & o) const;
+};
+
+// The widest vector this CPU's kernels use, in floats (16 with AVX-512, 8 with AVX2 and FMA,
+// else 4), chosen once at run time; VOICESTUDIO_CPU_VECTOR_FLOATS=4|8|16 narrows it.
+int vector_floats();
+
+// Whether the fused kernel takes a convolution of `channels` channels in and out.
+bool residual_conv_fits(int64_t channels);
+
+// x [C, L] F32 contiguous; w_packed [OC, IC, K] F32 (ggml order: OC fastest), or I16 with
+// w_scales F32 [OC] (the integer kernels; else null); b [OC] or null; mask [1, frames] F32 or
+// null. A new [C, L] tensor, computed by all of the graph's threads.
+ggml_tensor * residual_conv(ggml_context * g, ggml_tensor * x, ggml_tensor * w_packed, ggml_tensor * w_scales,
+                            ggml_tensor * b, ggml_tensor * mask, const residual_conv_params & p);
+
+// ggml's [IC, K, OC] conv weight (F32) into the kernels' order: blocks of `block` output
+// channels (0: twice vector_floats(), what the kernels take), each block's [K][IC][block]
+// contiguous (the weights a block of outputs reads, in the order it reads them).
+void pack_conv_weight(const float * w, int64_t IC, int64_t K, int64_t OC, float * out, int64_t block = 0);
+
+// The kernel itself on plain arrays (the op's body, and what the op test compares): frames
+// of tiles ith, ith + nth, ... of p.frames; every thread also copies its share of the frames
+// outside them. `width`: the vector width whose kernel runs (4, 8 or 16, at most
+// vector_floats(); 0: vector_floats()); C must be a multiple of twice it.
+void residual_conv_run(const float * x, int64_t C, int64_t L, const packed_weight & w, int64_t K, const float * b,
+                       const float * mask, float * out, const residual_conv_params & p, int ith, int nth,
+                       int width = 0);
 
 // A Snake-activated convolution as Kokoro's generator runs its residual blocks on x [C, T]:
 //   out = residual + b + conv(snake(x)), snake(x) = (u + sin^2 u) / alpha, u = x * scale + shift

@@ -68,8 +68,12 @@ std::vector<float> piper_voice::run_decoder(vs_context & c, const std::vector<fl
                 const std::string w = r + std::to_string(cv) + ".";
                 // On the CPU, the engine's kernel: LeakyReLU, convolution, bias, mask and the
                 // residual add in one pass.
-                ggml_tensor * packed =
-                    c.cpu_kernels && cpu::residual_conv_fits(rb->ne[0]) ? c.cpu_packed_conv(w + "weight") : nullptr;
+                ggml_tensor * scales = nullptr;
+                ggml_tensor * packed = nullptr;
+                if (c.cpu_kernels && cpu::residual_conv_fits(rb->ne[0])) {
+                    packed = c.cpu_packed_conv_int16(w + "weight", scales);
+                    packed = packed ? packed : c.cpu_packed_conv(w + "weight");
+                }
                 if (packed) {
                     cpu::residual_conv_params p;
                     p.begin    = margin;
@@ -77,7 +81,7 @@ std::vector<float> piper_voice::run_decoder(vs_context & c, const std::vector<fl
                     p.pad      = same_padding(hp_.res_kernels[j], d);
                     p.dilation = d;
                     p.slope    = 0.1f;
-                    rb         = cpu::residual_conv(g, rb, packed, c.w(w + "bias"), inner, p);
+                    rb         = cpu::residual_conv(g, rb, packed, scales, c.w(w + "bias"), inner, p);
                     continue;
                 }
                 ggml_tensor * y = conv1d_window(c.graph_opts(), g, ggml_leaky_relu(g, rb, 0.1f, false),
