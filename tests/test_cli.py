@@ -251,3 +251,22 @@ def test_profile_commands_round_trip(tmp_path, joe_path, cli):
     run("profile", "delete", "Joseph")
     missing = run("synth", "--voice", "profile:Joseph", "--text", "Hi.", "--out", str(out), check=False)
     assert missing.returncode == 1 and "no profile named 'Joseph'" in missing.stderr
+
+
+def test_synth_reads_pause_tags_as_silence_to_the_sample(tmp_path, joe_path, cli):
+    """A script's pause tags (either syntax) are silence of exactly their length between the
+    audio of the text around them, never read aloud; a malformed one is an error naming its line."""
+    takes = {}
+    for name, text in (
+        ("a", "Hello there."),
+        ("b", "Goodbye now."),
+        ("ab", 'Hello there. [pause 0.75s]\n<break time="250ms"/> Goodbye now. [pause 100ms]'),
+    ):
+        cli("synth", "--voice", "piper:joe", "--text", text, "--out", str(tmp_path / f"{name}.wav"), "--seed", "4",
+            "--device", "cpu", "--threads", "2")  # fmt: skip
+        takes[name], rate = soundfile.read(str(tmp_path / f"{name}.wav"), dtype="int16")
+    silence = [0] * round(1.0 * rate)
+    assert takes["ab"].tolist() == takes["a"].tolist() + silence + takes["b"].tolist() + [0] * round(0.1 * rate)
+    result = cli("synth", "--text", "One.\nTwo [pause] three.", "--out", str(tmp_path / "x.wav"), check=False)
+    assert result.returncode != 0 and "line 2: '[pause]'" in result.stderr and "[pause 1.5s]" in result.stderr
+    assert not (tmp_path / "x.wav").exists()

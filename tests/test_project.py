@@ -9,9 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import soundfile
 
-from app.core.project import Project, ProjectFileError, Take, pending_recoveries
-from app.core.script import segment
+from app.core.export import Silences, export_wav
+from app.core.project import Project, ProjectFileError, Take, pending_recoveries, timeline
+from app.core.script import canonical_tags, segment, tags
 
 SETTINGS = {"speed": 1.0, "noise_scale": None, "noise_w": None, "seed": 0}
 
@@ -172,3 +174,50 @@ def test_a_live_session_is_not_offered_for_recovery(tmp_path, monkeypatch):
     assert pending_recoveries() == []  # this process is alive
     project.close()
     assert not list((tmp_path / "autosave").iterdir())
+
+
+PAUSES = (
+    'One. [pause 1.5s] Two<break time="250ms"/> three. [Pause] Four. [pause 2s][pause 500ms] Five. [pause 90s]'
+    "\n[pause .2s]"
+)
+
+
+def test_pause_tags_end_sentences_are_never_read_and_set_the_silence_between_them():
+    assert texts(PAUSES) == ["One.", "Two", "three.", "Four.", "Five."]
+    found = tags(PAUSES)
+    assert [t.seconds for t in found] == [1.5, 0.25, None, 2.0, 0.5, None, 0.2]
+    assert "[pause 1.5s]" in found[2].problem and "at most 60 s" in found[5].problem
+    assert canonical_tags(PAUSES) == PAUSES.replace('<break time="250ms"/>', "[pause 250ms]")
+    project = Project(PAUSES, settings=SETTINGS)
+    # Between sentences: the tags' sum, or the usual gap where none (or only malformed) are.
+    assert project.silences(list(range(5)), 0.3) == Silences(0.0, (1.5, 0.25, 0.3, 2.5), 0.2)
+    assert project.silences([0, 2], 0.3) == Silences(0.0, (1.75,), 0.0)  # every tag between the two
+    assert project.silences([2, 3], 0.3) == Silences(0.0, (0.3,), 0.0)  # a malformed tag alone: the gap
+
+
+def test_pauses_are_exact_to_the_sample_in_the_timeline_and_the_export_and_survive_saving(tmp_path):
+    project = Project("[pause 0.5s] " + PAUSES, settings=SETTINGS)
+    rng = np.random.default_rng(1)
+    for i, sentence in enumerate(project.sentences):
+        take = take_for(sentence)
+        take.audio = (rng.uniform(0.1, 0.5, 1000 + 37 * i) * rng.choice([-1, 1], 1000 + 37 * i)).astype(np.float32)
+        take.sample_rate = 24000
+        project.add_take(i, take)
+    loaded = Project.open(project.save(tmp_path / "p.vsproj"))
+    audio, rate, segments = timeline(loaded, gap_s=0.3)
+    silences = [0.5, 1.5, 0.25, 0.3, 2.5, 0.2]  # before, between, after
+    assert rate == 24000 and len(audio) == sum(1000 + 37 * i for i in range(5)) + sum(round(s * rate) for s in silences)
+    at = round(0.5 * rate)
+    for k, seg in enumerate(segments):
+        start = round(seg.start_s * rate)
+        assert start == at and not audio[at - round(silences[k] * rate) : at].any()
+        assert np.array_equal(audio[start : start + 1000 + 37 * k], loaded.sentences[k].take.audio)
+        at = start + 1000 + 37 * k + round(silences[k + 1] * rate)
+    # Written at twice the rate, the silences are counted in the written rate's samples.
+    clips = [s.take.audio for s in loaded.sentences]
+    report = export_wav(tmp_path / "x.wav", clips, rate, out_rate=48000, subtype="float",
+                        silences=loaded.silences(list(range(5)), 0.3))  # fmt: skip
+    written, _ = soundfile.read(str(report.path), dtype="float32")
+    assert len(written) == 2 * sum(len(c) for c in clips) + sum(round(s * 48000) for s in silences)
+    first_gap = slice(round(0.5 * 48000) + 2 * len(clips[0]), round(0.5 * 48000) + 2 * len(clips[0]) + 72000)
+    assert not written[first_gap].any() and written[first_gap.stop] != 0

@@ -469,3 +469,17 @@ def test_a_recording_is_re_voiced_into_the_current_sentence(window, monkeypatch,
     np.testing.assert_allclose(audio, stereo.mean(axis=1), atol=1e-4)  # FLAC's 16 bits, mixed to mono
     # Without a file, the current sentence's own take is the source; it has none yet.
     assert not window.revoice_current() and len(queued) == 1
+
+
+def test_pause_tags_are_shown_and_a_malformed_one_is_named(window):
+    set_script(window, "One. [pause 1.5s] Two.\nThree [pause] four.")
+    assert [s.text for s in window.project.sentences] == ["One.", "Two.", "Three", "four."]
+    tagged = [
+        sel.cursor.selectedText()
+        for sel in window.editor.extraSelections()
+        if sel.format.foreground().color().name() == "#6d28d9"
+    ]
+    assert tagged == ["[pause 1.5s]", "[pause]"]
+    assert window.editor.problems() == ["line 2: '[pause]': a pause is written [pause 1.5s] or with ms"]
+    assert "malformed pause tag" in window.statusBar().currentMessage()
+    assert "line 2" in window.statusBar().currentMessage()

@@ -54,6 +54,28 @@ def _blocks(source: str, phonemes: bool) -> list[str]:
     return [b for b in blocks if b.strip()] or [source]
 
 
+def _pieces(source: str, phonemes: bool) -> list[str | float]:
+    """Blocks of text to speak and, between them, the seconds of silence the script's pause
+    tags ask for (app.core.script); a malformed tag is an error naming it and its line."""
+    from app.core.script import tags
+
+    if phonemes:
+        return list(_blocks(source, True))
+    pieces: list[str | float] = []
+    at = 0
+    for tag in tags(source):
+        if tag.seconds is None:
+            line = source.count("\n", 0, tag.start) + 1
+            raise VoiceStudioError(f"line {line}: {tag.text(source)!r}: {tag.problem}")
+        if source[at : tag.start].strip():
+            pieces += _blocks(source[at : tag.start], False)
+        pieces.append(tag.seconds)
+        at = tag.end
+    if source[at:].strip() or not pieces:
+        pieces += _blocks(source[at:], False)
+    return pieces
+
+
 def _sum_timings(total: dict | None, timings: dict) -> dict:
     if total is None:
         return dict(timings, stages_ms=dict(timings["stages_ms"]))
@@ -93,7 +115,12 @@ def cmd_synth(args) -> int:
             with soundfile.SoundFile(
                 str(tmp), "w", engine.sample_rate, 1, subtype=SUBTYPES[args.format], format="WAV"
             ) as wav:
-                for block in _blocks(source, is_phonemes):
+                for block in _pieces(source, is_phonemes):
+                    if isinstance(block, float):  # a pause, to the sample
+                        silence = np.zeros(int(round(block * engine.sample_rate)), dtype=np.float32)
+                        wav.write(silence)
+                        samples += len(silence)
+                        continue
                     try:
                         take = engine.synthesize(
                             text=None if is_phonemes else block,

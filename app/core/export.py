@@ -128,16 +128,43 @@ def resample(audio: np.ndarray, rate_in: int, rate_out: int) -> np.ndarray:
     return resample_poly(audio.astype(np.float64), rate_out // g, rate_in // g).astype(np.float32)
 
 
-def render(clips: list[np.ndarray], sample_rate: int, *, gap_s: float = 0.3) -> np.ndarray:
-    """Clips end to end with ``gap_s`` of silence (rounded to whole samples) between them."""
+@dataclass(frozen=True)
+class Silences:
+    """The silence around clips laid end to end: before the first, between each and the next
+    (one fewer than the clips), after the last; in seconds."""
+
+    before: float
+    between: tuple[float, ...]
+    after: float
+
+    @classmethod
+    def even(cls, n_clips: int, gap_s: float) -> Silences:
+        return cls(0.0, (gap_s,) * max(n_clips - 1, 0), 0.0)
+
+    def samples(self, seconds: float, sample_rate: int) -> int:
+        return int(round(seconds * sample_rate))
+
+
+def render(
+    clips: list[np.ndarray], sample_rate: int, *, gap_s: float = 0.3, silences: Silences | None = None
+) -> np.ndarray:
+    """Clips end to end with ``gap_s`` of silence between them, or the ``silences`` given (a
+    script's pauses); each silence rounded to whole samples."""
     if not clips:
         raise ExportError("nothing to export: no sentence has a take yet")
-    gap = np.zeros(int(round(gap_s * sample_rate)), dtype=np.float32)
-    parts = []
+    silences = silences or Silences.even(len(clips), gap_s)
+    if len(silences.between) != len(clips) - 1:
+        raise ExportError(f"{len(clips)} clips need {len(clips) - 1} silences between them")
+
+    def zeros(seconds: float) -> np.ndarray:
+        return np.zeros(silences.samples(seconds, sample_rate), dtype=np.float32)
+
+    parts = [zeros(silences.before)]
     for i, clip in enumerate(clips):
         if i:
-            parts.append(gap)
+            parts.append(zeros(silences.between[i - 1]))
         parts.append(np.asarray(clip, dtype=np.float32))
+    parts.append(zeros(silences.after))
     return np.concatenate(parts)
 
 
@@ -149,9 +176,11 @@ def export_wav(
     out_rate: int | None = None,
     subtype: str = "pcm16",
     gap_s: float = 0.3,
+    silences: Silences | None = None,
     loudness: str | None = None,
 ) -> ExportReport:
-    """Write the clips as one WAV (atomically) and report what was written."""
+    """Write the clips as one WAV (atomically) and report what was written. Silences (``gap_s``
+    between clips, or ``silences``) are counted in samples of the written rate."""
     if subtype not in SUBTYPES:
         raise ExportError(f"sample format must be one of {sorted(SUBTYPES)}")
     if loudness is not None and loudness not in PRESETS:
@@ -159,7 +188,7 @@ def export_wav(
     rate = out_rate or sample_rate
     if not 8000 <= rate <= 192000:
         raise ExportError(f"sample rate {rate} Hz is outside 8000..192000")
-    audio = resample(render(clips, sample_rate, gap_s=gap_s), sample_rate, rate)
+    audio = render([resample(c, sample_rate, rate) for c in clips], rate, gap_s=gap_s, silences=silences)
     gain_db, limited = 0.0, False
     if loudness is not None:
         audio, gain_db, limited = normalize(audio, rate, PRESETS[loudness])

@@ -31,7 +31,7 @@ import numpy as np
 from app.core import paths
 from app.core.archive import read_bounded
 from app.core.atomic import write_bytes_atomic
-from app.core.script import segment
+from app.core.script import pause_between, segment
 
 SCHEMA_VERSION = 1
 SUFFIX = ".vsproj"
@@ -151,6 +151,23 @@ class Project:
     def add_take(self, index: int, take: Take) -> None:
         self.sentences[index].add_take(take)
         self.dirty = True
+
+    def silences(self, indices: list[int], gap_s: float):
+        """The silence around these sentences' takes laid end to end (export.Silences): the
+        script's pause tags between two of them where it has any, else ``gap_s``; the tags
+        before the script's first sentence and after its last where those are included."""
+        from app.core.export import Silences
+
+        if not indices:
+            return Silences(0.0, (), 0.0)
+        script, s = self.script, self.sentences
+        between = []
+        for i, j in zip(indices, indices[1:], strict=False):
+            pause = pause_between(script, s[i].end, s[j].start)
+            between.append(gap_s if pause is None else pause)
+        before = pause_between(script, 0, s[0].start) if indices[0] == 0 else None
+        after = pause_between(script, s[-1].end, len(script)) if indices[-1] == len(s) - 1 else None
+        return Silences(before or 0.0, tuple(between), after or 0.0)
 
     def takes_audio(self, indices: list[int] | None = None) -> list[tuple[int, Take]]:
         chosen = range(len(self.sentences)) if indices is None else indices
@@ -366,7 +383,8 @@ class Segment:
 
 
 def timeline(project: Project, *, gap_s: float = 0.3) -> tuple[np.ndarray, int, list[Segment]]:
-    """The current takes end to end (``gap_s`` apart) at the first take's sample rate."""
+    """The current takes end to end at the first take's sample rate, ``gap_s`` apart or as the
+    script's pause tags ask (Project.silences)."""
     from app.core.export import render, resample
 
     placed = project.takes_audio()
@@ -374,9 +392,9 @@ def timeline(project: Project, *, gap_s: float = 0.3) -> tuple[np.ndarray, int, 
         return np.zeros(0, dtype=np.float32), 0, []
     rate = placed[0][1].sample_rate
     clips = [resample(take.audio, take.sample_rate, rate) for _, take in placed]
-    gap = int(round(gap_s * rate))  # as render() spaces them
-    segments, start = [], 0
-    for (index, take), clip in zip(placed, clips, strict=True):
+    silences = project.silences([index for index, _ in placed], gap_s)
+    segments, start = [], silences.samples(silences.before, rate)  # as render() spaces them
+    for k, ((index, take), clip) in enumerate(zip(placed, clips, strict=True)):
         segments.append(Segment(index, start / rate, (start + len(clip)) / rate, take))
-        start += len(clip) + gap
-    return render(clips, rate, gap_s=gap_s), rate, segments
+        start += len(clip) + (silences.samples(silences.between[k], rate) if k < len(clips) - 1 else 0)
+    return render(clips, rate, silences=silences), rate, segments

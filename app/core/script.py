@@ -7,6 +7,13 @@ paragraph; a blank line ends a paragraph. A single line break is a space, so
 hard-wrapped text files read as they were written. Common abbreviations and initials
 ("Dr.", "e.g.", "J. R. R."), decimal numbers and punctuation followed by a lower-case
 word ('"Really?" she asked.') do not end a sentence.
+
+Pauses are tags in the script: ``[pause 1.5s]`` or ``[pause 500ms]``, and SSML's
+``<break time="1.5s"/>`` as other tools write them (``canonical_tags`` rewrites those in
+the first form). A tag ends the sentence before it and is never read aloud; the silence
+between two sentences is then exactly the sum of the tags between them (instead of the
+usual gap), to the sample. A malformed tag (no length, a length over MAX_PAUSE_S) still
+ends the sentence and is not read; ``tags`` reports what is wrong with it.
 """
 
 from __future__ import annotations
@@ -20,6 +27,11 @@ ABBREVIATIONS = frozenset(
 )
 
 _END = re.compile(r"""[.!?…]+["'”’)\]]*""")
+# Anything that starts like a pause tag, up to its closing bracket (or the line's end).
+_TAG = re.compile(r"\[\s*pause\b[^\]\n]*\]?|<\s*break\b[^>\n]*>?", re.I)
+_PAUSE = re.compile(r"\[\s*pause\s+(\d+(?:\.\d+)?|\.\d+)\s*(ms|s)\s*\]", re.I)
+_BREAK = re.compile(r"""<\s*break\s+time\s*=\s*(["'])(\d+(?:\.\d+)?|\.\d+)\s*(ms|s)\1\s*/?\s*>""", re.I)
+MAX_PAUSE_S = 60.0
 _PARAGRAPH = re.compile(r"\n[ \t]*\n\s*")
 
 
@@ -31,6 +43,59 @@ class Span:
 
     def text(self, script: str) -> str:
         return script[self.start : self.end]
+
+
+@dataclass(frozen=True)
+class Tag:
+    start: int  # offsets into the script, end exclusive
+    end: int
+    seconds: float | None  # None where the tag is malformed
+    problem: str = ""  # what is wrong with it, for the editor
+
+    def text(self, script: str) -> str:
+        return script[self.start : self.end]
+
+
+def tags(script: str) -> list[Tag]:
+    """Every pause tag of the script, in order, each with its length or what is wrong with it."""
+    found = []
+    for match in _TAG.finditer(script):
+        text = match.group()
+        full = _PAUSE.fullmatch(text) or _BREAK.fullmatch(text)
+        if full is None:
+            example = "[pause 1.5s]" if text.lstrip("[ ").lower().startswith("pause") else '<break time="1.5s"/>'
+            found.append(Tag(match.start(), match.end(), None, f"a pause is written {example} or with ms"))
+            continue
+        value, unit = full.group(full.lastindex - 1), full.group(full.lastindex)
+        seconds = float(value) / (1000.0 if unit.lower() == "ms" else 1.0)
+        if seconds > MAX_PAUSE_S:
+            found.append(Tag(match.start(), match.end(), None, f"a pause is at most {MAX_PAUSE_S:g} s"))
+            continue
+        found.append(Tag(match.start(), match.end(), seconds))
+    return found
+
+
+def canonical_tags(script: str) -> str:
+    """The script with each well-formed SSML break written as [pause ...] (malformed tags kept as they are)."""
+    out, at = [], 0
+    for tag in tags(script):
+        if tag.seconds is not None and tag.text(script).lstrip().startswith("<"):
+            out += [script[at : tag.start], f"[pause {_format_seconds(tag.seconds)}]"]
+            at = tag.end
+    return "".join(out) + script[at:]
+
+
+def _format_seconds(seconds: float) -> str:
+    if seconds < 1.0 and round(seconds * 1000.0, 6).is_integer():
+        return f"{round(seconds * 1000.0):d}ms"
+    return f"{seconds:g}s"
+
+
+def pause_between(script: str, end: int, start: int) -> float | None:
+    """The pause the tags in script[end:start] ask for (their sum), or None where there are
+    none; malformed tags count as none."""
+    lengths = [t.seconds for t in tags(script[end:start])]
+    return sum(s for s in lengths if s is not None) if any(s is not None for s in lengths) else None
 
 
 def _is_abbreviation(script: str, dot: int) -> bool:
@@ -68,11 +133,20 @@ def segment(script: str) -> list[Span]:
     breaks = list(_PARAGRAPH.finditer(script))
     paragraph_starts = [0] + [m.end() for m in breaks]
     paragraph_ends = [m.start() for m in breaks] + [len(script)]
+    all_tags = tags(script)
     for index, (p_start, p_end) in enumerate(zip(paragraph_starts, paragraph_ends, strict=True)):
-        begin = p_start
-        for cut in [*_sentence_ends(script, p_start, p_end), p_end]:
-            _append(spans, script, begin, cut, index)
-            begin = cut
+        # A tag ends the sentence before it; the text between tags splits as any other.
+        pieces, begin = [], p_start
+        for tag in all_tags:
+            if p_start <= tag.start < p_end:
+                pieces.append((begin, tag.start))
+                begin = min(tag.end, p_end)
+        pieces.append((begin, p_end))
+        for piece_start, piece_end in pieces:
+            begin = piece_start
+            for cut in [*_sentence_ends(script, piece_start, piece_end), piece_end]:
+                _append(spans, script, begin, cut, index)
+                begin = cut
     return spans
 
 

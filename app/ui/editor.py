@@ -2,8 +2,10 @@
 
 Each sentence is underlined by its state (no take yet: dotted grey; current take
 up to date: green; stale: orange wave; locked: grey background) and the sentence
-under the cursor is tinted. Text changes reach the project after a short pause so
-that typing and pasting a chapter stay responsive; undo/redo are the editor's.
+under the cursor is tinted. Pause tags (app.core.script) are shown in violet, a
+malformed one with a red wave, and ``tag_problems`` names what is wrong with each.
+Text changes reach the project after a short pause so that typing and pasting a
+chapter stay responsive; undo/redo are the editor's.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QPlainTextEdit, QTextEdit
 
 from app.core.project import Project
+from app.core.script import tags
 
 STYLES = {
     "none": (QTextCharFormat.UnderlineStyle.DotLine, "#9ca3af"),
@@ -24,6 +27,7 @@ STYLES = {
 class ScriptEditor(QPlainTextEdit):
     script_changed = Signal(str)  # after the typing pause
     current_sentence_changed = Signal(int)
+    tag_problems = Signal(list)  # after the typing pause: "line N: 'tag': what is wrong" for each malformed tag
 
     DEBOUNCE_MS = 250
 
@@ -52,8 +56,20 @@ class ScriptEditor(QPlainTextEdit):
         if self.project is not None and self.toPlainText() != self.project.script:
             self.project.set_script(self.toPlainText())
             self.script_changed.emit(self.project.script)
+            self.tag_problems.emit(self.problems())
             self.refresh()
             self._cursor_moved()
+
+    def problems(self) -> list[str]:
+        """What is wrong with each malformed pause tag of the project's script, with its line."""
+        if self.project is None:
+            return []
+        script = self.project.script
+        return [
+            f"line {script.count(chr(10), 0, t.start) + 1}: {t.text(script)!r}: {t.problem}"
+            for t in tags(script)
+            if t.seconds is None
+        ]
 
     def current_sentence(self) -> int:
         self.flush()
@@ -106,14 +122,25 @@ class ScriptEditor(QPlainTextEdit):
                 fmt.setBackground(QColor("#e5e7eb"))
             if i == self._current:
                 fmt.setBackground(QColor("#dbeafe"))
-            selection = QTextEdit.ExtraSelection()
-            selection.format = fmt
-            cursor = QTextCursor(self.document())
-            cursor.setPosition(sentence.start)
-            cursor.setPosition(sentence.end, QTextCursor.MoveMode.KeepAnchor)
-            selection.cursor = cursor
-            selections.append(selection)
+            selections.append(self._selection(sentence.start, sentence.end, fmt))
+        for tag in tags(project.script):
+            fmt = QTextCharFormat()
+            fmt.setForeground(QColor("#6d28d9"))
+            fmt.setBackground(QColor("#ede9fe"))
+            if tag.seconds is None:
+                fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.WaveUnderline)
+                fmt.setUnderlineColor(QColor("#dc2626"))
+            selections.append(self._selection(tag.start, tag.end, fmt))
         self.setExtraSelections(selections)
+
+    def _selection(self, start: int, end: int, fmt: QTextCharFormat) -> QTextEdit.ExtraSelection:
+        selection = QTextEdit.ExtraSelection()
+        selection.format = fmt
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(start)
+        cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+        selection.cursor = cursor
+        return selection
 
     def _cursor_moved(self) -> None:
         if self.project is None or self._debounce.isActive() or not self.project.sentences:

@@ -98,6 +98,7 @@ class StudioWindow(EngineJobsMixin, PlaybackMixin, ProjectFilesMixin, QMainWindo
         # wiring
         self.editor.script_changed.connect(self._script_changed)
         self.editor.current_sentence_changed.connect(self._current_sentence_changed)
+        self.editor.tag_problems.connect(self._tag_problems)
         self.timeline.sentence_clicked.connect(self._sentence_clicked)
         self.timeline.cursor_moved.connect(self._cursor_moved)
         self.inspector.settings_changed.connect(self._settings_changed)
@@ -207,6 +208,11 @@ class StudioWindow(EngineJobsMixin, PlaybackMixin, ProjectFilesMixin, QMainWindo
     def _script_changed(self, _script: str) -> None:
         self._refresh_timeline()
         self._title()
+
+    def _tag_problems(self, problems: list) -> None:
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            self.statusBar().showMessage(f"malformed pause tag, not read aloud: {problems[0]}{more}", 10000)
 
     def _current_sentence_changed(self, index: int) -> None:
         sentence = self.project.sentences[index] if 0 <= index < len(self.project.sentences) else None

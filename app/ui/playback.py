@@ -76,7 +76,8 @@ class PlaybackMixin:
         if len(placed) < 2 or placed[-1] != index:
             return  # not the new end of the timeline: it shows up the next time playback starts
         take, rate = self.project.sentences[index].take, self.player.sample_rate
-        gap = np.zeros(int(round(float(self.settings["gap_s"]) * rate)), dtype=np.float32)
+        silences = self.project.silences(placed[-2:], float(self.settings["gap_s"]))  # a pause tag's too
+        gap = np.zeros(silences.samples(silences.between[0], rate), dtype=np.float32)
         self.player.append(np.concatenate([gap, export_mod.resample(take.audio, take.sample_rate, rate)]))
 
     def stop(self) -> None:

@@ -67,11 +67,11 @@ class ProjectFilesMixin:
         except (OSError, UnicodeDecodeError) as exc:
             self.show_error(RuntimeError(f"{path}: cannot read it as UTF-8 text ({exc})"))
             return
-        if Path(path).suffix.lower() in (".md", ".markdown"):
-            from app.core.script import markdown_to_script
+        from app.core.script import canonical_tags, markdown_to_script
 
+        if Path(path).suffix.lower() in (".md", ".markdown"):
             text = markdown_to_script(text)
-        self.editor.setPlainText(text)
+        self.editor.setPlainText(canonical_tags(text))  # SSML breaks as [pause ...]
         self.editor.flush()
 
     def save(self) -> bool:
@@ -151,6 +151,7 @@ class ProjectFilesMixin:
             start, end = self.timeline.selection()
             rate = self.timeline.rate
             clips = [self.timeline.audio[int(start * rate) : int(end * rate)]]
+            silences = None
         else:
             indices = None if scope == "all" else self.selected_sentences()
             placed = self.project.takes_audio(indices)
@@ -159,9 +160,10 @@ class ProjectFilesMixin:
                 return None
             rate = placed[0][1].sample_rate
             clips = [export_mod.resample(t.audio, t.sample_rate, rate) for _, t in placed]
+            silences = self.project.silences([i for i, _ in placed], gap_s)  # the script's pauses
         try:
             report = export_mod.export_wav(
-                path, clips, rate, out_rate=out_rate, subtype=subtype, gap_s=gap_s, loudness=loudness
+                path, clips, rate, out_rate=out_rate, subtype=subtype, silences=silences, loudness=loudness
             )
         except (export_mod.ExportError, OSError) as exc:
             self.show_error(exc)
