@@ -270,3 +270,21 @@ def test_synth_reads_pause_tags_as_silence_to_the_sample(tmp_path, joe_path, cli
     result = cli("synth", "--text", "One.\nTwo [pause] three.", "--out", str(tmp_path / "x.wav"), check=False)
     assert result.returncode != 0 and "line 2: '[pause]'" in result.stderr and "[pause 1.5s]" in result.stderr
     assert not (tmp_path / "x.wav").exists()
+
+
+def test_synth_writes_flac_mp3_and_opus_by_the_files_name(tmp_path, joe_path, cli):
+    takes = {}
+    for name in ("x.wav", "x.flac", "x.mp3", "x.opus"):
+        cli("synth", "--voice", "piper:joe", "--text", "Hello there. [pause 0.5s] Goodbye.", "--out",
+            str(tmp_path / name), "--device", "cpu", "--threads", "2")  # fmt: skip
+        info = soundfile.info(str(tmp_path / name))
+        takes[name] = (info.format, info.samplerate, info.duration)
+    assert takes["x.wav"][:2] == ("WAV", 22050) and takes["x.flac"][:2] == ("FLAC", 22050)
+    assert takes["x.mp3"][:2] == ("MP3", 22050) and takes["x.opus"][:2] == ("OGG", 24000)  # Opus: 24 kHz
+    assert soundfile.read(str(tmp_path / "x.flac"), dtype="int16")[0].tolist() == (
+        soundfile.read(str(tmp_path / "x.wav"), dtype="int16")[0].tolist()
+    )
+    for name in ("x.mp3", "x.opus"):
+        assert abs(takes[name][2] - takes["x.wav"][2]) < 0.1
+    result = cli("synth", "--text", "Hi.", "--out", str(tmp_path / "y.flac"), "--format", "float", check=False)
+    assert result.returncode != 0 and "FLAC holds 16- or 24-bit PCM" in result.stderr

@@ -5,7 +5,7 @@ import pyloudnorm
 import pytest
 import soundfile
 
-from app.core.export import PRESETS, ExportError, export_wav, rms_db, true_peak_db
+from app.core.export import PRESETS, ExportError, export_audio, rms_db, true_peak_db
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def clips(engine):
 @pytest.mark.parametrize("preset", ["podcast", "broadcast"])
 def test_lufs_presets_hit_their_target(tmp_path, clips, preset):
     audio, rate = clips
-    report = export_wav(tmp_path / "out.wav", audio, rate, subtype="pcm24", loudness=preset)
+    report = export_audio(tmp_path / "out.wav", audio, rate, subtype="pcm24", loudness=preset)
     written, written_rate = soundfile.read(str(report.path), dtype="float64")
     measured = pyloudnorm.Meter(written_rate).integrated_loudness(written)
     assert abs(measured - PRESETS[preset].lufs) <= 0.5
@@ -26,7 +26,7 @@ def test_lufs_presets_hit_their_target(tmp_path, clips, preset):
 
 def test_acx_preset_rms_and_peak(tmp_path, clips):
     audio, rate = clips
-    report = export_wav(tmp_path / "book.wav", audio, rate, loudness="acx", out_rate=44100)
+    report = export_audio(tmp_path / "book.wav", audio, rate, loudness="acx", out_rate=44100)
     written, written_rate = soundfile.read(str(report.path), dtype="float32")
     assert written_rate == 44100
     assert -23.0 <= rms_db(written) <= -18.0 and abs(rms_db(written) - -20.0) <= 0.5
@@ -36,7 +36,7 @@ def test_acx_preset_rms_and_peak(tmp_path, clips):
 @pytest.mark.parametrize(("subtype", "expected"), [("pcm16", "PCM_16"), ("pcm24", "PCM_24"), ("float", "FLOAT")])
 def test_formats_rates_and_gaps(tmp_path, clips, subtype, expected):
     audio, rate = clips
-    report = export_wav(tmp_path / "x.wav", audio, rate, subtype=subtype, gap_s=0.5, out_rate=48000)
+    report = export_audio(tmp_path / "x.wav", audio, rate, subtype=subtype, gap_s=0.5, out_rate=48000)
     info = soundfile.info(str(report.path))
     assert info.subtype == expected and info.samplerate == 48000 and info.channels == 1
     want_s = sum(len(c) for c in audio) / rate + 2 * 0.5
@@ -49,11 +49,48 @@ def test_formats_rates_and_gaps(tmp_path, clips, subtype, expected):
 def test_bad_exports_are_refused_and_write_nothing(tmp_path, clips):
     audio, rate = clips
     with pytest.raises(ExportError, match="no sentence"):
-        export_wav(tmp_path / "a.wav", [], rate)
+        export_audio(tmp_path / "a.wav", [], rate)
     with pytest.raises(ExportError, match="silent"):
-        export_wav(tmp_path / "b.wav", [np.zeros(rate, dtype=np.float32)], rate, loudness="podcast")
+        export_audio(tmp_path / "b.wav", [np.zeros(rate, dtype=np.float32)], rate, loudness="podcast")
     with pytest.raises(ExportError, match="preset"):
-        export_wav(tmp_path / "c.wav", audio, rate, loudness="loud")
+        export_audio(tmp_path / "c.wav", audio, rate, loudness="loud")
     with pytest.raises(ExportError, match="sample rate"):
-        export_wav(tmp_path / "d.wav", audio, rate, out_rate=1000)
+        export_audio(tmp_path / "d.wav", audio, rate, out_rate=1000)
+    with pytest.raises(ExportError, match="FLAC holds 16- or 24-bit PCM"):
+        export_audio(tmp_path / "e.flac", audio, rate, subtype="float")
+    with pytest.raises(ExportError, match=r"must end in \.wav, \.flac, \.mp3 or \.opus"):
+        export_audio(tmp_path / "f.aiff", audio, rate)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_flac_holds_the_wavs_samples_and_mp3_and_opus_sound_as_it(tmp_path, clips):
+    """FLAC is lossless: the same 16-bit samples as the WAV. MP3 and Opus are lossy: their
+    encoders' rates (Opus takes 22.05 kHz audio at 24 kHz), about the WAV's length (the
+    encoders pad a frame or so), and the WAV's spectrum."""
+    from app.audio.dsp import log_mel_cosine
+    from app.core.export import resample
+
+    audio, rate = clips
+    wav = export_audio(tmp_path / "x.wav", audio, rate, gap_s=0.25)
+    want, _ = soundfile.read(str(wav.path), dtype="int16")
+    flac = export_audio(tmp_path / "x.flac", audio, rate, gap_s=0.25)
+    got, got_rate = soundfile.read(str(flac.path), dtype="int16")
+    assert soundfile.info(str(flac.path)).format == "FLAC" and got_rate == rate
+    assert np.array_equal(got, want)
+    reference = want.astype(np.float32) / 32768
+    for name, container, subtype, written_rate in (
+        ("x.mp3", "MP3", "MPEG_LAYER_III", rate),
+        ("x.opus", "OGG", "OPUS", 24000),
+    ):
+        report = export_audio(tmp_path / name, audio, rate, gap_s=0.25)
+        info = soundfile.info(str(report.path))
+        assert (
+            (info.format, info.subtype, info.samplerate)
+            == (container, subtype, written_rate)
+            == (container, subtype, report.sample_rate)
+        )
+        decoded, _ = soundfile.read(str(report.path), dtype="float32")
+        assert abs(len(decoded) / written_rate - len(reference) / rate) < 0.1
+        back = resample(decoded, written_rate, rate)
+        n = min(len(back), len(reference))
+        assert log_mel_cosine(back[:n], reference[:n], rate) >= 0.97, name

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from app.core.export import Silences, export_wav
+from app.core.export import Silences, export_audio
 from app.core.project import Project, ProjectFileError, Take, pending_recoveries, timeline
 from app.core.script import canonical_tags, segment, tags
 
@@ -215,7 +215,7 @@ def test_pauses_are_exact_to_the_sample_in_the_timeline_and_the_export_and_survi
         at = start + 1000 + 37 * k + round(silences[k + 1] * rate)
     # Written at twice the rate, the silences are counted in the written rate's samples.
     clips = [s.take.audio for s in loaded.sentences]
-    report = export_wav(tmp_path / "x.wav", clips, rate, out_rate=48000, subtype="float",
+    report = export_audio(tmp_path / "x.wav", clips, rate, out_rate=48000, subtype="float",
                         silences=loaded.silences(list(range(5)), 0.3))  # fmt: skip
     written, _ = soundfile.read(str(report.path), dtype="float32")
     assert len(written) == 2 * sum(len(c) for c in clips) + sum(round(s * 48000) for s in silences)

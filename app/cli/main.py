@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--text")
     src.add_argument("--text-file", type=Path)
     src.add_argument("--phonemes", help="IPA, bypassing espeak-ng; one sentence per line")
-    s.add_argument("--out", type=Path, help="WAV file to write")
+    s.add_argument("--out", type=Path, help="file to write: .wav (also a pipe), .flac, .mp3 or .opus")
     _add_device_args(s)
     s.add_argument("--speed", type=float, default=1.0, help="speaking rate; 2.0 is twice as fast")
     s.add_argument("--noise-scale", type=float)
@@ -48,7 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--exaggeration", type=float, help="Chatterbox Multilingual: its emotion (default 0.5)")
     s.add_argument("--timings-json", type=Path)
     s.add_argument("--print-phonemes", action="store_true", help="print what espeak-ng produced")
-    s.add_argument("--format", choices=["pcm16", "pcm24", "float"], default="pcm16")
+    s.add_argument(
+        "--format", choices=["pcm16", "pcm24", "float"], default="pcm16", help="sample format of WAV and FLAC"
+    )
 
     r = sub.add_parser("revoice", help="re-voice a recording into a Chatterbox voice (S3Gen alone)")
     r.add_argument("--audio", type=Path, required=True, help="the speech to re-voice (WAV, FLAC, OGG, MP3)")

@@ -92,8 +92,9 @@ def cmd_synth(args) -> int:
     import numpy as np
     import soundfile
 
-    from app.audio.wav import SUBTYPES
+    from app.audio.wav import CONTAINERS, container_of, encoder_rate, file_subtype, pcm_samples
     from app.core.atomic import atomic_path
+    from app.core.export import resample
     from app.engine.errors import NothingToSpeakError
     from app.profiles.voices import open_engine
 
@@ -102,6 +103,12 @@ def cmd_synth(args) -> int:
     if args.out is None and not args.print_phonemes:
         raise VoiceStudioError("--out is required (or --print-phonemes)")
     text = read_text(args.text_file) if args.text_file else args.text
+    # The container by --out's name (WAV for a pipe or a name without a known extension).
+    container = container_of(args.out) if args.out and args.out.suffix.lower() in CONTAINERS else "WAV"
+    try:
+        kind = file_subtype(container, args.format)
+    except ValueError as exc:
+        raise VoiceStudioError(str(exc)) from None
     with open_engine(args.voice, device=args.device, threads=args.threads) as engine:
         if args.print_phonemes:
             if text is None:
@@ -111,14 +118,13 @@ def cmd_synth(args) -> int:
                 return 0
         source, is_phonemes = (args.phonemes, True) if args.phonemes is not None else (text, False)
         timings, warnings, samples, device, threads = None, [], 0, engine.device, engine.threads
+        rate = encoder_rate(container, engine.sample_rate)  # Opus: 22.05 kHz voices at 24 kHz
         with atomic_path(args.out) as tmp:
-            with soundfile.SoundFile(
-                str(tmp), "w", engine.sample_rate, 1, subtype=SUBTYPES[args.format], format="WAV"
-            ) as wav:
+            with soundfile.SoundFile(str(tmp), "w", rate, 1, subtype=kind, format=container) as wav:
                 for block in _pieces(source, is_phonemes):
                     if isinstance(block, float):  # a pause, to the sample
-                        silence = np.zeros(int(round(block * engine.sample_rate)), dtype=np.float32)
-                        wav.write(silence)
+                        silence = np.zeros(int(round(block * rate)), dtype=np.float32)
+                        wav.write(pcm_samples(silence, kind))
                         samples += len(silence)
                         continue
                     try:
@@ -137,13 +143,13 @@ def cmd_synth(args) -> int:
                         )
                     except NothingToSpeakError:
                         continue  # a block of punctuation alone; the script as a whole is judged below
-                    wav.write(np.clip(take.audio, -1.0, 1.0))
-                    samples += len(take.audio)
+                    audio = np.clip(resample(take.audio, engine.sample_rate, rate), -1.0, 1.0)
+                    wav.write(pcm_samples(audio, kind))
+                    samples += len(audio)
                     timings = _sum_timings(timings, take.timings)  # first_audio_ms: the first block's
                     warnings += [w for w in take.warnings if w not in warnings]
             if timings is None:
                 raise NothingToSpeakError("nothing to speak in the input")
-        rate = engine.sample_rate
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     audio_s = samples / rate

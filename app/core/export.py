@@ -1,4 +1,5 @@
-"""Rendering takes to one WAV: gaps, sample rate, sample format, loudness presets.
+"""Rendering takes to one file (WAV, FLAC, MP3 or Opus): gaps, sample rate, sample format,
+loudness presets.
 
 Loudness is measured with pyloudnorm (ITU-R BS.1770-4 integrated loudness); true
 peak is the peak of the signal oversampled four times (BS.1770 annex 2). A preset
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.audio.wav import SUBTYPES, write_wav
+from app.audio.wav import container_of, encoder_rate, file_subtype, write_audio
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,7 @@ def render(
     return np.concatenate(parts)
 
 
-def export_wav(
+def export_audio(
     path: Path | str,
     clips: list[np.ndarray],
     sample_rate: int,
@@ -179,23 +180,29 @@ def export_wav(
     silences: Silences | None = None,
     loudness: str | None = None,
 ) -> ExportReport:
-    """Write the clips as one WAV (atomically) and report what was written. Silences (``gap_s``
-    between clips, or ``silences``) are counted in samples of the written rate."""
-    if subtype not in SUBTYPES:
-        raise ExportError(f"sample format must be one of {sorted(SUBTYPES)}")
+    """Write the clips as one file (atomically; its container by its name: app.audio.wav) and
+    report what was written. Silences (``gap_s`` between clips, or ``silences``) are counted in
+    samples of the written rate; MP3 and Opus are written at the nearest rate their encoders
+    take (an Opus file of 22.05 kHz audio at 24 kHz)."""
+    try:
+        container = container_of(path)
+        file_subtype(container, subtype)
+    except ValueError as exc:
+        raise ExportError(str(exc)) from None
     if loudness is not None and loudness not in PRESETS:
         raise ExportError(f"loudness preset must be one of {sorted(PRESETS)}")
     rate = out_rate or sample_rate
     if not 8000 <= rate <= 192000:
         raise ExportError(f"sample rate {rate} Hz is outside 8000..192000")
+    rate = encoder_rate(container, rate)
     audio = render([resample(c, sample_rate, rate) for c in clips], rate, gap_s=gap_s, silences=silences)
     gain_db, limited = 0.0, False
     if loudness is not None:
         audio, gain_db, limited = normalize(audio, rate, PRESETS[loudness])
-    elif subtype != "float" and np.max(np.abs(audio)) > 1.0:
+    elif (subtype != "float" or container != "WAV") and np.max(np.abs(audio)) > 1.0:
         audio = limit(audio, rate, -0.3)
         limited = True
-    written = write_wav(path, audio, rate, subtype=subtype)
+    written = write_audio(path, audio, rate, subtype=subtype)
     return ExportReport(
         written,
         rate,

@@ -19,7 +19,7 @@ class ExportDialog(QDialog):
 
     def __init__(self, parent, settings: Settings):
         super().__init__(parent)
-        self.setWindowTitle("Export WAV")
+        self.setWindowTitle("Export")
         self.scope = self._combo(self.SCOPES, "all")
         self.rate = self._combo(
             {None: "voice's rate", 22050: "22050 Hz", 24000: "24000 Hz", 44100: "44100 Hz", 48000: "48000 Hz"}, None
@@ -31,7 +31,7 @@ class ExportDialog(QDialog):
         form = QFormLayout(self)
         form.addRow("What", self.scope)
         form.addRow("Sample rate", self.rate)
-        form.addRow("Format", self.format)
+        form.addRow("Sample format (WAV, FLAC)", self.format)
         form.addRow("Silence between sentences", self.gap)
         form.addRow("Loudness", self.loudness)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)

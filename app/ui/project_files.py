@@ -8,6 +8,7 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QApplication, QDialog, QFileDialog, QMessageBox
 
+from app.audio.wav import CONTAINERS
 from app.core import export as export_mod
 from app.core.project import SUFFIX, Project, ProjectFileError, discard_recovery, pending_recoveries
 from app.ui.dialogs import ExportDialog
@@ -140,12 +141,17 @@ class ProjectFilesMixin:
         dialog = ExportDialog(self, self.settings)
         if dialog.exec() != QDialog.DialogCode.Accepted:
             return
-        path, _ = QFileDialog.getSaveFileName(self, "Export WAV", "script.wav", "WAV (*.wav)")
+        path, chosen = QFileDialog.getSaveFileName(
+            self, "Export", "script.wav", "WAV (*.wav);;FLAC (*.flac);;MP3 (*.mp3);;Opus (*.opus)"
+        )
         if path:
+            if Path(path).suffix.lower() not in CONTAINERS:  # the chosen filter's extension
+                path += "." + chosen.split("*.")[-1].rstrip(")") if "*." in chosen else ".wav"
             self.export(path, **dialog.options())
 
     def export(self, path, *, scope="all", subtype="pcm16", out_rate=None, gap_s=0.3, loudness=None):
-        """Write the whole script, the selected sentence, or the timeline selection as one WAV."""
+        """Write the whole script, the selected sentence, or the timeline selection as one file
+        (WAV, FLAC, MP3 or Opus, by its name)."""
         self.editor.flush()
         if scope == "selection" and self.timeline.selection() is not None:
             start, end = self.timeline.selection()
@@ -162,7 +168,7 @@ class ProjectFilesMixin:
             clips = [export_mod.resample(t.audio, t.sample_rate, rate) for _, t in placed]
             silences = self.project.silences([i for i, _ in placed], gap_s)  # the script's pauses
         try:
-            report = export_mod.export_wav(
+            report = export_mod.export_audio(
                 path, clips, rate, out_rate=out_rate, subtype=subtype, silences=silences, loudness=loudness
             )
         except (export_mod.ExportError, OSError) as exc:
