@@ -1,5 +1,7 @@
 """The studio window, offscreen: jobs, views, takes, devices, export, projects, playback."""
 
+import re
+
 import numpy as np
 import pyloudnorm
 import pytest
@@ -483,3 +485,26 @@ def test_pause_tags_are_shown_and_a_malformed_one_is_named(window):
     assert window.editor.problems() == ["line 2: '[pause]': a pause is written [pause 1.5s] or with ms"]
     assert "malformed pause tag" in window.statusBar().currentMessage()
     assert "line 2" in window.statusBar().currentMessage()
+
+
+def test_subtitles_time_each_sentence_as_the_exported_audio_places_it(qtbot, window, tmp_path):
+    set_script(window, "The first sentence. [pause 1.25s] The second --> one.\n\nA third.")
+    run_job(qtbot, window)
+    audio = window.export(tmp_path / "x.wav", subtype="float", gap_s=float(window.settings["gap_s"]))
+    written, rate = soundfile.read(str(audio.path), dtype="float32")
+    srt = window.export_subtitles(tmp_path / "x.srt").read_text(encoding="utf-8")
+    vtt = window.export_subtitles(tmp_path / "x.vtt").read_text(encoding="utf-8")
+    times = re.findall(r"(\d\d):(\d\d):(\d\d),(\d\d\d) --> (\d\d):(\d\d):(\d\d),(\d\d\d)", srt)
+    assert vtt.startswith("WEBVTT\n\n") and vtt.count(" --> ") == 3 and "The second → one." in vtt
+    assert "2\n" in srt and "The second --> one." in srt and "A third." in srt
+    sentences = window.project.sentences
+    at = 0
+    gaps = [1.25, float(window.settings["gap_s"])]
+    for k, t in enumerate(times):
+        start = int(t[0]) * 3600 + int(t[1]) * 60 + int(t[2]) + int(t[3]) / 1000
+        end = int(t[4]) * 3600 + int(t[5]) * 60 + int(t[6]) + int(t[7]) / 1000
+        take = sentences[k].take
+        assert abs(start - at / rate) <= 0.0005 and abs(end - (at + len(take.audio)) / rate) <= 0.0005
+        assert np.array_equal(written[at : at + len(take.audio)], take.audio)  # where the audio is
+        at += len(take.audio) + (round(gaps[k] * rate) if k < 2 else 0)
+    assert at == len(written)

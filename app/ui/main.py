@@ -152,6 +152,7 @@ class StudioWindow(EngineJobsMixin, PlaybackMixin, ProjectFilesMixin, QMainWindo
         self._action(f, "&Save", self.save, "Ctrl+S")
         self._action(f, "Save &as…", self.save_as)
         self._action(f, "&Export audio…", self.export_dialog, "Ctrl+E")
+        self._action(f, "Export su&btitles (.srt, .vtt)…", self.export_subtitles_dialog)
         f.addSeparator()
         self._action(f, "&Quit", self.close, "Ctrl+Q")
         s = bar.addMenu("&Synthesize")

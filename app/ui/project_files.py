@@ -141,6 +141,10 @@ class ProjectFilesMixin:
         dialog = ExportDialog(self, self.settings)
         if dialog.exec() != QDialog.DialogCode.Accepted:
             return
+        if dialog.options()["gap_s"] != float(self.settings["gap_s"]):
+            # The timeline, playback and subtitles space sentences as the export does.
+            self.settings["gap_s"] = dialog.options()["gap_s"]
+            self._refresh_timeline()
         path, chosen = QFileDialog.getSaveFileName(
             self, "Export", "script.wav", "WAV (*.wav);;FLAC (*.flac);;MP3 (*.mp3);;Opus (*.opus)"
         )
@@ -180,6 +184,28 @@ class ProjectFilesMixin:
             8000,
         )
         return report
+
+    def export_subtitles_dialog(self) -> None:
+        path, chosen = QFileDialog.getSaveFileName(
+            self, "Export subtitles", "script.srt", "SubRip (*.srt);;WebVTT (*.vtt)"
+        )
+        if path:
+            if Path(path).suffix.lower() not in (".srt", ".vtt"):
+                path += ".vtt" if "vtt" in chosen else ".srt"
+            self.export_subtitles(path)
+
+    def export_subtitles(self, path) -> Path | None:
+        """A cue for each sentence with a take, timed as the timeline and the export place it."""
+        from app.core.subtitles import cues, write_subtitles
+
+        self.editor.flush()
+        try:
+            written = write_subtitles(path, cues(self.project, gap_s=float(self.settings["gap_s"])))
+        except (ValueError, OSError) as exc:
+            self.show_error(exc)
+            return None
+        self.statusBar().showMessage(f"exported {written.name}", 8000)
+        return written
 
     def selected_sentences(self) -> list[int]:
         """Sentences the editor's selection touches; the current one when nothing is selected."""
