@@ -288,3 +288,8 @@ def test_synth_writes_flac_mp3_and_opus_by_the_files_name(tmp_path, joe_path, cl
         assert abs(takes[name][2] - takes["x.wav"][2]) < 0.1
     result = cli("synth", "--text", "Hi.", "--out", str(tmp_path / "y.flac"), "--format", "float", check=False)
     assert result.returncode != 0 and "FLAC holds 16- or 24-bit PCM" in result.stderr
+
+
+def test_synth_names_the_symbols_it_does_not_read(tmp_path, joe_path, cli):
+    result = cli("synth", "--text", "Five stars ★★ and a tick ✓, for 5 € ©.", "--out", str(tmp_path / "x.wav"))
+    assert "warning: not read aloud: ★ ✓" in result.stderr  # € and © are read; punctuation is not named

@@ -508,3 +508,18 @@ def test_subtitles_time_each_sentence_as_the_exported_audio_places_it(qtbot, win
         assert np.array_equal(written[at : at + len(take.audio)], take.audio)  # where the audio is
         at += len(take.audio) + (round(gaps[k] * rate) if k < 2 else 0)
     assert at == len(written)
+
+
+def test_symbols_left_out_of_a_take_are_named_and_marked(qtbot, window):
+    set_script(window, "A star ★ and a tick ✓. Plain words.")
+    run_job(qtbot, window)
+    first, second = window.project.sentences
+    assert first.take.timings["unspoken"] == ["★", "✓"] and second.take.timings["unspoken"] == []
+    assert "not read aloud: sentence 1: ★ ✓" in window.statusBar().currentMessage()
+    underlines = {
+        sel.cursor.selectedText(): sel.format.underlineColor().name() for sel in window.editor.extraSelections()
+    }
+    assert underlines[first.text] == "#dc2626" and underlines[second.text] != "#dc2626"
+    window.editor.select_sentence(0)
+    labels = [window.inspector.takes.item(i).text() for i in range(window.inspector.takes.count())]
+    assert labels and labels[-1].endswith("not read aloud: ★ ✓")

@@ -118,6 +118,8 @@ def cmd_synth(args) -> int:
                 return 0
         source, is_phonemes = (args.phonemes, True) if args.phonemes is not None else (text, False)
         timings, warnings, samples, device, threads = None, [], 0, engine.device, engine.threads
+        if not is_phonemes and (unspoken := engine.unspoken(source)):
+            warnings.append(f"not read aloud: {' '.join(unspoken)}")
         rate = encoder_rate(container, engine.sample_rate)  # Opus: 22.05 kHz voices at 24 kHz
         with atomic_path(args.out) as tmp:
             with soundfile.SoundFile(str(tmp), "w", rate, 1, subtype=kind, format=container) as wav:

@@ -79,6 +79,19 @@ class Take:
         }
 
 
+def lost_symbols(take: Take) -> str:
+    """What a take's sentence lost, for the user, or "": the symbols of its text the voice's
+    front end did not read (Engine.unspoken, recorded with the take) and the count of phoneme
+    symbols the voice could not pronounce (the engine's skipped_symbols)."""
+    parts = []
+    unspoken, skipped = take.timings.get("unspoken"), take.timings.get("skipped_symbols")
+    if isinstance(unspoken, list) and unspoken and all(isinstance(u, str) for u in unspoken):  # a file's, checked
+        parts.append(" ".join(unspoken))
+    if isinstance(skipped, int) and not isinstance(skipped, bool) and skipped > 0:
+        parts.append(f"{skipped} phoneme symbol(s)")
+    return ", ".join(parts)
+
+
 @dataclass
 class Sentence:
     text: str

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,10 @@ from app.engine.binding import native_engine
 from app.engine.errors import InvalidArgumentError, ModelFileError
 from app.engine.espeak import espeak_paths
 from app.models import manager as models
+
+# Punctuation the front ends read as pauses and intonation, or on purpose not at all: never
+# reported as unspoken (Engine.unspoken).
+_PROSODY = frozenset(".,;:!?¿¡…'\"“”‘’„«»‹›()[]{}-‐‑–—―/\\*_~`|")
 
 # The stages each model family runs, in order (the engine reports the same per model).
 STAGES_BY_FAMILY = {
@@ -135,6 +140,7 @@ class Engine:
         self.pack: np.ndarray | None = None  # a profile's own pack ([510, 256]), used unless a style is given
         self.conditionals = None  # a Chatterbox profile's voice (app.engine.chatterbox.Conditionals)
         self.stages = STAGES_BY_FAMILY["chatterbox"] if model.arch == "chatterbox" else tuple(model.stages)
+        self._spoken: dict[str, bool] = {}  # symbol -> whether the front end reads it (unspoken)
 
     @classmethod
     def open(
@@ -269,6 +275,24 @@ class Engine:
     def phonemize(self, text: str) -> list[str]:
         _check_input(text)
         return [line for line in self._context.phonemize(text).split("\n") if line]
+
+    def unspoken(self, text: str) -> list[str]:
+        """The symbols of ``text`` this voice's front end drops without a word (espeak-ng reads
+        "€" and "©" aloud, but not "★" or "✓"): each distinct one, in order. Letters, digits,
+        white space and punctuation (read as pauses and intonation) are not checked; any other
+        symbol is phonemized alone, once per engine. Chatterbox's tokenizer takes every
+        character: none."""
+        if self._model.arch == "chatterbox":
+            return []
+        known, out = self._spoken, []
+        for ch in dict.fromkeys(text):
+            if ch.isalnum() or ch.isspace() or ch in _PROSODY or unicodedata.category(ch).startswith(("M", "C")):
+                continue
+            if ch not in known:
+                known[ch] = any(line.strip(" .,;:!?") for line in self.phonemize(ch))
+            if not known[ch]:
+                out.append(ch)
+        return out
 
     def synthesize(
         self,

@@ -120,6 +120,7 @@ class SynthesisJob(QRunnable):
             cancelled=self._cancel.is_set,
             **self._params,
         )
+        take.timings["unspoken"] = self.engine.unspoken(text)  # never dropped silently
         self.done += 1
         self.signals.sentence_done.emit(index, take)
 
@@ -136,7 +137,8 @@ class SynthesisJob(QRunnable):
             batch=GPU_BATCH,
             **self._params,
         )
-        for (index, _), take in zip(group, takes, strict=True):
+        for (index, text), take in zip(group, takes, strict=True):
+            take.timings["unspoken"] = self.engine.unspoken(text)
             self.signals.chunk.emit(index, take.audio)
             self.done += 1
             self.signals.sentence_done.emit(index, take)

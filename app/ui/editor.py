@@ -1,8 +1,9 @@
 """The script editor: plain text whose sentences show their state.
 
 Each sentence is underlined by its state (no take yet: dotted grey; current take
-up to date: green; stale: orange wave; locked: grey background) and the sentence
-under the cursor is tinted. Pause tags (app.core.script) are shown in violet, a
+up to date: green; stale: orange wave; locked: grey background; the underline red
+where the take left symbols out: core.project.lost_symbols) and the sentence under
+the cursor is tinted. Pause tags (app.core.script) are shown in violet, a
 malformed one with a red wave, and ``tag_problems`` names what is wrong with each.
 Text changes reach the project after a short pause so that typing and pasting a
 chapter stay responsive; undo/redo are the editor's.
@@ -14,7 +15,7 @@ from PySide6.QtCore import QTimer, Signal
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QPlainTextEdit, QTextEdit
 
-from app.core.project import Project
+from app.core.project import Project, lost_symbols
 from app.core.script import tags
 
 STYLES = {
@@ -22,6 +23,7 @@ STYLES = {
     "fresh": (QTextCharFormat.UnderlineStyle.SingleUnderline, "#16a34a"),
     "stale": (QTextCharFormat.UnderlineStyle.WaveUnderline, "#ea580c"),
 }
+LOST = "#dc2626"  # the take left out symbols (core.project.lost_symbols)
 
 
 class ScriptEditor(QPlainTextEdit):
@@ -116,6 +118,8 @@ class ScriptEditor(QPlainTextEdit):
             else:
                 state = "stale" if sentence.is_stale(project.voice, project.settings) else "fresh"
             style, colour = STYLES[state]
+            if sentence.take is not None and lost_symbols(sentence.take):
+                colour = LOST
             fmt.setUnderlineStyle(style)
             fmt.setUnderlineColor(QColor(colour))
             if sentence.locked:

@@ -10,7 +10,7 @@ import numpy as np
 from PySide6.QtCore import QThreadPool
 from PySide6.QtWidgets import QFileDialog
 
-from app.core.project import Take
+from app.core.project import Take, lost_symbols
 from app.engine.engine import Engine
 from app.engine.errors import InvalidArgumentError
 from app.jobs.workers import OpenEngineJob, PreviewJob, SynthesisJob
@@ -231,7 +231,14 @@ class EngineJobsMixin:
             engine = self.engine
             self.timings.finish(engine.device, engine.threads, len(job.items), audio_s, engine.workers)
             self.inspector.engine_status.setText(self._engine_note + _placement_note(self.engine))
-        self.statusBar().showMessage(f"job {job_id} {job.state}", 5000)
+        sentences = self.project.sentences
+        takes = [(i, sentences[i].take) for i, _ in job.items if i < len(sentences) and sentences[i].take is not None]
+        lost = [(i, lost_symbols(t)) for i, t in takes if lost_symbols(t)]
+        if lost:  # never silently: which sentences lost what, the voice cannot read or pronounce
+            where = "; ".join(f"sentence {i + 1}: {what}" for i, what in lost[:3]) + (" …" if len(lost) > 3 else "")
+            self.statusBar().showMessage(f"job {job_id} {job.state}; not read aloud: {where}", 15000)
+        else:
+            self.statusBar().showMessage(f"job {job_id} {job.state}", 5000)
         if not self.busy():
             self.player.finish()
             self._close_retired()

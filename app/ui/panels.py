@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.project import lost_symbols
 from app.engine.chatterbox_text import LANGUAGES
 from app.engine.engine import STAGES_BY_FAMILY
 from app.models import hub
@@ -452,6 +453,8 @@ class Inspector(QWidget):
                 stamp = time.strftime("%H:%M:%S", time.localtime(take.created))
                 seed = take.settings.get("seed")
                 label = f"Take {n + 1} · {stamp} · {take.duration_s:.2f} s · {take.voice} · seed {seed}"
+                if lost_symbols(take):
+                    label += f" · not read aloud: {lost_symbols(take)}"
                 item = QListWidgetItem(("▶ " if n == sentence.active else "   ") + label)
                 self.takes.addItem(item)
         self.lock.blockSignals(False)
