@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 from app.audio.dsp import log_mel  # noqa: E402
 from app.core.project import Project, timeline  # noqa: E402
 from app.core.settings import Settings  # noqa: E402
-from app.engine.engine import STAGES_BY_FAMILY, devices  # noqa: E402
+from app.engine.engine import STAGES_BY_FAMILY, Engine, devices  # noqa: E402
 from app.ui.main import StudioWindow  # noqa: E402
 from app.ui.panels import auto_threads  # noqa: E402
 from app.ui.timeline import HOP, N_MELS  # noqa: E402
@@ -523,3 +523,38 @@ def test_symbols_left_out_of_a_take_are_named_and_marked(qtbot, window):
     window.editor.select_sentence(0)
     labels = [window.inspector.takes.item(i).text() for i in range(window.inspector.takes.count())]
     assert labels and labels[-1].endswith("not read aloud: ★ ✓")
+
+
+def test_pronunciations_are_read_saved_and_make_their_sentences_stale(qtbot, window, tmp_path, monkeypatch):
+    from app.core import lexicon
+    from app.ui.lexicon_dialog import LexiconDialog
+
+    set_script(window, "Mister Nguyen is here. Nobody else.")
+    window.set_lexicons({"nguyen": "/ɡˈɑːbəlɡʊk/"}, {"else": "ɛlss"})
+    assert lexicon.read(tmp_path / "config" / "lexicon.txt") == {"else": "ɛlss"}  # the user's, kept
+    run_job(qtbot, window)
+    first, second = window.project.sentences
+    assert first.take.settings["lexicon"] == {"nguyen": "/ɡˈɑːbəlɡʊk/"}
+    assert second.take.settings["lexicon"] == {"else": "ɛlss"}
+    with Engine.open("piper:joe", device="cpu", threads=2) as e:  # what the studio read: the entry's phonemes
+        want = e.synthesize(phonemes="mˈɪstɚ ɡˈɑːbəlɡʊk ɪz hˈɪɹ.", seed=window.project.settings["seed"]).audio
+    assert np.array_equal(first.take.audio, want)
+    window.set_lexicons({"nguyen": "/nwˈɪn/"}, {"else": "ɛlss"})
+    assert window.project.stale() == [0] and window.project.dirty
+    # The dialog keeps what was typed when an entry is malformed, and says why.
+    warnings = []
+    monkeypatch.setattr("app.ui.lexicon_dialog.QMessageBox.warning", lambda *a: warnings.append(a[2]))
+    dialog = LexiconDialog(window, window.project.lexicon, window.user_lexicon, window.preview_pronunciation)
+    dialog.project.add("two words", "x")
+    dialog.accept()
+    assert dialog.result() == 0 and "one word" in warnings[0] and dialog.project.table.rowCount() == 2
+    dialog.project.table.selectRow(1)
+    dialog.project.remove()
+    assert dialog.project.entries() == {"nguyen": "/nwˈɪn/"}
+    # Preview says the selected entry in the project's voice and keeps no take.
+    dialog.project.table.selectRow(0)
+    played = []
+    monkeypatch.setattr(window, "_play_clip", lambda audio, rate: played.append(len(audio)))
+    dialog.project._preview(window.preview_pronunciation)
+    qtbot.waitUntil(lambda: bool(played), timeout=60_000)
+    assert played[0] > 0 and [len(s.takes) for s in window.project.sentences] == [1, 1]

@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timings-json", type=Path)
     s.add_argument("--print-phonemes", action="store_true", help="print what espeak-ng produced")
     s.add_argument(
+        "--lexicon", type=Path, help="pronunciations to read the text with (word<TAB>/IPA/ or respelling; PLS)"
+    )
+    s.add_argument(
         "--format", choices=["pcm16", "pcm24", "float"], default="pcm16", help="sample format of WAV and FLAC"
     )
 

@@ -76,6 +76,24 @@ def _pieces(source: str, phonemes: bool) -> list[str | float]:
     return pieces
 
 
+def _through_lexicon(block: str, entries: dict[str, str], engine) -> dict:
+    """What the engine reads for a block of text: the block itself, its respelling, or (where it
+    uses an IPA entry and the voice takes phonemes) its phonemes, a sentence a line."""
+    from app.core import lexicon
+    from app.core.script import segment
+
+    if not lexicon.used(block, entries):
+        return {"text": block}
+    if not engine.takes_phonemes:
+        return {"text": lexicon.respelled(block, entries)}
+    lines = []
+    for span in segment(block):
+        sentence = span.text(block)
+        ipa = lexicon.phonemes(sentence, entries, engine.phonemize)
+        lines += [ipa] if ipa is not None else engine.phonemize(lexicon.respelled(sentence, entries))
+    return {"phonemes": "\n".join(lines)}
+
+
 def _sum_timings(total: dict | None, timings: dict) -> dict:
     if total is None:
         return dict(timings, stages_ms=dict(timings["stages_ms"]))
@@ -103,6 +121,14 @@ def cmd_synth(args) -> int:
     if args.out is None and not args.print_phonemes:
         raise VoiceStudioError("--out is required (or --print-phonemes)")
     text = read_text(args.text_file) if args.text_file else args.text
+    entries = {}
+    if args.lexicon is not None:
+        from app.core import lexicon
+
+        try:
+            entries = lexicon.read(args.lexicon)
+        except lexicon.LexiconError as exc:
+            raise VoiceStudioError(str(exc)) from None
     # The container by --out's name (WAV for a pipe or a name without a known extension).
     container = container_of(args.out) if args.out and args.out.suffix.lower() in CONTAINERS else "WAV"
     try:
@@ -131,8 +157,7 @@ def cmd_synth(args) -> int:
                         continue
                     try:
                         take = engine.synthesize(
-                            text=None if is_phonemes else block,
-                            phonemes=block if is_phonemes else None,
+                            **({"phonemes": block} if is_phonemes else _through_lexicon(block, entries, engine)),
                             noise_scale=args.noise_scale,
                             length_scale=1.0 / args.speed,
                             noise_w=args.noise_w,

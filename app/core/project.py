@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.core import paths
+from app.core import lexicon, paths
 from app.core.archive import read_bounded
 from app.core.atomic import write_bytes_atomic
 from app.core.script import pause_between, segment
@@ -121,6 +121,8 @@ class Project:
         self.path: Path | None = None
         self.voice = voice
         self.settings = dict(DEFAULT_SETTINGS if settings is None else settings)
+        self.lexicon: dict[str, str] = {}  # the project's pronunciations (app.core.lexicon), saved with it
+        self.user_lexicon: dict[str, str] = {}  # the studio's, set by it (not saved with the project)
         self.script = ""
         self.sentences: list[Sentence] = []
         self._ends: list[int] = []
@@ -153,8 +155,23 @@ class Project:
             return -1
         return min(bisect.bisect_left(self._ends, offset), len(self.sentences) - 1)
 
+    def pronunciations(self) -> dict[str, str]:
+        """The lexicon entries sentences are read with: the user's and the project's."""
+        return lexicon.merged(self.user_lexicon, self.lexicon)
+
+    def sentence_settings(self, index: int, entries: dict[str, str] | None = None) -> dict:
+        """The settings sentence ``index`` is synthesized with: the project's, and the lexicon
+        entries its text uses where it uses any (a take records them, so that changing an entry
+        makes exactly the sentences that use it stale)."""
+        used = lexicon.used(self.sentences[index].text, self.pronunciations() if entries is None else entries)
+        return self.settings | {"lexicon": used} if used else self.settings
+
+    def is_stale(self, index: int) -> bool:
+        return self.sentences[index].is_stale(self.voice, self.sentence_settings(index))
+
     def stale(self) -> list[int]:
-        return [i for i, s in enumerate(self.sentences) if s.is_stale(self.voice, self.settings)]
+        entries = self.pronunciations()
+        return [i for i, s in enumerate(self.sentences) if s.is_stale(self.voice, self.sentence_settings(i, entries))]
 
     def to_synthesize(self, which: str) -> list[int]:
         """Indices for "all" or "stale" jobs; locked sentences are skipped."""
@@ -195,6 +212,7 @@ class Project:
             "script": self.script,
             "voice": self.voice,
             "settings": self.settings,
+            "lexicon": self.lexicon,
             "sentences": [
                 {
                     "text": s.text,
@@ -258,6 +276,17 @@ class Project:
         # A new id (cls() makes one): it names this session's autosave copy, and nothing a
         # file holds becomes part of a path.
         project = cls(script, voice, settings)
+        entries = meta.get("lexicon", {})
+        if not isinstance(entries, dict) or len(entries) > lexicon.MAX_ENTRIES:
+            raise ProjectFileError(f"{name}: its lexicon is malformed")
+        for word, pron in entries.items():
+            if not isinstance(pron, str):
+                raise ProjectFileError(f"{name}: its lexicon is malformed")
+            try:
+                word, pron = lexicon.check_entry(word, pron)
+            except lexicon.LexiconError as exc:
+                raise ProjectFileError(f"{name}: its lexicon: {exc}") from None
+            project.lexicon[word] = pron
         if len(sentences) != len(project.sentences):
             raise ProjectFileError(f"{name}: its sentences do not match its script")
         for sentence, stored in zip(project.sentences, sentences, strict=True):

@@ -276,13 +276,18 @@ class Engine:
         _check_input(text)
         return [line for line in self._context.phonemize(text).split("\n") if line]
 
+    @property
+    def takes_phonemes(self) -> bool:
+        """Whether the voice reads IPA phonemes (Piper, Kokoro) as well as text (Chatterbox does not)."""
+        return self._model.arch != "chatterbox"
+
     def unspoken(self, text: str) -> list[str]:
         """The symbols of ``text`` this voice's front end drops without a word (espeak-ng reads
         "€" and "©" aloud, but not "★" or "✓"): each distinct one, in order. Letters, digits,
         white space and punctuation (read as pauses and intonation) are not checked; any other
         symbol is phonemized alone, once per engine. Chatterbox's tokenizer takes every
         character: none."""
-        if self._model.arch == "chatterbox":
+        if not self.takes_phonemes:
             return []
         known, out = self._spoken, []
         for ch in dict.fromkeys(text):

@@ -14,6 +14,7 @@ import time
 
 from PySide6.QtCore import QObject, QRunnable, Signal
 
+from app.core import lexicon
 from app.engine.engine import Engine
 from app.engine.errors import CancelledError, NothingToSpeakError
 from app.profiles.voices import open_engine
@@ -48,8 +49,16 @@ class SynthesisJob(QRunnable):
 
     On a GPU the sentences go in groups of GPU_BATCH, each group one batched call."""
 
-    def __init__(self, engine: Engine, items: list[tuple[int, str]], kind: str = "synthesize", **params):
+    def __init__(
+        self,
+        engine: Engine,
+        items: list[tuple[int, str]],
+        kind: str = "synthesize",
+        lexicon: dict[str, str] | None = None,
+        **params,
+    ):
         super().__init__()
+        self.lexicon = dict(lexicon or {})  # pronunciations (app.core.lexicon) the texts are read with
         self.setAutoDelete(False)
         self.id = next(_ids)
         self.kind = kind
@@ -114,7 +123,7 @@ class SynthesisJob(QRunnable):
             self.signals.sentence_done.emit(index, take)
             return
         take = self.engine.synthesize(
-            text=text,
+            **self._input(text),
             on_stage=self._on_stage,
             on_chunk=lambda _, audio: self.signals.chunk.emit(index, audio),
             cancelled=self._cancel.is_set,
@@ -124,10 +133,25 @@ class SynthesisJob(QRunnable):
         self.done += 1
         self.signals.sentence_done.emit(index, take)
 
+    def _input(self, text: str) -> dict:
+        """What the engine reads for a sentence: its text with the lexicon's respellings, or
+        phonemes where it uses an IPA entry and the voice takes phonemes."""
+        if not lexicon.used(text, self.lexicon):
+            return {"text": text}
+        if self.engine.takes_phonemes:
+            ipa = lexicon.phonemes(text, self.lexicon, self.engine.phonemize)
+            if ipa is not None:
+                return {"phonemes": ipa}
+        return {"text": lexicon.respelled(text, self.lexicon)}
+
     def _together(self, group: list[tuple[int, str]]) -> None:
         """The group's sentences in one call (batched); each still gets the take it gets alone."""
         if self._cancel.is_set():
             raise CancelledError("cancelled")
+        if any(lexicon.used(text, self.lexicon) for _, text in group):  # read through the lexicon: one at a time
+            for index, text in group:
+                self._alone(index, text)
+            return
         for index, _ in group:
             self.signals.sentence_started.emit(self.id, index)
         takes = self.engine.synthesize_many(

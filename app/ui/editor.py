@@ -116,7 +116,7 @@ class ScriptEditor(QPlainTextEdit):
             if sentence.take is None:
                 state = "none"
             else:
-                state = "stale" if sentence.is_stale(project.voice, project.settings) else "fresh"
+                state = "stale" if project.is_stale(i) else "fresh"
             style, colour = STYLES[state]
             if sentence.take is not None and lost_symbols(sentence.take):
                 colour = LOST

@@ -10,6 +10,7 @@ import numpy as np
 from PySide6.QtCore import QThreadPool
 from PySide6.QtWidgets import QFileDialog
 
+from app.core import lexicon
 from app.core.project import Take, lost_symbols
 from app.engine.engine import Engine
 from app.engine.errors import InvalidArgumentError
@@ -126,8 +127,26 @@ class EngineJobsMixin:
                 params[key] = settings[key]
         if which == "regenerate":
             params["seed"] = settings["seed"] + len(project.sentences[indices[0]].takes)
+        params["lexicon"] = project.pronunciations()
         self.with_engine(lambda engine: self._start_job(engine, items, which, settings, params))
         return True
+
+    def preview_pronunciation(self, word: str, pronunciation: str) -> None:
+        """Say ``word`` as a lexicon entry has it, in the project's voice; nothing is kept."""
+        entries, seed = {word: pronunciation}, self.project.settings["seed"]
+
+        def start(engine: Engine) -> None:
+            job = SynthesisJob(engine, [(-1, word)], kind="preview", lexicon=entries, seed=seed)
+            job.signals.sentence_done.connect(
+                lambda _, take: self._play_clip(np.asarray(take.audio, dtype=np.float32), take.sample_rate)
+            )
+            job.signals.failed.connect(lambda _, exc: self.show_error(exc))
+            self._previews.add(job)
+            job.signals.finished.connect(lambda _: self._previews.discard(job))
+            job.signals.failed.connect(lambda *_: self._previews.discard(job))
+            self.synth_pool.start(job)
+
+        self.with_engine(start)
 
     def revoice_current(self, recording: str | Path | None = None) -> bool:
         """A new take of the current sentence: its current take, or the audio file ``recording``
@@ -204,12 +223,13 @@ class EngineJobsMixin:
         self.jobs_panel.refresh_job(job)
         if index < 0:
             return
+        used = lexicon.used(text, job.lexicon)  # the entries it was read with, for staleness
         take = Take(
             np.array(etake.audio, dtype=np.float32),
             etake.sample_rate,
             text,
             job.voice,
-            dict(job.settings),
+            dict(job.settings) | ({"lexicon": used} if used else {}),
             dict(etake.timings),
         )
         self.project.add_take(index, take)

@@ -16,6 +16,7 @@ from PySide6.QtCore import QByteArray, Qt, QThreadPool, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
+    QDialog,
     QDockWidget,
     QMainWindow,
     QMessageBox,
@@ -23,6 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.audio.playback import Player
+from app.core import lexicon, paths
 from app.core.logs import setup_logging
 from app.core.project import (
     DEFAULT_SETTINGS,
@@ -34,6 +36,7 @@ from app.engine.engine import Engine, devices
 from app.jobs.workers import OpenEngineJob, SynthesisJob
 from app.ui.editor import ScriptEditor
 from app.ui.engine_jobs import EngineJobsMixin
+from app.ui.lexicon_dialog import LexiconDialog
 from app.ui.panels import Inspector, JobsPanel, TimingsPanel, VoicesPanel
 from app.ui.playback import PlaybackMixin
 from app.ui.profile_dialog import NewProfileDialog
@@ -55,6 +58,7 @@ class StudioWindow(EngineJobsMixin, PlaybackMixin, ProjectFilesMixin, QMainWindo
         self.persist = persist
         self.log_path = setup_logging()
         self.settings = settings or Settings.load()
+        self.user_lexicon = self._load_user_lexicon()
         self.setWindowTitle("Voice Studio")
         self.resize(1280, 800)
         self.engine: Engine | None = None
@@ -163,6 +167,8 @@ class StudioWindow(EngineJobsMixin, PlaybackMixin, ProjectFilesMixin, QMainWindo
         self._action(s, "Re-&voice current take", lambda: self.revoice_current(), "Ctrl+Shift+R")
         self._action(s, "Re-voice a rec&ording into the current sentence…", self.revoice_recording_dialog)
         self._action(s, "Cancel all &jobs", lambda: self.cancel(0), "Ctrl+Shift+K")
+        s.addSeparator()
+        self._action(s, "&Pronunciations…", self.lexicon_dialog, "Ctrl+Shift+L")
         p = bar.addMenu("&Playback")
         self._action(p, "&Play / pause", self.play_pause, "Ctrl+Space")
         self._action(p, "&Stop", self.stop, "Ctrl+.")
@@ -186,10 +192,42 @@ class StudioWindow(EngineJobsMixin, PlaybackMixin, ProjectFilesMixin, QMainWindo
     # -- project --------------------------------------------------------------
     def set_project(self, project: Project) -> None:
         self.project = project
+        project.user_lexicon = self.user_lexicon
         self.inspector.set_settings(project.voice, project.settings)
         self.editor.set_project(project)
         self._refresh_timeline()
         self._current_sentence_changed(self.editor.current_sentence())
+        self._title()
+
+    def _load_user_lexicon(self) -> dict[str, str]:
+        path = paths.config_dir() / "lexicon.txt"
+        if not path.exists():
+            return {}
+        try:
+            return lexicon.read(path)
+        except lexicon.LexiconError as exc:  # the file stays as it is; the studio reads without it
+            logging.getLogger(__name__).warning("the user lexicon is not used: %s", exc)
+            return {}
+
+    def lexicon_dialog(self) -> None:
+        dialog = LexiconDialog(self, self.project.lexicon, self.user_lexicon, self.preview_pronunciation)
+        if dialog.exec() == QDialog.DialogCode.Accepted:
+            self.set_lexicons(dialog.project.entries(), dialog.user.entries())
+
+    def set_lexicons(self, project: dict[str, str], user: dict[str, str]) -> None:
+        """The project's pronunciations and the user's (written to the settings folder); the
+        sentences that use a changed entry turn stale."""
+        if user != self.user_lexicon:
+            try:
+                lexicon.write(paths.config_dir() / "lexicon.txt", user)
+            except OSError as exc:
+                self.show_error(exc)
+                return
+            self.user_lexicon = user
+        if project != self.project.lexicon:
+            self.project.lexicon, self.project.dirty = dict(project), True
+        self.project.user_lexicon = self.user_lexicon
+        self.editor.refresh()
         self._title()
 
     def _title(self) -> None:
