@@ -58,7 +58,7 @@ def test_bad_exports_are_refused_and_write_nothing(tmp_path, clips):
         export_audio(tmp_path / "d.wav", audio, rate, out_rate=1000)
     with pytest.raises(ExportError, match="FLAC holds 16- or 24-bit PCM"):
         export_audio(tmp_path / "e.flac", audio, rate, subtype="float")
-    with pytest.raises(ExportError, match=r"must end in \.wav, \.flac, \.mp3 or \.opus"):
+    with pytest.raises(ExportError, match=r"must end in \.wav, \.flac, \.mp3, \.opus or \.m4b"):
         export_audio(tmp_path / "f.aiff", audio, rate)
     assert list(tmp_path.iterdir()) == []
 
@@ -94,3 +94,32 @@ def test_flac_holds_the_wavs_samples_and_mp3_and_opus_sound_as_it(tmp_path, clip
         back = resample(decoded, written_rate, rate)
         n = min(len(back), len(reference))
         assert log_mel_cosine(back[:n], reference[:n], rate) >= 0.97, name
+
+
+def test_an_audiobook_has_its_chapters_title_author_and_cover_for_other_readers(tmp_path, clips):
+    """An M4B read back by PyAV and by mutagen: AAC at the voice's rate, chapter marks where
+    their clips start (after the gaps), the title, the author and the cover."""
+    import av
+    import mutagen.mp4
+
+    from app.audio.m4b import BookInfo
+
+    audio, rate = clips
+    cover = b"\x89PNG\r\n\x1a\n" + bytes(200)
+    book = BookInfo("A Book", "An Author", cover)
+    report = export_audio(tmp_path / "b.m4b", audio, rate, gap_s=0.5, chapters=[(1, "Two"), (2, "Three")], book=book)
+    starts = [0.0, len(audio[0]) / rate + 0.5, (len(audio[0]) + len(audio[1])) / rate + 1.0]
+    with av.open(str(report.path)) as f:
+        assert f.streams.audio[0].codec_context.name == "aac" and f.streams.audio[0].rate == rate
+        marks = [(c["start"] * c["time_base"], c["metadata"]["title"]) for c in f.chapters()]
+        assert f.metadata["title"] == "A Book" and f.metadata["artist"] == "An Author"
+    assert [t for _, t in marks] == ["A Book", "Two", "Three"]
+    assert all(abs(float(got) - want) <= 0.001 for (got, _), want in zip(marks, starts, strict=True))
+    tags = mutagen.mp4.MP4(str(report.path))
+    assert [(round(c.start, 3), c.title) for c in tags.chapters] == [
+        (round(s, 3), t) for s, (_, t) in zip(starts, marks, strict=True)
+    ]
+    assert bytes(tags.tags["covr"][0]) == cover and abs(tags.info.length - report.duration_s) < 0.1
+    with pytest.raises(ExportError, match="JPEG or PNG"):
+        export_audio(tmp_path / "c.m4b", audio, rate, book=BookInfo(cover=b"GIF89a"))
+    assert not (tmp_path / "c.m4b").exists()

@@ -46,7 +46,22 @@ def test_markdown_markup_is_not_read_aloud():
         "# Title\n\nSome **bold** and _light_ words, a [link](http://x.org) and `code`.\n\n"
         "- one item\n1. two\n> quoted\n"
     )
-    assert markdown_to_script(md) == ("Title\n\nSome bold and light words, a link and code.\n\none item\ntwo\nquoted\n")
+    assert markdown_to_script(md) == (
+        "# Title\n\nSome bold and light words, a link and code.\n\none item\ntwo\nquoted\n"
+    )
+
+
+def test_headings_are_sentences_of_their_own_and_start_chapters():
+    from app.core.script import chapters
+
+    script = "Before any.\n# Chapter One ##\nIt was cold. It rained.\n## A part\nMore.\n\n#hashtag is text.\n# Two\nEnd"
+    assert texts(script) == ["Before any.", "Chapter One", "It was cold.", "It rained.", "A part", "More.",
+                             "#hashtag is text.", "Two", "End"]  # fmt: skip
+    assert [c.title for c in chapters(script)] == ["Chapter One", "A part", "Two"]
+    project = Project(script, settings=SETTINGS)
+    assert project.chapter_marks(list(range(9))) == [(1, "Chapter One"), (4, "A part"), (7, "Two")]
+    # Among some sentences only: a chapter starts at its first one there; one with none is left out.
+    assert project.chapter_marks([0, 2, 3, 8]) == [(1, "Chapter One"), (3, "Two")]
 
 
 def test_paragraphs_and_spans():

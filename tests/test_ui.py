@@ -558,3 +558,28 @@ def test_pronunciations_are_read_saved_and_make_their_sentences_stale(qtbot, win
     dialog.project._preview(window.preview_pronunciation)
     qtbot.waitUntil(lambda: bool(played), timeout=60_000)
     assert played[0] > 0 and [len(s.takes) for s in window.project.sentences] == [1, 1]
+
+
+def test_a_script_with_headings_becomes_an_audiobook_with_its_chapters(qtbot, window, tmp_path):
+    import mutagen.mp4
+
+    set_script(window, "# Part One\nThe first sentence. The second.\n\n# Part Two\nThe last one.")
+    assert [window.chapters.item(i).text() for i in range(window.chapters.count())] == [
+        "○ Part One — 0/3",
+        "○ Part Two — 0/2",
+    ]
+    run_job(qtbot, window)
+    assert window.chapters.item(1).text() == "✓ Part Two — 2/2"
+    window.chapters.itemClicked.emit(window.chapters.item(1))
+    assert window.editor.current_sentence() == 3
+    cover = tmp_path / "cover.png"
+    cover.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))
+    book = {"title": "The Book", "author": "Someone", "cover": str(cover)}
+    report = window.export(tmp_path / "book.m4b", gap_s=0.3, book=book)
+    tags = mutagen.mp4.MP4(str(report.path))
+    segments = window.timeline.segments
+    assert [(c.title, round(c.start, 2)) for c in tags.chapters] == [
+        ("Part One", 0.0),
+        ("Part Two", round(segments[3].start_s, 2)),
+    ]
+    assert tags.tags["©nam"] == ["The Book"] and tags.tags["©ART"] == ["Someone"] and tags.tags["covr"]

@@ -1,6 +1,6 @@
 """Audio files written atomically through libsndfile (soundfile): WAV and FLAC (lossless, in
 the sample formats of SUBTYPES; FLAC holds PCM only), MP3 and Opus (lossy, in an Ogg file),
-the container chosen by the file name."""
+the container chosen by the file name (M4B audiobooks: app.audio.m4b)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ import numpy as np
 from app.core.atomic import atomic_path
 
 SUBTYPES = {"pcm16": "PCM_16", "pcm24": "PCM_24", "float": "FLOAT"}
-CONTAINERS = {".wav": "WAV", ".flac": "FLAC", ".mp3": "MP3", ".opus": "OGG", ".ogg": "OGG"}
+CONTAINERS = {".wav": "WAV", ".flac": "FLAC", ".mp3": "MP3", ".opus": "OGG", ".ogg": "OGG", ".m4b": "M4B"}
 # The sample rates the lossy encoders take (MPEG-1 and -2 layer III; Opus).
 LOSSY_RATES = {
     "MP3": (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000),
     "OGG": (8000, 12000, 16000, 24000, 48000),
+    "M4B": (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000),  # AAC (app.audio.m4b)
 }
 
 
@@ -23,7 +24,7 @@ def container_of(path: Path | str) -> str:
     """The container a file name asks for: WAV, FLAC, MP3 or OGG (Opus)."""
     container = CONTAINERS.get(Path(path).suffix.lower())
     if container is None:
-        raise ValueError(f"{Path(path).name}: the file name must end in .wav, .flac, .mp3 or .opus")
+        raise ValueError(f"{Path(path).name}: the file name must end in .wav, .flac, .mp3, .opus or .m4b")
     return container
 
 
@@ -33,7 +34,7 @@ def file_subtype(container: str, subtype: str) -> str:
         raise ValueError(f"sample format must be one of {sorted(SUBTYPES)}")
     if container == "FLAC" and subtype == "float":
         raise ValueError("FLAC holds 16- or 24-bit PCM, not float")
-    return {"MP3": "MPEG_LAYER_III", "OGG": "OPUS"}.get(container, SUBTYPES[subtype])
+    return {"MP3": "MPEG_LAYER_III", "OGG": "OPUS", "M4B": "AAC"}.get(container, SUBTYPES[subtype])
 
 
 def encoder_rate(container: str, rate: int) -> int:

@@ -1,5 +1,5 @@
-"""Rendering takes to one file (WAV, FLAC, MP3 or Opus): gaps, sample rate, sample format,
-loudness presets.
+"""Rendering takes to one file (WAV, FLAC, MP3, Opus or an M4B audiobook): gaps, sample rate,
+sample format, loudness presets, chapters.
 
 Loudness is measured with pyloudnorm (ITU-R BS.1770-4 integrated loudness); true
 peak is the peak of the signal oversampled four times (BS.1770 annex 2). A preset
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from app.audio.m4b import BookInfo, write_m4b
 from app.audio.wav import container_of, encoder_rate, file_subtype, write_audio
 
 
@@ -169,6 +170,21 @@ def render(
     return np.concatenate(parts)
 
 
+def _write_book(path, audio, rate, clips, silences: Silences, chapters, book: BookInfo) -> Path:
+    """The M4B: each chapter marked where its first clip starts, as render() places it."""
+    starts, at = [], silences.samples(silences.before, rate)
+    for k, clip in enumerate(clips):
+        starts.append(0 if k == 0 else at)
+        at += len(clip) + (silences.samples(silences.between[k], rate) if k < len(clips) - 1 else 0)
+    marks = [(starts[k] / rate, title) for k, title in sorted(chapters) if 0 <= k < len(clips)]
+    if not marks or marks[0][0] > 0:
+        marks.insert(0, (0.0, book.title or "Beginning"))
+    try:
+        return write_m4b(path, audio, rate, chapters=marks, info=book)
+    except ValueError as exc:
+        raise ExportError(str(exc)) from None
+
+
 def export_audio(
     path: Path | str,
     clips: list[np.ndarray],
@@ -179,11 +195,15 @@ def export_audio(
     gap_s: float = 0.3,
     silences: Silences | None = None,
     loudness: str | None = None,
+    chapters: list[tuple[int, str]] | None = None,
+    book: BookInfo | None = None,
 ) -> ExportReport:
     """Write the clips as one file (atomically; its container by its name: app.audio.wav) and
     report what was written. Silences (``gap_s`` between clips, or ``silences``) are counted in
     samples of the written rate; MP3 and Opus are written at the nearest rate their encoders
-    take (an Opus file of 22.05 kHz audio at 24 kHz)."""
+    take (an Opus file of 22.05 kHz audio at 24 kHz). An M4B audiobook takes ``chapters`` (the
+    clip each starts with, and its title; audio before the first is a chapter of the book's
+    title) and ``book`` (title, author, cover)."""
     try:
         container = container_of(path)
         file_subtype(container, subtype)
@@ -195,14 +215,19 @@ def export_audio(
     if not 8000 <= rate <= 192000:
         raise ExportError(f"sample rate {rate} Hz is outside 8000..192000")
     rate = encoder_rate(container, rate)
-    audio = render([resample(c, sample_rate, rate) for c in clips], rate, gap_s=gap_s, silences=silences)
+    clips = [resample(c, sample_rate, rate) for c in clips]
+    silences = silences or Silences.even(len(clips), gap_s)
+    audio = render(clips, rate, silences=silences)
     gain_db, limited = 0.0, False
     if loudness is not None:
         audio, gain_db, limited = normalize(audio, rate, PRESETS[loudness])
     elif (subtype != "float" or container != "WAV") and np.max(np.abs(audio)) > 1.0:
         audio = limit(audio, rate, -0.3)
         limited = True
-    written = write_audio(path, audio, rate, subtype=subtype)
+    if container == "M4B":
+        written = _write_book(path, audio, rate, clips, silences, chapters or [], book or BookInfo())
+    else:
+        written = write_audio(path, audio, rate, subtype=subtype)
     return ExportReport(
         written,
         rate,

@@ -31,7 +31,7 @@ import numpy as np
 from app.core import lexicon, paths
 from app.core.archive import read_bounded
 from app.core.atomic import write_bytes_atomic
-from app.core.script import pause_between, segment
+from app.core.script import chapters, pause_between, segment
 
 SCHEMA_VERSION = 1
 SUFFIX = ".vsproj"
@@ -198,6 +198,28 @@ class Project:
         before = pause_between(script, 0, s[0].start) if indices[0] == 0 else None
         after = pause_between(script, s[-1].end, len(script)) if indices[-1] == len(s) - 1 else None
         return Silences(before or 0.0, tuple(between), after or 0.0)
+
+    def chapter_progress(self) -> list[tuple[int, str, int, int]]:
+        """Each chapter's heading sentence, title, sentences with an up-to-date take, and sentences."""
+        starts = {s.start: i for i, s in enumerate(self.sentences)}
+        headings = [(starts[c.start], c.title) for c in chapters(self.script) if c.start in starts]
+        out = []
+        for n, (first, title) in enumerate(headings):
+            end = headings[n + 1][0] if n + 1 < len(headings) else len(self.sentences)
+            done = sum(1 for i in range(first, end) if self.sentences[i].take is not None and not self.is_stale(i))
+            out.append((first, title, done, end - first))
+        return out
+
+    def chapter_marks(self, indices: list[int]) -> list[tuple[int, str]]:
+        """Where the script's chapters start among these sentences' takes laid end to end: the
+        position of each chapter's first sentence in ``indices`` (its heading's, or the next
+        one's there), and its title; chapters none of whose sentences are there are left out."""
+        marks = []
+        for first, title, _, count in self.chapter_progress():
+            at = bisect.bisect_left(indices, first)
+            if at < len(indices) and indices[at] < first + count:
+                marks.append((at, title))
+        return marks
 
     def takes_audio(self, indices: list[int] | None = None) -> list[tuple[int, Take]]:
         chosen = range(len(self.sentences)) if indices is None else indices

@@ -8,6 +8,10 @@ hard-wrapped text files read as they were written. Common abbreviations and init
 ("Dr.", "e.g.", "J. R. R."), decimal numbers and punctuation followed by a lower-case
 word ('"Really?" she asked.') do not end a sentence.
 
+A line that starts with ``#`` (one to six, then a space: Markdown's heading) is a chapter
+heading: a sentence of its own, read aloud without its marks, that starts a chapter
+(``chapters``; audiobooks and their chapter marks follow them).
+
 Pauses are tags in the script: ``[pause 1.5s]`` or ``[pause 500ms]``, and SSML's
 ``<break time="1.5s"/>`` as other tools write them (``canonical_tags`` rewrites those in
 the first form). A tag ends the sentence before it and is never read aloud; the silence
@@ -33,6 +37,7 @@ _PAUSE = re.compile(r"\[\s*pause\s+(\d+(?:\.\d+)?|\.\d+)\s*(ms|s)\s*\]", re.I)
 _BREAK = re.compile(r"""<\s*break\s+time\s*=\s*(["'])(\d+(?:\.\d+)?|\.\d+)\s*(ms|s)\1\s*/?\s*>""", re.I)
 MAX_PAUSE_S = 60.0
 _PARAGRAPH = re.compile(r"\n[ \t]*\n\s*")
+_HEADING = re.compile(r"^[ \t]*(#{1,6})[ \t]+(\S[^\n]*?)[ \t#]*$", re.M)
 
 
 @dataclass(frozen=True)
@@ -127,14 +132,35 @@ def _sentence_ends(script: str, start: int, end: int) -> list[int]:
     return ends
 
 
+@dataclass(frozen=True)
+class Chapter:
+    start: int  # offset of its heading's text
+    title: str
+
+
+def chapters(script: str) -> list[Chapter]:
+    """The script's chapter headings, in order."""
+    return [Chapter(m.start(2), m.group(2).strip()) for m in _HEADING.finditer(script)]
+
+
+def _paragraphs(script: str) -> list[tuple[int, int]]:
+    """Paragraph ranges: between blank lines, and each heading line one of its own (its marks left out)."""
+    breaks = list(_PARAGRAPH.finditer(script))
+    ranges = []
+    for start, end in zip([0] + [m.end() for m in breaks], [m.start() for m in breaks] + [len(script)], strict=True):
+        at = start
+        for m in _HEADING.finditer(script, start, end):
+            ranges += [(at, m.start()), (m.start(2), m.end(2))]
+            at = m.end()
+        ranges.append((at, end))
+    return [(a, b) for a, b in ranges if script[a:b].strip()]
+
+
 def segment(script: str) -> list[Span]:
     """Sentences of ``script`` in order; empty ones (white space only) are dropped."""
     spans: list[Span] = []
-    breaks = list(_PARAGRAPH.finditer(script))
-    paragraph_starts = [0] + [m.end() for m in breaks]
-    paragraph_ends = [m.start() for m in breaks] + [len(script)]
     all_tags = tags(script)
-    for index, (p_start, p_end) in enumerate(zip(paragraph_starts, paragraph_ends, strict=True)):
+    for index, (p_start, p_end) in enumerate(_paragraphs(script)):
         # A tag ends the sentence before it; the text between tags splits as any other.
         pieces, begin = [], p_start
         for tag in all_tags:
@@ -163,7 +189,7 @@ _MD_RULES = [
     (re.compile(r"^```.*?^```[ \t]*$", re.M | re.S), ""),  # fenced code
     (re.compile(r"!\[([^\]]*)\]\([^)]*\)"), r"\1"),  # images: their alt text
     (re.compile(r"\[([^\]]*)\]\([^)]*\)"), r"\1"),  # links: their text
-    (re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+(.*?)[ \t#]*$", re.M), r"\1"),  # headings
+    (re.compile(r"^[ \t]{0,3}(#{1,6})[ \t]+(.*?)[ \t#]*$", re.M), r"\1 \2"),  # headings: chapters
     (re.compile(r"^[ \t]*>[ \t]?", re.M), ""),  # block quotes
     (re.compile(r"^[ \t]*(?:[-*+]|\d+[.)])[ \t]+", re.M), ""),  # list markers
     (re.compile(r"^[ \t]*(?:[-*_][ \t]*){3,}$", re.M), ""),  # rules

@@ -1,8 +1,21 @@
-"""The export dialog: what to render, its sample format and rate, gaps and a loudness preset."""
+"""The export dialog: what to render, its sample format and rate, gaps, a loudness preset, and an
+audiobook's title, author and cover."""
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFormLayout
+from pathlib import Path
+
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLineEdit,
+    QPushButton,
+)
 
 from app.core.settings import Settings
 
@@ -34,6 +47,17 @@ class ExportDialog(QDialog):
         form.addRow("Sample format (WAV, FLAC)", self.format)
         form.addRow("Silence between sentences", self.gap)
         form.addRow("Loudness", self.loudness)
+        # An audiobook's (.m4b) title, author and cover; its chapters are the script's headings.
+        self.book_title, self.author, self.cover = QLineEdit(), QLineEdit(), QLineEdit()
+        self.cover.setPlaceholderText("a JPEG or PNG image (optional)")
+        browse = QPushButton("…")
+        browse.clicked.connect(self._browse_cover)
+        cover_row = QHBoxLayout()
+        cover_row.addWidget(self.cover, 1)
+        cover_row.addWidget(browse)
+        form.addRow("Audiobook title", self.book_title)
+        form.addRow("Author", self.author)
+        form.addRow("Cover", cover_row)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
@@ -47,8 +71,19 @@ class ExportDialog(QDialog):
         box.setCurrentIndex(max(0, box.findData(current)))
         return box
 
+    def _browse_cover(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Cover image", "", "Images (*.jpg *.jpeg *.png)")
+        if path:
+            self.cover.setText(path)
+
+    def book(self) -> dict:
+        """The audiobook's title, author and cover image path ("" where not given)."""
+        return {"title": self.book_title.text().strip(), "author": self.author.text().strip(),
+                "cover": str(Path(self.cover.text().strip())) if self.cover.text().strip() else ""}  # fmt: skip
+
     def options(self) -> dict:
         return {
+            "book": self.book(),
             "scope": self.scope.currentData(),
             "out_rate": self.rate.currentData(),
             "subtype": self.format.currentData(),

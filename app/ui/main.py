@@ -37,7 +37,7 @@ from app.jobs.workers import OpenEngineJob, SynthesisJob
 from app.ui.editor import ScriptEditor
 from app.ui.engine_jobs import EngineJobsMixin
 from app.ui.lexicon_dialog import LexiconDialog
-from app.ui.panels import Inspector, JobsPanel, TimingsPanel, VoicesPanel
+from app.ui.panels import ChaptersPanel, Inspector, JobsPanel, TimingsPanel, VoicesPanel
 from app.ui.playback import PlaybackMixin
 from app.ui.profile_dialog import NewProfileDialog
 from app.ui.project_files import ProjectFilesMixin
@@ -94,6 +94,8 @@ class StudioWindow(EngineJobsMixin, PlaybackMixin, ProjectFilesMixin, QMainWindo
         left = self._dock("Voices", self.voices, Qt.DockWidgetArea.LeftDockWidgetArea)
         right = self._dock("Inspector", self.inspector, Qt.DockWidgetArea.RightDockWidgetArea)
         self._dock("Timings", self.timings, Qt.DockWidgetArea.RightDockWidgetArea)
+        self.chapters = ChaptersPanel()
+        self._dock("Chapters", self.chapters, Qt.DockWidgetArea.LeftDockWidgetArea)
         bottom = self._dock("Jobs", self.jobs_panel, Qt.DockWidgetArea.BottomDockWidgetArea)
         self.resizeDocks([left, right], [250, 400], Qt.Orientation.Horizontal)
         self.resizeDocks([bottom], [150], Qt.Orientation.Vertical)
@@ -104,6 +106,7 @@ class StudioWindow(EngineJobsMixin, PlaybackMixin, ProjectFilesMixin, QMainWindo
         self.editor.current_sentence_changed.connect(self._current_sentence_changed)
         self.editor.tag_problems.connect(self._tag_problems)
         self.timeline.sentence_clicked.connect(self._sentence_clicked)
+        self.chapters.chapter_clicked.connect(self._sentence_clicked)
         self.timeline.cursor_moved.connect(self._cursor_moved)
         self.inspector.settings_changed.connect(self._settings_changed)
         self.inspector.device_apply.connect(self.apply_device)
@@ -294,6 +297,7 @@ class StudioWindow(EngineJobsMixin, PlaybackMixin, ProjectFilesMixin, QMainWindo
         self._timeline_timer.stop()
         audio, rate, segments = timeline(self.project, gap_s=float(self.settings["gap_s"]))
         self.timeline.set_timeline(audio, rate, segments)
+        self.chapters.show_chapters(self.project)
 
     def new_profile_dialog(self) -> NewProfileDialog:
         """Record or import a reference and make a speaker profile (on the CPU unless a

@@ -465,6 +465,24 @@ class Inspector(QWidget):
             self.ab_requested.emit(rows[0], rows[1])
 
 
+class ChaptersPanel(QListWidget):
+    """The script's chapters (its headings), each with how many of its sentences have an
+    up-to-date take; clicking one goes to its heading."""
+
+    chapter_clicked = Signal(int)  # the heading's sentence index
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.itemClicked.connect(lambda item: self.chapter_clicked.emit(item.data(Qt.ItemDataRole.UserRole)))
+
+    def show_chapters(self, project) -> None:
+        self.clear()
+        for index, title, done, count in project.chapter_progress():
+            item = QListWidgetItem(f"{'✓' if done == count else '○'} {title} — {done}/{count}")
+            item.setData(Qt.ItemDataRole.UserRole, index)
+            self.addItem(item)
+
+
 class TimingsPanel(QWidget):
     """Per-stage bars that grow live, the summary of the last job, and a history to compare devices."""
 

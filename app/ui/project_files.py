@@ -146,14 +146,14 @@ class ProjectFilesMixin:
             self.settings["gap_s"] = dialog.options()["gap_s"]
             self._refresh_timeline()
         path, chosen = QFileDialog.getSaveFileName(
-            self, "Export", "script.wav", "WAV (*.wav);;FLAC (*.flac);;MP3 (*.mp3);;Opus (*.opus)"
+            self, "Export", "script.wav", "WAV (*.wav);;FLAC (*.flac);;MP3 (*.mp3);;Opus (*.opus);;Audiobook (*.m4b)"
         )
         if path:
             if Path(path).suffix.lower() not in CONTAINERS:  # the chosen filter's extension
                 path += "." + chosen.split("*.")[-1].rstrip(")") if "*." in chosen else ".wav"
             self.export(path, **dialog.options())
 
-    def export(self, path, *, scope="all", subtype="pcm16", out_rate=None, gap_s=0.3, loudness=None):
+    def export(self, path, *, scope="all", subtype="pcm16", out_rate=None, gap_s=0.3, loudness=None, book=None):
         """Write the whole script, the selected sentence, or the timeline selection as one file
         (WAV, FLAC, MP3 or Opus, by its name)."""
         self.editor.flush()
@@ -161,7 +161,7 @@ class ProjectFilesMixin:
             start, end = self.timeline.selection()
             rate = self.timeline.rate
             clips = [self.timeline.audio[int(start * rate) : int(end * rate)]]
-            silences = None
+            silences, marks = None, []
         else:
             indices = None if scope == "all" else self.selected_sentences()
             placed = self.project.takes_audio(indices)
@@ -171,10 +171,12 @@ class ProjectFilesMixin:
             rate = placed[0][1].sample_rate
             clips = [export_mod.resample(t.audio, t.sample_rate, rate) for _, t in placed]
             silences = self.project.silences([i for i, _ in placed], gap_s)  # the script's pauses
+            marks = self.project.chapter_marks([i for i, _ in placed])  # its headings, for an audiobook
         try:
             report = export_mod.export_audio(
-                path, clips, rate, out_rate=out_rate, subtype=subtype, silences=silences, loudness=loudness
-            )
+                path, clips, rate, out_rate=out_rate, subtype=subtype, silences=silences, loudness=loudness,
+                chapters=marks, book=_book_info(book or {}),
+            )  # fmt: skip
         except (export_mod.ExportError, OSError) as exc:
             self.show_error(exc)
             return None
@@ -217,3 +219,16 @@ class ProjectFilesMixin:
         first = self.project.sentence_at(cursor.selectionStart())
         last = self.project.sentence_at(max(cursor.selectionStart(), cursor.selectionEnd() - 1))
         return list(range(first, last + 1)) if first >= 0 else []
+
+
+def _book_info(book: dict):
+    """An audiobook's title, author and cover (read from its file, checked when written)."""
+    from app.audio.m4b import MAX_COVER_BYTES, BookInfo
+
+    cover = None
+    if book.get("cover"):
+        path = Path(book["cover"])
+        if path.stat().st_size > MAX_COVER_BYTES:
+            raise export_mod.ExportError(f"{path.name}: a cover is at most {MAX_COVER_BYTES >> 20} MiB")
+        cover = path.read_bytes()
+    return BookInfo(book.get("title", ""), book.get("author", ""), cover)
