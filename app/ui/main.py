@@ -155,7 +155,7 @@ class StudioWindow(EngineJobsMixin, PlaybackMixin, ProjectFilesMixin, QMainWindo
         self._action(f, "&New project", self.new_project, "Ctrl+N")
         self._action(f, "&Open project…", self.open_dialog, "Ctrl+O")
         self.recent_menu = f.addMenu("Open &recent")
-        self._action(f, "&Import script (.txt, .md)…", self.import_dialog)
+        self._action(f, "&Import script (.txt, .md, .epub)…", self.import_dialog)
         self._action(f, "&Save", self.save, "Ctrl+S")
         self._action(f, "Save &as…", self.save_as)
         self._action(f, "&Export audio…", self.export_dialog, "Ctrl+E")

@@ -58,11 +58,25 @@ class ProjectFilesMixin:
         return True
 
     def import_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Import script", "", "Text (*.txt *.md);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Import script", "", "Scripts and books (*.txt *.md *.epub);;All files (*)"
+        )
         if path:
             self.import_script(path)
 
     def import_script(self, path) -> None:
+        """A text, Markdown or EPUB file as the script (a book's headings become its chapters)."""
+        if Path(path).suffix.lower() == ".epub":
+            from app.core.epub import EpubError, epub_to_script
+
+            try:
+                text = epub_to_script(path)
+            except EpubError as exc:
+                self.show_error(exc)
+                return
+            self.editor.setPlainText(text)
+            self.editor.flush()
+            return
         try:
             text = Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
