@@ -583,3 +583,15 @@ def test_a_script_with_headings_becomes_an_audiobook_with_its_chapters(qtbot, wi
         ("Part Two", round(segments[3].start_s, 2)),
     ]
     assert tags.tags["©nam"] == ["The Book"] and tags.tags["©ART"] == ["Someone"] and tags.tags["covr"]
+
+
+def test_a_file_per_chapter(qtbot, window, tmp_path):
+    set_script(window, "An opening line.\n# One: the start\nFirst. Second.\n# Two?\nLast.")
+    run_job(qtbot, window)
+    reports = window.export(tmp_path / "book.flac", scope="chapters", gap_s=0.25)
+    names = [r.path.name for r in reports]
+    assert names == ["book 00 Beginning.flac", "book 01 One the start.flac", "book 02 Two.flac"]
+    takes = [s.take for s in window.project.sentences]
+    for report, (a, b) in zip(reports, [(0, 1), (1, 4), (4, 6)], strict=True):
+        want = sum(len(t.audio) for t in takes[a:b]) + round(0.25 * takes[0].sample_rate) * (b - a - 1)
+        assert soundfile.info(str(report.path)).frames == want

@@ -21,7 +21,12 @@ from app.core.settings import Settings
 
 
 class ExportDialog(QDialog):
-    SCOPES = {"all": "Whole script", "sentences": "Selected sentences", "selection": "Timeline selection"}
+    SCOPES = {
+        "all": "Whole script",
+        "chapters": "Whole script, a file per chapter",
+        "sentences": "Selected sentences",
+        "selection": "Timeline selection",
+    }
     FORMATS = {"pcm16": "16-bit PCM", "pcm24": "24-bit PCM", "float": "32-bit float"}
     LOUDNESS = {
         None: "as synthesized",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from pathlib import Path
 
@@ -169,8 +170,14 @@ class ProjectFilesMixin:
 
     def export(self, path, *, scope="all", subtype="pcm16", out_rate=None, gap_s=0.3, loudness=None, book=None):
         """Write the whole script, the selected sentence, or the timeline selection as one file
-        (WAV, FLAC, MP3 or Opus, by its name)."""
+        (WAV, FLAC, MP3, Opus or M4B, by its name); or (scope "chapters") the whole script as a
+        file per chapter beside ``path`` ("<name> 01 <title>.<ext>"; what comes before the first
+        heading is 00), returning their reports."""
         self.editor.flush()
+        if scope == "chapters":
+            return self._export_chapters(
+                Path(path), subtype=subtype, out_rate=out_rate, gap_s=gap_s, loudness=loudness, book=book
+            )
         if scope == "selection" and self.timeline.selection() is not None:
             start, end = self.timeline.selection()
             rate = self.timeline.rate
@@ -200,6 +207,40 @@ class ProjectFilesMixin:
             8000,
         )
         return report
+
+    def _export_chapters(self, path: Path, *, gap_s, book, **options) -> list | None:
+        placed = self.project.takes_audio()
+        if not placed:
+            self.show_error(export_mod.ExportError("nothing to export: no sentence has a take yet"))
+            return None
+        indices = [i for i, _ in placed]
+        marks = self.project.chapter_marks(indices)
+        opening = not marks or marks[0][0] > 0  # sentences before the first heading: file 00
+        if opening:
+            marks.insert(0, (0, (book or {}).get("title") or "Beginning"))
+        rate = placed[0][1].sample_rate
+        reports = []
+        for n, (first, title) in enumerate(marks):
+            last = marks[n + 1][0] if n + 1 < len(marks) else len(placed)
+            name = f"{path.stem} {n if opening else n + 1:02d} {_file_title(title)}{path.suffix}"
+            clips = [export_mod.resample(t.audio, t.sample_rate, rate) for _, t in placed[first:last]]
+            try:
+                reports.append(
+                    export_mod.export_audio(
+                        path.with_name(name),
+                        clips,
+                        rate,
+                        silences=self.project.silences(indices[first:last], gap_s),
+                        chapters=[(0, title)],
+                        book=_book_info(book or {}),
+                        **options,
+                    )  # fmt: skip
+                )
+            except (export_mod.ExportError, OSError) as exc:
+                self.show_error(exc)
+                return None
+        self.statusBar().showMessage(f"exported {len(reports)} chapters beside {path.name}", 8000)
+        return reports
 
     def export_subtitles_dialog(self) -> None:
         path, chosen = QFileDialog.getSaveFileName(
@@ -233,6 +274,12 @@ class ProjectFilesMixin:
         first = self.project.sentence_at(cursor.selectionStart())
         last = self.project.sentence_at(max(cursor.selectionStart(), cursor.selectionEnd() - 1))
         return list(range(first, last + 1)) if first >= 0 else []
+
+
+def _file_title(title: str) -> str:
+    """A chapter's title as part of a file name: letters, digits, spaces and - _ . alone."""
+    safe = re.sub(r"[^\w\s.-]", "", title, flags=re.UNICODE)
+    return re.sub(r"\s+", " ", safe).strip(" .")[:60] or "chapter"
 
 
 def _book_info(book: dict):
