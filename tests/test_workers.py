@@ -157,3 +157,16 @@ def test_workers_argument(joe_path):
             _engine.Context(model, "cpu", 1, None, None, 0, MAX_WORKERS + 1)
     finally:
         model.close()
+
+
+def test_a_job_estimates_the_time_it_still_needs_from_what_it_did():
+    import time
+
+    from app.jobs.workers import SynthesisJob
+
+    job = SynthesisJob(None, [(0, "a" * 10), (1, "b" * 30), (2, "c" * 60)])
+    assert job.remaining_s() is None  # nothing done yet
+    job.started_at, job.done = time.monotonic() - 4.0, 1  # 10 characters in 4 s: 90 left
+    assert 35.0 <= job.remaining_s() <= 37.0
+    job.done = 3
+    assert job.remaining_s() == 0.0

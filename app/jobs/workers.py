@@ -68,9 +68,19 @@ class SynthesisJob(QRunnable):
         self.state = "queued"
         self.done = 0
         self.ended = False  # set on the GUI thread once the job's last signal was handled
+        self.started_at: float | None = None  # time.monotonic() when it began running
         self.engine = engine
         self._params = params
         self._cancel = threading.Event()
+
+    def remaining_s(self) -> float | None:
+        """An estimate of the seconds the job still needs, from the characters done so far and
+        the time they took (None before the first sentence is done)."""
+        if not self.done or self.started_at is None:
+            return None
+        chars = [len(text) for _, text in self.items]
+        done = sum(chars[: self.done])
+        return (time.monotonic() - self.started_at) / max(done, 1) * sum(chars[self.done :])
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -82,6 +92,7 @@ class SynthesisJob(QRunnable):
             self.signals.cancelled.emit(self.id)
             return
         self.state = "running"
+        self.started_at = time.monotonic()
         self.signals.started.emit(self.id)
         try:
             size = 1 if self.kind == "revoice" else batch_size(self.engine)

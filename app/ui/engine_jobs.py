@@ -234,6 +234,14 @@ class EngineJobsMixin:
         )
         self.project.add_take(index, take)
         self._after_takes_changed(index, soon=True)
+        left = job.remaining_s()
+        if left is not None and job.done < len(job.items):  # a long render: how far, how long still
+            minutes, seconds = divmod(int(round(left)), 60)
+            self.statusBar().showMessage(
+                f"synthesizing: {job.done} of {len(job.items)} sentences, about "
+                + (f"{minutes} min {seconds:02d} s" if minutes else f"{seconds} s")
+                + " left"
+            )
         self._follow_stream(index)
 
     def _job_ended(self, job_id: int) -> None:
