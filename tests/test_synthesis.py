@@ -376,3 +376,14 @@ def test_a_cpu_without_avx512_is_emulated_by_hiding_it(joe_path):
         runs[masked] = out.stdout.split()
     assert runs[False] == ["16", "True", "True", "True"]
     assert runs[True] == ["8", "False", "True", "True"]
+
+
+def test_durations_are_each_tokens_frames(engine):
+    """Piper's named output "durations": each token's frames (BOS, pad, each phoneme and its
+    pad, EOS), the audio's length in frames of 256 samples (word timings come from them)."""
+    ipa = "həlˈoʊ wˈɜːld."
+    take = engine.synthesize(phonemes=ipa, noise_scale=0.0, noise_w=0.0)
+    durations = engine.output("durations")
+    assert durations.shape == (2 * len(ipa) + 3, 1) and np.all(durations >= 0)
+    assert durations.sum() * 256 == len(take.audio)
+    np.testing.assert_array_equal(durations[:, 0], np.ceil(np.exp(engine.output("logw")[:, 0])))

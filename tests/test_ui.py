@@ -495,7 +495,8 @@ def test_subtitles_time_each_sentence_as_the_exported_audio_places_it(qtbot, win
     srt = window.export_subtitles(tmp_path / "x.srt").read_text(encoding="utf-8")
     vtt = window.export_subtitles(tmp_path / "x.vtt").read_text(encoding="utf-8")
     times = re.findall(r"(\d\d):(\d\d):(\d\d),(\d\d\d) --> (\d\d):(\d\d):(\d\d),(\d\d\d)", srt)
-    assert vtt.startswith("WEBVTT\n\n") and vtt.count(" --> ") == 3 and "The second → one." in vtt
+    assert vtt.startswith("WEBVTT\n\n") and vtt.count(" --> ") == 3
+    assert "The second → one." in re.sub(r"<[^>]+>", "", vtt)  # without the words' timestamps
     assert "2\n" in srt and "The second --> one." in srt and "A third." in srt
     sentences = window.project.sentences
     at = 0
@@ -595,3 +596,40 @@ def test_a_file_per_chapter(qtbot, window, tmp_path):
     for report, (a, b) in zip(reports, [(0, 1), (1, 4), (4, 6)], strict=True):
         want = sum(len(t.audio) for t in takes[a:b]) + round(0.25 * takes[0].sample_rate) * (b - a - 1)
         assert soundfile.info(str(report.path)).frames == want
+
+
+def test_word_timings_follow_the_engines_durations(qtbot, window, tmp_path):
+    """Each take records where its words are (from the durations of the call that made it): the
+    WebVTT cues mark every word after the first within one frame of them, and while the timeline
+    plays the editor marks the word being said."""
+    from app.core.words import phoneme_word_frames
+
+    set_script(window, "It was 1990, a cold day. Kind of the best.")
+    run_job(qtbot, window)
+    first, second = window.project.sentences
+    assert second.take.timings.get("words") is None  # "of the": the front end joins them, so no timings
+    timed = first.take.timings["words"]
+    assert [first.text[a:b] for a, b, _, _ in timed] == ["It", "was", "1990", "a", "cold", "day"]
+    with Engine.open("piper:joe", device="cpu", threads=2) as e:
+        ipa = e.phonemize(first.text)[0]
+        e.synthesize(phonemes=ipa, seed=window.project.settings["seed"])
+        frames = phoneme_word_frames(ipa, e.output("durations"), "piper")
+    frame_s = 256 / 22050
+    # "1990" is two phoneme words: "nineteen ninety".
+    starts = [f[0] * frame_s for f in frames[:2]] + [frames[2][0] * frame_s] + [f[0] * frame_s for f in frames[4:]]
+    assert all(abs(w[2] - want) <= frame_s for w, want in zip(timed, starts, strict=True))
+    vtt = window.export_subtitles(tmp_path / "x.vtt").read_text(encoding="utf-8")
+    stamps = [int(m[0]) * 60 + float(m[1]) for m in re.findall(r"<00:(\d\d):(\d\d\.\d\d\d)>", vtt)]
+    seg = window.timeline.segments[0]
+    assert len(stamps) == 5 and all(
+        abs(s - (seg.start_s + want)) <= 0.001 for s, want in zip(stamps, starts[1:], strict=True)
+    )
+    a, b, start, end = timed[4]  # "cold", while the timeline plays it
+    assert window.word_playing(seg.start_s + (start + end) / 2) == (first.start + a, first.start + b)
+    window.editor.highlight(window.word_playing(seg.start_s + (start + end) / 2))
+    marked = [
+        sel.cursor.selectedText()
+        for sel in window.editor.extraSelections()
+        if sel.format.background().color().name() == "#fde68a"
+    ]
+    assert marked == ["cold"]

@@ -1,6 +1,7 @@
 """Subtitles of a project's timeline: one cue per sentence that has a take, timed as the
 timeline (and so the export) places it, pauses included; written as SubRip (.srt) or WebVTT
-(.vtt), atomically."""
+(.vtt), atomically. Where a take has word timings (app.core.words), its WebVTT cue marks the
+time of each word after the first (WebVTT's inner timestamps: players highlight the words)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.core.atomic import write_bytes_atomic
+from app.core.words import take_words
 
 
 @dataclass(frozen=True)
@@ -15,6 +17,7 @@ class Cue:
     start_s: float
     end_s: float
     text: str
+    timed: str = ""  # the text with WebVTT timestamps before its words, where they are known
 
 
 def cues(project, *, gap_s: float = 0.3) -> list[Cue]:
@@ -22,7 +25,17 @@ def cues(project, *, gap_s: float = 0.3) -> list[Cue]:
     from app.core.project import timeline
 
     _, _, segments = timeline(project, gap_s=gap_s)
-    return [Cue(s.start_s, s.end_s, " ".join(project.sentences[s.index].text.split())) for s in segments]
+    out = []
+    for seg in segments:
+        text = project.sentences[seg.index].text
+        pieces, at = [], 0
+        for k, (a, b, start, _) in enumerate(take_words(seg.take.timings, text, seg.take.duration_s)):
+            stamp = f"<{_clock(seg.start_s + start, '.')}>" if k else ""
+            pieces += [text[at:a], stamp, text[a:b]]
+            at = b
+        timed = " ".join(("".join(pieces) + text[at:]).split()) if pieces else ""
+        out.append(Cue(seg.start_s, seg.end_s, " ".join(text.split()), timed))
+    return out
 
 
 def _clock(seconds: float, separator: str) -> str:
@@ -42,7 +55,10 @@ def to_srt(items: list[Cue]) -> str:
 
 def to_vtt(items: list[Cue]) -> str:
     # A cue's text may not hold "-->"; nor a blank line (sentences have none).
-    blocks = [f"{_clock(c.start_s, '.')} --> {_clock(c.end_s, '.')}\n{c.text.replace('-->', '→')}\n" for c in items]
+    blocks = [
+        f"{_clock(c.start_s, '.')} --> {_clock(c.end_s, '.')}\n{(c.timed or c.text).replace('-->', '→')}\n"
+        for c in items
+    ]
     return "WEBVTT\n\n" + "\n".join(blocks)
 
 

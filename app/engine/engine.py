@@ -277,6 +277,11 @@ class Engine:
         return [line for line in self._context.phonemize(text).split("\n") if line]
 
     @property
+    def family(self) -> str:
+        """The model's family: piper, kokoro or chatterbox."""
+        return self._model.arch
+
+    @property
     def takes_phonemes(self) -> bool:
         """Whether the voice reads IPA phonemes (Piper, Kokoro) as well as text (Chatterbox does not)."""
         return self._model.arch != "chatterbox"
@@ -505,8 +510,8 @@ class Engine:
 
     def output(self, name: str) -> np.ndarray:
         """A named intermediate of the last chunk, [time, channels] (Piper: ``m_p``, ``logs_p``,
-        ``logw``, ``z``; Kokoro: ``bert``, ``duration_logits``, ``durations``, ``F0``, ``N``,
-        ``text_encoder``, ``decoder``, ``har``)."""
+        ``logw``, ``durations`` (each token's frames), ``z``; Kokoro: ``bert``,
+        ``duration_logits``, ``durations``, ``F0``, ``N``, ``text_encoder``, ``decoder``, ``har``)."""
         return self._context.output(name)
 
 

@@ -14,7 +14,7 @@ import time
 
 from PySide6.QtCore import QObject, QRunnable, Signal
 
-from app.core import lexicon
+from app.core import lexicon, words
 from app.engine.engine import Engine
 from app.engine.errors import CancelledError, NothingToSpeakError
 from app.profiles.voices import open_engine
@@ -133,14 +133,17 @@ class SynthesisJob(QRunnable):
             self.done += 1
             self.signals.sentence_done.emit(index, take)
             return
+        read = self._input(text)
         take = self.engine.synthesize(
-            **self._input(text),
+            **read,
             on_stage=self._on_stage,
             on_chunk=lambda _, audio: self.signals.chunk.emit(index, audio),
             cancelled=self._cancel.is_set,
             **self._params,
         )
         take.timings["unspoken"] = self.engine.unspoken(text)  # never dropped silently
+        if (timed := self._word_times(text, read, take)) is not None:
+            take.timings["words"] = timed
         self.done += 1
         self.signals.sentence_done.emit(index, take)
 
@@ -154,6 +157,28 @@ class SynthesisJob(QRunnable):
             if ipa is not None:
                 return {"phonemes": ipa}
         return {"text": lexicon.respelled(text, self.lexicon)}
+
+    def _word_times(self, text: str, read: dict, take) -> list | None:
+        """Where each word of the sentence is in its take (app.core.words), from the durations
+        of the call just made; None where they cannot be told (several chunks, skipped
+        symbols, a voice without phonemes, words the front end joined)."""
+        engine = self.engine
+        if not engine.takes_phonemes or take.timings.get("chunks") != 1 or take.timings.get("skipped_symbols"):
+            return None
+        lines = [read["phonemes"]] if "phonemes" in read else engine.phonemize(read["text"])
+        durations = engine.output("durations").reshape(-1)
+        frames = float(durations.sum())
+        if len(lines) != 1 or frames <= 0 or len(take.audio) % round(frames) != 0:
+            return None
+
+        def words_of(word: str) -> int:
+            ipa = lexicon.phonemes(word, self.lexicon, engine.phonemize)
+            return len(
+                (ipa if ipa is not None else " ".join(engine.phonemize(lexicon.respelled(word, self.lexicon)))).split()
+            )
+
+        per_frame = len(take.audio) / frames / take.sample_rate
+        return words.word_times(text, lines[0], durations, engine.family, per_frame, words_of)
 
     def _together(self, group: list[tuple[int, str]]) -> None:
         """The group's sentences in one call (batched); each still gets the take it gets alone."""

@@ -3,8 +3,9 @@
 Each sentence is underlined by its state (no take yet: dotted grey; current take
 up to date: green; stale: orange wave; locked: grey background; the underline red
 where the take left symbols out: core.project.lost_symbols) and the sentence under
-the cursor is tinted. Pause tags (app.core.script) are shown in violet, a
-malformed one with a red wave, and ``tag_problems`` names what is wrong with each.
+the cursor is tinted; while the timeline plays, the word being said is marked. Pause
+tags (app.core.script) are shown in violet, a malformed one with a red wave, and
+``tag_problems`` names what is wrong with each.
 Text changes reach the project after a short pause so that typing and pasting a
 chapter stay responsive; undo/redo are the editor's.
 """
@@ -24,6 +25,7 @@ STYLES = {
     "stale": (QTextCharFormat.UnderlineStyle.WaveUnderline, "#ea580c"),
 }
 LOST = "#dc2626"  # the take left out symbols (core.project.lost_symbols)
+WORD = "#fde68a"  # the word being played
 
 
 class ScriptEditor(QPlainTextEdit):
@@ -38,6 +40,7 @@ class ScriptEditor(QPlainTextEdit):
         self.setPlaceholderText("Type or paste a script. Sentences become takes; a blank line starts a paragraph.")
         self.project: Project | None = None
         self._current = -1
+        self._word: tuple[int, int] | None = None  # the word being played (highlight)
         self._debounce = QTimer(self, singleShot=True, interval=self.DEBOUNCE_MS)
         self._debounce.timeout.connect(self.flush)
         self.textChanged.connect(self._debounce.start)
@@ -135,7 +138,17 @@ class ScriptEditor(QPlainTextEdit):
                 fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.WaveUnderline)
                 fmt.setUnderlineColor(QColor("#dc2626"))
             selections.append(self._selection(tag.start, tag.end, fmt))
+        if self._word is not None:
+            fmt = QTextCharFormat()
+            fmt.setBackground(QColor(WORD))
+            selections.append(self._selection(*self._word, fmt))
         self.setExtraSelections(selections)
+
+    def highlight(self, span: tuple[int, int] | None) -> None:
+        """Mark the word being played (a character span of the script), or none."""
+        if span != self._word:
+            self._word = span
+            self.refresh()
 
     def _selection(self, start: int, end: int, fmt: QTextCharFormat) -> QTextEdit.ExtraSelection:
         selection = QTextEdit.ExtraSelection()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from app.core import export as export_mod
+from app.core import words
 
 
 class PlaybackMixin:
@@ -20,6 +21,7 @@ class PlaybackMixin:
             self.show_error(exc)
             return
         self._playhead_timer.start()
+        self._playing_timeline = False
 
     def play_pause(self) -> None:
         state = self.player.state
@@ -45,6 +47,7 @@ class PlaybackMixin:
             self.show_error(exc)
             return
         self._playhead_timer.start()
+        self._playing_timeline = True
 
     def play_selection(self) -> None:
         selection = self.timeline.selection()
@@ -84,10 +87,26 @@ class PlaybackMixin:
         self.player.stop()
         self._playhead_timer.stop()
         self.timeline.set_playhead(None)
+        self.editor.highlight(None)
 
     def _tick(self) -> None:
         if self.player.state == "stopped":
             self._playhead_timer.stop()
             self.timeline.set_playhead(None)
+            self.editor.highlight(None)
             return
         self.timeline.set_playhead(self.player.position_s)
+        if getattr(self, "_playing_timeline", False):
+            self.editor.highlight(self.word_playing(self.player.position_s))
+
+    def word_playing(self, seconds: float) -> tuple[int, int] | None:
+        """The script's character span of the word the timeline has at ``seconds`` (from its
+        take's word timings), or None."""
+        for seg in self.timeline.segments:
+            if seg.start_s <= seconds < seg.end_s and seg.index < len(self.project.sentences):
+                sentence = self.project.sentences[seg.index]
+                if seg.take is not sentence.take:
+                    return None
+                span = words.word_at(seg.take.timings, sentence.text, seg.take.duration_s, seconds - seg.start_s)
+                return None if span is None else (sentence.start + span[0], sentence.start + span[1])
+        return None
