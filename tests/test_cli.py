@@ -293,3 +293,13 @@ def test_synth_writes_flac_mp3_and_opus_by_the_files_name(tmp_path, joe_path, cl
 def test_synth_names_the_symbols_it_does_not_read(tmp_path, joe_path, cli):
     result = cli("synth", "--text", "Five stars ★★ and a tick ✓, for 5 € ©.", "--out", str(tmp_path / "x.wav"))
     assert "warning: not read aloud: ★ ✓" in result.stderr  # € and © are read; punctuation is not named
+
+
+def test_synth_reads_speed_tags_and_refuses_voice_tags(tmp_path, joe_path, cli):
+    lengths = {}
+    for name, text in (("plain", "Words at one speed."), ("fast", "[speed 2] Words at one speed.")):
+        cli("synth", "--text", text, "--out", str(tmp_path / f"{name}.wav"), "--noise-w", "0")
+        lengths[name] = soundfile.info(str(tmp_path / f"{name}.wav")).frames
+    assert lengths["fast"] < 0.7 * lengths["plain"]
+    result = cli("synth", "--text", "Hi. [voice kokoro:af_heart] Hello.", "--out", str(tmp_path / "x.wav"), check=False)
+    assert result.returncode != 0 and "line 1: '[voice kokoro:af_heart]': synth speaks one voice" in result.stderr

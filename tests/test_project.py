@@ -236,3 +236,28 @@ def test_pauses_are_exact_to_the_sample_in_the_timeline_and_the_export_and_survi
     assert len(written) == 2 * sum(len(c) for c in clips) + sum(round(s * 48000) for s in silences)
     first_gap = slice(round(0.5 * 48000) + 2 * len(clips[0]), round(0.5 * 48000) + 2 * len(clips[0]) + 72000)
     assert not written[first_gap].any() and written[first_gap.stop] != 0
+
+
+def test_voice_and_speed_tags_hold_until_the_next_of_their_kind():
+    from app.core.script import direction
+
+    script = (
+        "Narrator. [voice kokoro:af_heart] Alice speaks. [speed 1.5] Quickly now. [voice default] The narrator, "
+        "quick. [speed default] Plain again. [speed 9] [voice] [speed fast]"
+    )
+    assert texts(script) == ["Narrator.", "Alice speaks.", "Quickly now.", "The narrator, quick.", "Plain again."]
+    bad = [t for t in tags(script) if t.problem]
+    assert [t.text(script) for t in bad] == ["[speed 9]", "[voice]", "[speed fast]"]
+    assert "from 0.25 to 4" in bad[0].problem and "[voice default]" in bad[1].problem
+    assert direction(script, len(script)) == {}  # malformed tags change nothing
+    project = Project(script, voice="piper:joe", settings=SETTINGS)
+    assert [project.sentence_voice(i) for i in range(5)] == ["piper:joe", "kokoro:af_heart", "kokoro:af_heart",
+                                                             "piper:joe", "piper:joe"]  # fmt: skip
+    assert [project.sentence_settings(i)["speed"] for i in range(5)] == [1.0, 1.0, 1.5, 1.5, 1.0]
+    for i, sentence in enumerate(project.sentences):
+        project.add_take(i, take_for(sentence, voice=project.sentence_voice(i), settings=project.sentence_settings(i)))
+    assert project.stale() == []
+    project.set_script(project.script.replace("[speed 1.5]", "[speed 1.25]"))  # exactly its span turns stale
+    assert project.stale() == [2, 3]
+    project.set_script(project.script.replace("af_heart", "am_adam"))
+    assert project.stale() == [1, 2, 3]

@@ -633,3 +633,23 @@ def test_word_timings_follow_the_engines_durations(qtbot, window, tmp_path):
         if sel.format.background().color().name() == "#fde68a"
     ]
     assert marked == ["cold"]
+
+
+def test_a_dialogue_reads_each_sentence_in_its_tags_voice_and_speed(qtbot, window):
+    set_script(
+        window, "The narrator speaks. [voice kokoro:jf_alpha] Hello there. [speed 2] Quickly. [voice default] Back."
+    )
+    done = []
+    window.job_ended.connect(lambda job_id, state: done.append(state))
+    assert window.synthesize("all")
+    qtbot.waitUntil(lambda: len(done) == 4, timeout=180_000)  # a job per voice and speed
+    assert done == ["done"] * 4
+    takes = [s.take for s in window.project.sentences]
+    assert [t.voice for t in takes] == ["piper:joe", "kokoro:jf_alpha", "kokoro:jf_alpha", "piper:joe"]
+    assert [t.sample_rate for t in takes] == [22050, 24000, 24000, 22050]
+    assert [t.settings["speed"] for t in takes] == [1.0, 1.0, 2.0, 2.0]
+    assert window.project.stale() == []
+    window.editor.select_sentence(1)
+    assert window.inspector.sentence_label.text().endswith("read by kokoro:jf_alpha")
+    audio, rate, segments = timeline(window.project)
+    assert rate == 22050 and len(segments) == 4  # the Kokoro takes resampled onto the timeline

@@ -54,25 +54,33 @@ def _blocks(source: str, phonemes: bool) -> list[str]:
     return [b for b in blocks if b.strip()] or [source]
 
 
-def _pieces(source: str, phonemes: bool) -> list[str | float]:
-    """Blocks of text to speak and, between them, the seconds of silence the script's pause
-    tags ask for (app.core.script); a malformed tag is an error naming it and its line."""
+def _pieces(source: str, phonemes: bool) -> list[tuple[str, float | None] | float]:
+    """Blocks of text to speak, each with the speed a [speed] tag set for it (None: --speed's),
+    and between them the seconds of silence the script's pause tags ask for
+    (app.core.script); a malformed tag, or a [voice] tag (synth speaks --voice alone), is an
+    error naming it and its line."""
     from app.core.script import tags
 
     if phonemes:
-        return list(_blocks(source, True))
-    pieces: list[str | float] = []
-    at = 0
+        return [(block, None) for block in _blocks(source, True)]
+    pieces: list[tuple[str, float | None] | float] = []
+    at, speed = 0, None
     for tag in tags(source):
-        if tag.seconds is None:
-            line = source.count("\n", 0, tag.start) + 1
+        line = source.count("\n", 0, tag.start) + 1
+        if tag.problem:
             raise VoiceStudioError(f"line {line}: {tag.text(source)!r}: {tag.problem}")
+        if tag.kind == "voice":
+            raise VoiceStudioError(f"line {line}: {tag.text(source)!r}: synth speaks one voice (--voice); "
+                                   "a script of several voices is the studio's")  # fmt: skip
         if source[at : tag.start].strip():
-            pieces += _blocks(source[at : tag.start], False)
-        pieces.append(tag.seconds)
+            pieces += [(block, speed) for block in _blocks(source[at : tag.start], False)]
+        if tag.kind == "pause":
+            pieces.append(tag.seconds)
+        else:
+            speed = tag.value
         at = tag.end
     if source[at:].strip() or not pieces:
-        pieces += _blocks(source[at:], False)
+        pieces += [(block, speed) for block in _blocks(source[at:], False)]
     return pieces
 
 
@@ -149,17 +157,18 @@ def cmd_synth(args) -> int:
         rate = encoder_rate(container, engine.sample_rate)  # Opus: 22.05 kHz voices at 24 kHz
         with atomic_path(args.out) as tmp:
             with soundfile.SoundFile(str(tmp), "w", rate, 1, subtype=kind, format=container) as wav:
-                for block in _pieces(source, is_phonemes):
-                    if isinstance(block, float):  # a pause, to the sample
-                        silence = np.zeros(int(round(block * rate)), dtype=np.float32)
+                for piece in _pieces(source, is_phonemes):
+                    if isinstance(piece, float):  # a pause, to the sample
+                        silence = np.zeros(int(round(piece * rate)), dtype=np.float32)
                         wav.write(pcm_samples(silence, kind))
                         samples += len(silence)
                         continue
+                    block, speed = piece
                     try:
                         take = engine.synthesize(
                             **({"phonemes": block} if is_phonemes else _through_lexicon(block, entries, engine)),
                             noise_scale=args.noise_scale,
-                            length_scale=1.0 / args.speed,
+                            length_scale=1.0 / (speed or args.speed),
                             noise_w=args.noise_w,
                             seed=args.seed,
                             **{

@@ -31,7 +31,7 @@ import numpy as np
 from app.core import lexicon, paths
 from app.core.archive import read_bounded
 from app.core.atomic import write_bytes_atomic
-from app.core.script import chapters, pause_between, segment
+from app.core.script import chapters, direction, pause_between, segment, tags
 
 SCHEMA_VERSION = 1
 SUFFIX = ".vsproj"
@@ -123,6 +123,7 @@ class Project:
         self.settings = dict(DEFAULT_SETTINGS if settings is None else settings)
         self.lexicon: dict[str, str] = {}  # the project's pronunciations (app.core.lexicon), saved with it
         self.user_lexicon: dict[str, str] = {}  # the studio's, set by it (not saved with the project)
+        self._tags_of: tuple[str | None, list] = (None, [])  # the script's tags, for the script they are of
         self.script = ""
         self.sentences: list[Sentence] = []
         self._ends: list[int] = []
@@ -159,19 +160,37 @@ class Project:
         """The lexicon entries sentences are read with: the user's and the project's."""
         return lexicon.merged(self.user_lexicon, self.lexicon)
 
+    def sentence_voice(self, index: int) -> str:
+        """The voice sentence ``index`` is read in: a [voice] tag's before it, else the project's."""
+        return direction(self.script, self.sentences[index].start, self._tags()).get("voice", self.voice)
+
     def sentence_settings(self, index: int, entries: dict[str, str] | None = None) -> dict:
-        """The settings sentence ``index`` is synthesized with: the project's, and the lexicon
-        entries its text uses where it uses any (a take records them, so that changing an entry
-        makes exactly the sentences that use it stale)."""
+        """The settings sentence ``index`` is synthesized with: the project's, the speed of a
+        [speed] tag before it, and the lexicon entries its text uses where it uses any (a take
+        records them, so that changing an entry makes exactly the sentences that use it stale)."""
+        settings = self.settings
+        speed = direction(self.script, self.sentences[index].start, self._tags()).get("speed")
+        if speed is not None:
+            settings = settings | {"speed": speed}
         used = lexicon.used(self.sentences[index].text, self.pronunciations() if entries is None else entries)
-        return self.settings | {"lexicon": used} if used else self.settings
+        return settings | {"lexicon": used} if used else settings
+
+    def _tags(self) -> list:
+        """The script's tags, parsed once per script."""
+        if self._tags_of[0] != self.script:
+            self._tags_of = (self.script, tags(self.script))
+        return self._tags_of[1]
 
     def is_stale(self, index: int) -> bool:
-        return self.sentences[index].is_stale(self.voice, self.sentence_settings(index))
+        return self.sentences[index].is_stale(self.sentence_voice(index), self.sentence_settings(index))
 
     def stale(self) -> list[int]:
         entries = self.pronunciations()
-        return [i for i, s in enumerate(self.sentences) if s.is_stale(self.voice, self.sentence_settings(i, entries))]
+        return [
+            i
+            for i, s in enumerate(self.sentences)
+            if s.is_stale(self.sentence_voice(i), self.sentence_settings(i, entries))
+        ]
 
     def to_synthesize(self, which: str) -> list[int]:
         """Indices for "all" or "stale" jobs; locked sentences are skipped."""

@@ -18,6 +18,11 @@ the first form). A tag ends the sentence before it and is never read aloud; the 
 between two sentences is then exactly the sum of the tags between them (instead of the
 usual gap), to the sample. A malformed tag (no length, a length over MAX_PAUSE_S) still
 ends the sentence and is not read; ``tags`` reports what is wrong with it.
+
+Two more tags set how what follows them is read, up to the next tag of their kind (they
+too end the sentence before them): ``[voice kokoro:af_heart]`` (any voice id; a dialogue
+names a voice per speaker; ``[voice default]`` returns to the project's) and ``[speed 1.2]``
+(from 0.25 to 4; ``[speed default]``). ``direction`` says what holds at a place.
 """
 
 from __future__ import annotations
@@ -31,8 +36,11 @@ ABBREVIATIONS = frozenset(
 )
 
 _END = re.compile(r"""[.!?…]+["'”’)\]]*""")
-# Anything that starts like a pause tag, up to its closing bracket (or the line's end).
-_TAG = re.compile(r"\[\s*pause\b[^\]\n]*\]?|<\s*break\b[^>\n]*>?", re.I)
+# Anything that starts like a tag, up to its closing bracket (or the line's end).
+_TAG = re.compile(r"\[\s*(?:pause|voice|speed)\b[^\]\n]*\]?|<\s*break\b[^>\n]*>?", re.I)
+_VOICE = re.compile(r"\[\s*voice\s+([\w.:/+-]+)\s*\]", re.I)
+_SPEED = re.compile(r"\[\s*speed\s+(default|\d+(?:\.\d+)?|\.\d+)\s*\]", re.I)
+SPEEDS = (0.25, 4.0)
 _PAUSE = re.compile(r"\[\s*pause\s+(\d+(?:\.\d+)?|\.\d+)\s*(ms|s)\s*\]", re.I)
 _BREAK = re.compile(r"""<\s*break\s+time\s*=\s*(["'])(\d+(?:\.\d+)?|\.\d+)\s*(ms|s)\1\s*/?\s*>""", re.I)
 MAX_PAUSE_S = 60.0
@@ -54,30 +62,65 @@ class Span:
 class Tag:
     start: int  # offsets into the script, end exclusive
     end: int
-    seconds: float | None  # None where the tag is malformed
-    problem: str = ""  # what is wrong with it, for the editor
+    kind: str  # "pause", "voice" or "speed"
+    value: float | str | None  # seconds, a voice id, a speed; None for "default" or a malformed tag
+    problem: str = ""  # what is wrong with it, for the editor ("" where nothing is)
+
+    @property
+    def seconds(self) -> float | None:
+        """A well-formed pause's length, else None."""
+        return self.value if self.kind == "pause" and not self.problem else None
 
     def text(self, script: str) -> str:
         return script[self.start : self.end]
 
 
-def tags(script: str) -> list[Tag]:
-    """Every pause tag of the script, in order, each with its length or what is wrong with it."""
-    found = []
-    for match in _TAG.finditer(script):
-        text = match.group()
-        full = _PAUSE.fullmatch(text) or _BREAK.fullmatch(text)
+def _tag(start: int, end: int, text: str) -> Tag:
+    kind = "pause" if text.lstrip().startswith("<") else re.match(r"\[\s*(\w+)", text).group(1).lower()
+    if kind == "voice":
+        full = _VOICE.fullmatch(text)
         if full is None:
-            example = "[pause 1.5s]" if text.lstrip("[ ").lower().startswith("pause") else '<break time="1.5s"/>'
-            found.append(Tag(match.start(), match.end(), None, f"a pause is written {example} or with ms"))
-            continue
-        value, unit = full.group(full.lastindex - 1), full.group(full.lastindex)
-        seconds = float(value) / (1000.0 if unit.lower() == "ms" else 1.0)
-        if seconds > MAX_PAUSE_S:
-            found.append(Tag(match.start(), match.end(), None, f"a pause is at most {MAX_PAUSE_S:g} s"))
-            continue
-        found.append(Tag(match.start(), match.end(), seconds))
-    return found
+            return Tag(start, end, kind, None, "a voice is written [voice kokoro:af_heart] or [voice default]")
+        return Tag(start, end, kind, None if full.group(1).lower() == "default" else full.group(1))
+    if kind == "speed":
+        full = _SPEED.fullmatch(text)
+        if full is None:
+            return Tag(start, end, kind, None, "a speed is written [speed 1.2] or [speed default]")
+        if full.group(1).lower() == "default":
+            return Tag(start, end, kind, None)
+        speed = float(full.group(1))
+        if not SPEEDS[0] <= speed <= SPEEDS[1]:
+            return Tag(start, end, kind, None, f"a speed lies from {SPEEDS[0]:g} to {SPEEDS[1]:g}")
+        return Tag(start, end, kind, speed)
+    full = _PAUSE.fullmatch(text) or _BREAK.fullmatch(text)
+    if full is None:
+        example = "[pause 1.5s]" if text.lstrip("[ ").lower().startswith("pause") else '<break time="1.5s"/>'
+        return Tag(start, end, kind, None, f"a pause is written {example} or with ms")
+    value, unit = full.group(full.lastindex - 1), full.group(full.lastindex)
+    seconds = float(value) / (1000.0 if unit.lower() == "ms" else 1.0)
+    if seconds > MAX_PAUSE_S:
+        return Tag(start, end, kind, None, f"a pause is at most {MAX_PAUSE_S:g} s")
+    return Tag(start, end, kind, seconds)
+
+
+def tags(script: str) -> list[Tag]:
+    """Every tag of the script, in order, each with its value or what is wrong with it."""
+    return [_tag(m.start(), m.end(), m.group()) for m in _TAG.finditer(script)]
+
+
+def direction(script: str, offset: int, found: list[Tag] | None = None) -> dict:
+    """What the voice and speed tags before ``offset`` set for the text there: {"voice": id,
+    "speed": x}, each only where a well-formed tag of its kind sets it (not "default")."""
+    out: dict = {}
+    for tag in tags(script) if found is None else found:
+        if tag.start >= offset:
+            break
+        if tag.kind in ("voice", "speed") and not tag.problem:
+            if tag.value is None:
+                out.pop(tag.kind, None)
+            else:
+                out[tag.kind] = tag.value
+    return out
 
 
 def canonical_tags(script: str) -> str:
@@ -99,7 +142,7 @@ def _format_seconds(seconds: float) -> str:
 def pause_between(script: str, end: int, start: int) -> float | None:
     """The pause the tags in script[end:start] ask for (their sum), or None where there are
     none; malformed tags count as none."""
-    lengths = [t.seconds for t in tags(script[end:start])]
+    lengths = [t.seconds for t in tags(script[end:start]) if t.kind == "pause"]
     return sum(s for s in lengths if s is not None) if any(s is not None for s in lengths) else None
 
 

@@ -73,7 +73,7 @@ class ScriptEditor(QPlainTextEdit):
         return [
             f"line {script.count(chr(10), 0, t.start) + 1}: {t.text(script)!r}: {t.problem}"
             for t in tags(script)
-            if t.seconds is None
+            if t.problem
         ]
 
     def current_sentence(self) -> int:
@@ -134,7 +134,7 @@ class ScriptEditor(QPlainTextEdit):
             fmt = QTextCharFormat()
             fmt.setForeground(QColor("#6d28d9"))
             fmt.setBackground(QColor("#ede9fe"))
-            if tag.seconds is None:
+            if tag.problem:
                 fmt.setUnderlineStyle(QTextCharFormat.UnderlineStyle.WaveUnderline)
                 fmt.setUnderlineColor(QColor("#dc2626"))
             selections.append(self._selection(tag.start, tag.end, fmt))

@@ -114,21 +114,31 @@ class EngineJobsMixin:
         if not indices:
             self.statusBar().showMessage("nothing to synthesize", 4000)
             return False
-        items = [(i, project.sentences[i].text) for i in indices]
-        settings = dict(project.settings)
-        params = {
-            "length_scale": 1.0 / settings["speed"],
-            "noise_scale": settings["noise_scale"],
-            "noise_w": settings["noise_w"],
-            "seed": settings["seed"],
-        }
-        for key in ("language", "cfg_weight", "exaggeration"):  # Chatterbox Multilingual's
-            if settings.get(key) is not None:
-                params[key] = settings[key]
-        if which == "regenerate":
-            params["seed"] = settings["seed"] + len(project.sentences[indices[0]].takes)
-        params["lexicon"] = project.pronunciations()
-        self.with_engine(lambda engine: self._start_job(engine, items, which, settings, params))
+        # A job for each voice and settings the script's [voice] and [speed] tags give its
+        # sentences (in the order they first come), each on an engine of its voice.
+        groups: dict[tuple, list] = {}
+        for i in indices:
+            settings = {k: v for k, v in project.sentence_settings(i).items() if k != "lexicon"}
+            key = (project.sentence_voice(i), tuple(sorted(settings.items(), key=lambda kv: kv[0])))
+            groups.setdefault(key, []).append((i, project.sentences[i].text))
+        for (voice, settings_items), items in groups.items():
+            settings = dict(settings_items)
+            params = {
+                "length_scale": 1.0 / settings["speed"],
+                "noise_scale": settings["noise_scale"],
+                "noise_w": settings["noise_w"],
+                "seed": settings["seed"],
+            }
+            for key in ("language", "cfg_weight", "exaggeration"):  # Chatterbox Multilingual's
+                if settings.get(key) is not None:
+                    params[key] = settings[key]
+            if which == "regenerate":
+                params["seed"] = settings["seed"] + len(project.sentences[indices[0]].takes)
+            params["lexicon"] = project.pronunciations()
+            self.with_engine(
+                lambda engine, v=voice, it=items, st=settings, pa=params: self._start_job(engine, it, which, st, pa, v),
+                voice=voice,
+            )
         return True
 
     def preview_pronunciation(self, word: str, pronunciation: str) -> None:
@@ -193,9 +203,11 @@ class EngineJobsMixin:
         if path:
             self.revoice_current(path)
 
-    def _start_job(self, engine: Engine, items: list, kind: str, settings: dict, params: dict) -> None:
+    def _start_job(
+        self, engine: Engine, items: list, kind: str, settings: dict, params: dict, voice: str | None = None
+    ) -> None:
         job = SynthesisJob(engine, items, kind=kind, **params)
-        job.voice, job.settings = self.project.voice, settings
+        job.voice, job.settings = voice or self.project.voice, settings
         job.signals.started.connect(self._job_started)
         job.signals.stage.connect(lambda stage, chunk, ms: self.timings.add_stage(stage, ms))
         job.signals.chunk.connect(lambda index, audio: self.timings.first_audio())

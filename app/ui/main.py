@@ -258,7 +258,8 @@ class StudioWindow(EngineJobsMixin, PlaybackMixin, ProjectFilesMixin, QMainWindo
 
     def _current_sentence_changed(self, index: int) -> None:
         sentence = self.project.sentences[index] if 0 <= index < len(self.project.sentences) else None
-        self.inspector.show_sentence(index, sentence)
+        voice = self.project.sentence_voice(index) if sentence is not None else None
+        self.inspector.show_sentence(index, sentence, voice if voice != self.project.voice else None)
         self.timeline.select_sentence(index)
 
     def _sentence_clicked(self, index: int) -> None:

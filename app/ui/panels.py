@@ -439,7 +439,8 @@ class Inspector(QWidget):
             w.blockSignals(False)
         self._family_controls(voice)
 
-    def show_sentence(self, index: int, sentence) -> None:
+    def show_sentence(self, index: int, sentence, voice: str | None = None) -> None:
+        """The sentence and its takes; ``voice``: the one a [voice] tag gives it, where not the project's."""
         self.takes.clear()
         self.lock.blockSignals(True)
         if sentence is None:
@@ -447,7 +448,7 @@ class Inspector(QWidget):
             self.lock.setChecked(False)
         else:
             text = sentence.text if len(sentence.text) < 160 else sentence.text[:157] + "…"
-            self.sentence_label.setText(f"{index + 1}. {text}")
+            self.sentence_label.setText(f"{index + 1}. {text}" + (f"\nread by {voice}" if voice else ""))
             self.lock.setChecked(sentence.locked)
             for n, take in enumerate(sentence.takes):
                 stamp = time.strftime("%H:%M:%S", time.localtime(take.created))
