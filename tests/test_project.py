@@ -261,3 +261,14 @@ def test_voice_and_speed_tags_hold_until_the_next_of_their_kind():
     assert project.stale() == [2, 3]
     project.set_script(project.script.replace("af_heart", "am_adam"))
     assert project.stale() == [1, 2, 3]
+
+
+def test_say_as_tags_stand_for_a_word_and_read_as_they_say():
+    from app.core.script import read_as, say_as_tags, shown
+
+    text = "Ask [spell NASA] about the [say GIF as jif] and [say Nguyen as /ŋwˈɪn/], not [say oops]."
+    assert texts(text) == [text]  # inside the sentence: it is not cut
+    assert shown(text) == "Ask NASA about the GIF and Nguyen, not oops."
+    assert read_as(text) == ("Ask N A S A about the jif and sayastag2, not oops.", {"sayastag2": "/ŋwˈɪn/"})
+    assert read_as(text, phonemes=False)[0] == "Ask N A S A about the jif and Nguyen, not oops."
+    assert [t.problem != "" for t in say_as_tags(text)] == [False, False, False, True]

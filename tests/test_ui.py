@@ -653,3 +653,19 @@ def test_a_dialogue_reads_each_sentence_in_its_tags_voice_and_speed(qtbot, windo
     assert window.inspector.sentence_label.text().endswith("read by kokoro:jf_alpha")
     audio, rate, segments = timeline(window.project)
     assert rate == 22050 and len(segments) == 4  # the Kokoro takes resampled onto the timeline
+
+
+def test_say_as_tags_are_read_as_they_say_and_shown_as_their_word(qtbot, window, tmp_path):
+    set_script(window, "Ask [spell NASA] now. Meet [say Nguyen as /ɡˈɑːbəlɡʊk/] here.")
+    run_job(qtbot, window)
+    first, second = window.project.sentences
+    seed = window.project.settings["seed"]
+    with Engine.open("piper:joe", device="cpu", threads=2) as e:
+        assert np.array_equal(first.take.audio, e.synthesize(text="Ask N A S A now.", seed=seed).audio)
+        ipa = f"mˈiːt ɡˈɑːbəlɡʊk {e.phonemize('here.')[0]}"
+        assert np.array_equal(second.take.audio, e.synthesize(phonemes=ipa, seed=seed).audio)
+    srt = window.export_subtitles(tmp_path / "x.srt").read_text(encoding="utf-8")
+    assert "Ask NASA now." in srt and "Meet Nguyen here." in srt
+    set_script(window, "A [say broken] tag.")
+    assert window.editor.problems() == ["line 1: '[say broken]': a say tag is written [say GIF as jif] or "
+                                        "[say Nguyen as /ŋwˈɪn/]"]  # fmt: skip

@@ -59,10 +59,14 @@ def _pieces(source: str, phonemes: bool) -> list[tuple[str, float | None] | floa
     and between them the seconds of silence the script's pause tags ask for
     (app.core.script); a malformed tag, or a [voice] tag (synth speaks --voice alone), is an
     error naming it and its line."""
-    from app.core.script import tags
+    from app.core.script import say_as_tags, tags
 
     if phonemes:
         return [(block, None) for block in _blocks(source, True)]
+    for tag in say_as_tags(source):
+        if tag.problem:
+            line = source.count("\n", 0, tag.start) + 1
+            raise VoiceStudioError(f"line {line}: {source[tag.start : tag.end]!r}: {tag.problem}")
     pieces: list[tuple[str, float | None] | float] = []
     at, speed = 0, None
     for tag in tags(source):
@@ -88,16 +92,16 @@ def _through_lexicon(block: str, entries: dict[str, str], engine) -> dict:
     """What the engine reads for a block of text: the block itself, its respelling, or (where it
     uses an IPA entry and the voice takes phonemes) its phonemes, a sentence a line."""
     from app.core import lexicon
-    from app.core.script import segment
+    from app.core.script import read_as, say_as_tags, segment
 
-    if not lexicon.used(block, entries):
+    if not lexicon.used(block, entries) and not say_as_tags(block):
         return {"text": block}
     if not engine.takes_phonemes:
-        return {"text": lexicon.respelled(block, entries)}
+        return {"text": lexicon.respelled(read_as(block, phonemes=False)[0], entries)}
     lines = []
     for span in segment(block):
-        sentence = span.text(block)
-        ipa = lexicon.phonemes(sentence, entries, engine.phonemize)
+        sentence, extra = read_as(span.text(block))
+        ipa = lexicon.phonemes(sentence, entries | extra, engine.phonemize)
         lines += [ipa] if ipa is not None else engine.phonemize(lexicon.respelled(sentence, entries))
     return {"phonemes": "\n".join(lines)}
 

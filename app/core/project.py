@@ -31,7 +31,7 @@ import numpy as np
 from app.core import lexicon, paths
 from app.core.archive import read_bounded
 from app.core.atomic import write_bytes_atomic
-from app.core.script import chapters, direction, pause_between, segment, tags
+from app.core.script import chapters, direction, pause_between, read_as, segment, tags
 
 SCHEMA_VERSION = 1
 SUFFIX = ".vsproj"
@@ -172,7 +172,8 @@ class Project:
         speed = direction(self.script, self.sentences[index].start, self._tags()).get("speed")
         if speed is not None:
             settings = settings | {"speed": speed}
-        used = lexicon.used(self.sentences[index].text, self.pronunciations() if entries is None else entries)
+        spoken = read_as(self.sentences[index].text)[0]  # a "say as" tag's word reads as the tag says
+        used = lexicon.used(spoken, self.pronunciations() if entries is None else entries)
         return settings | {"lexicon": used} if used else settings
 
     def _tags(self) -> list:

@@ -23,6 +23,11 @@ Two more tags set how what follows them is read, up to the next tag of their kin
 too end the sentence before them): ``[voice kokoro:af_heart]`` (any voice id; a dialogue
 names a voice per speaker; ``[voice default]`` returns to the project's) and ``[speed 1.2]``
 (from 0.25 to 4; ``[speed default]``). ``direction`` says what holds at a place.
+
+"Say as" tags stand inside a sentence, in place of a word: ``[spell NASA]`` reads its letters
+one by one, ``[say GIF as jif]`` reads a respelling and ``[say Nguyen as /ŋwˈɪn/]`` IPA
+(phonemes, for Piper and Kokoro) for this one occurrence; ``shown`` is the text as a reader
+sees it, ``read_as`` what the front end is given.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ _TAG = re.compile(r"\[\s*(?:pause|voice|speed)\b[^\]\n]*\]?|<\s*break\b[^>\n]*>?
 _VOICE = re.compile(r"\[\s*voice\s+([\w.:/+-]+)\s*\]", re.I)
 _SPEED = re.compile(r"\[\s*speed\s+(default|\d+(?:\.\d+)?|\.\d+)\s*\]", re.I)
 SPEEDS = (0.25, 4.0)
+_INLINE = re.compile(r"\[\s*(spell|say)\b([^\]\n]*)\]?", re.I)
+_SAY_AS = re.compile(r"\s*(\S(?:.*?\S)?)\s+as\s+(\S(?:.*\S)?)\s*", re.I)
 _PAUSE = re.compile(r"\[\s*pause\s+(\d+(?:\.\d+)?|\.\d+)\s*(ms|s)\s*\]", re.I)
 _BREAK = re.compile(r"""<\s*break\s+time\s*=\s*(["'])(\d+(?:\.\d+)?|\.\d+)\s*(ms|s)\1\s*/?\s*>""", re.I)
 MAX_PAUSE_S = 60.0
@@ -106,6 +113,69 @@ def _tag(start: int, end: int, text: str) -> Tag:
 def tags(script: str) -> list[Tag]:
     """Every tag of the script, in order, each with its value or what is wrong with it."""
     return [_tag(m.start(), m.end(), m.group()) for m in _TAG.finditer(script)]
+
+
+@dataclass(frozen=True)
+class SayAs:
+    start: int  # offsets into the text, end exclusive
+    end: int
+    word: str  # what a reader sees
+    reading: str  # what is read: letters spaced out, a respelling or /IPA/ ("" where malformed)
+    problem: str = ""
+
+
+def say_as_tags(text: str) -> list[SayAs]:
+    """The "say as" tags of a text, each with what it reads or what is wrong with it."""
+    found = []
+    for m in _INLINE.finditer(text):
+        kind, body = m.group(1).lower(), m.group(2)
+        if not m.group().endswith("]"):
+            found.append(SayAs(m.start(), m.end(), body.strip(), "", f"a [{kind} ...] tag ends with ]"))
+        elif kind == "spell":
+            word = body.strip()
+            letters = " ".join(c.upper() for c in word if c.isalnum())
+            problem = "" if letters else "[spell ...] needs a word: [spell NASA]"
+            found.append(SayAs(m.start(), m.end(), word, letters, problem))
+        elif (full := _SAY_AS.fullmatch(body)) is None:
+            found.append(
+                SayAs(
+                    m.start(),
+                    m.end(),
+                    body.strip(),
+                    "",
+                    "a say tag is written [say GIF as jif] or [say Nguyen as /ŋwˈɪn/]",
+                )
+            )
+        else:
+            found.append(SayAs(m.start(), m.end(), full.group(1), full.group(2)))
+    return found
+
+
+def shown(text: str) -> str:
+    """The text as a reader sees it: each "say as" tag as its word."""
+    out, at = [], 0
+    for tag in say_as_tags(text):
+        out += [text[at : tag.start], tag.word]
+        at = tag.end
+    return "".join(out) + text[at:]
+
+
+def read_as(text: str, *, phonemes: bool = True) -> tuple[str, dict[str, str]]:
+    """What the front end is given for a text: each "say as" tag as its reading (an IPA one as
+    a word of its own, with the lexicon entry that reads it: app.core.lexicon; as its word
+    where the voice reads no phonemes), malformed ones as their word."""
+    out, entries, at = [], {}, 0
+    for n, tag in enumerate(say_as_tags(text)):
+        reading = tag.reading if not tag.problem else tag.word
+        if len(reading) > 2 and reading.startswith("/") and reading.endswith("/") and not phonemes:
+            reading = tag.word
+        elif len(reading) > 2 and reading.startswith("/") and reading.endswith("/"):
+            placeholder = f"sayastag{n}"
+            entries[placeholder] = reading
+            reading = placeholder
+        out += [text[at : tag.start], reading]
+        at = tag.end
+    return "".join(out) + text[at:], entries
 
 
 def direction(script: str, offset: int, found: list[Tag] | None = None) -> dict:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.core.atomic import write_bytes_atomic
+from app.core.script import shown
 from app.core.words import take_words
 
 
@@ -34,7 +35,7 @@ def cues(project, *, gap_s: float = 0.3) -> list[Cue]:
             pieces += [text[at:a], stamp, text[a:b]]
             at = b
         timed = " ".join(("".join(pieces) + text[at:]).split()) if pieces else ""
-        out.append(Cue(seg.start_s, seg.end_s, " ".join(text.split()), timed))
+        out.append(Cue(seg.start_s, seg.end_s, " ".join(shown(text).split()), timed))
     return out
 
 

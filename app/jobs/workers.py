@@ -15,6 +15,7 @@ import time
 from PySide6.QtCore import QObject, QRunnable, Signal
 
 from app.core import lexicon, words
+from app.core.script import read_as, say_as_tags
 from app.engine.engine import Engine
 from app.engine.errors import CancelledError, NothingToSpeakError
 from app.profiles.voices import open_engine
@@ -141,22 +142,25 @@ class SynthesisJob(QRunnable):
             cancelled=self._cancel.is_set,
             **self._params,
         )
-        take.timings["unspoken"] = self.engine.unspoken(text)  # never dropped silently
-        if (timed := self._word_times(text, read, take)) is not None:
+        take.timings["unspoken"] = self.engine.unspoken(read_as(text)[0])  # never dropped silently
+        if read_as(text)[0] == text and (timed := self._word_times(text, read, take)) is not None:
             take.timings["words"] = timed
         self.done += 1
         self.signals.sentence_done.emit(index, take)
 
     def _input(self, text: str) -> dict:
-        """What the engine reads for a sentence: its text with the lexicon's respellings, or
-        phonemes where it uses an IPA entry and the voice takes phonemes."""
-        if not lexicon.used(text, self.lexicon):
+        """What the engine reads for a sentence: its text with its "say as" tags read
+        (app.core.script) and the lexicon's respellings, or phonemes where it uses an IPA entry
+        and the voice takes phonemes."""
+        text, extra = read_as(text, phonemes=self.engine.takes_phonemes)
+        entries = self.lexicon | extra
+        if not lexicon.used(text, entries):
             return {"text": text}
         if self.engine.takes_phonemes:
-            ipa = lexicon.phonemes(text, self.lexicon, self.engine.phonemize)
+            ipa = lexicon.phonemes(text, entries, self.engine.phonemize)
             if ipa is not None:
                 return {"phonemes": ipa}
-        return {"text": lexicon.respelled(text, self.lexicon)}
+        return {"text": lexicon.respelled(text, entries)}
 
     def _word_times(self, text: str, read: dict, take) -> list | None:
         """Where each word of the sentence is in its take (app.core.words), from the durations
@@ -184,7 +188,7 @@ class SynthesisJob(QRunnable):
         """The group's sentences in one call (batched); each still gets the take it gets alone."""
         if self._cancel.is_set():
             raise CancelledError("cancelled")
-        if any(lexicon.used(text, self.lexicon) for _, text in group):  # read through the lexicon: one at a time
+        if any(lexicon.used(text, self.lexicon) or say_as_tags(text) for _, text in group):  # one at a time
             for index, text in group:
                 self._alone(index, text)
             return
@@ -198,7 +202,7 @@ class SynthesisJob(QRunnable):
             **self._params,
         )
         for (index, text), take in zip(group, takes, strict=True):
-            take.timings["unspoken"] = self.engine.unspoken(text)
+            take.timings["unspoken"] = self.engine.unspoken(read_as(text)[0])
             self.signals.chunk.emit(index, take.audio)
             self.done += 1
             self.signals.sentence_done.emit(index, take)
