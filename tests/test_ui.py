@@ -669,3 +669,17 @@ def test_say_as_tags_are_read_as_they_say_and_shown_as_their_word(qtbot, window,
     set_script(window, "A [say broken] tag.")
     assert window.editor.problems() == ["line 1: '[say broken]': a say tag is written [say GIF as jif] or "
                                         "[say Nguyen as /ŋwˈɪn/]"]  # fmt: skip
+
+
+def test_how_a_sentence_is_read_shows_before_synthesis(qtbot, window):
+    set_script(window, "It costs $5 on 3/4/2025. Call [spell UN] at [say noon as /nˈuːn/].")
+    window.editor.select_sentence(0)
+    window.inspector.show_reading.click()
+    qtbot.waitUntil(lambda: window.inspector.reading.text() not in ("", "…"), timeout=60_000)
+    # What the front end says, surprises included: "$5" as "dollar five", the date as slashes.
+    assert "dˈɑːlɚ fˈaɪv" in window.inspector.reading.text() and "slˈæʃ" in window.inspector.reading.text()
+    window.editor.select_sentence(1)
+    window.inspector.show_reading.click()
+    qtbot.waitUntil(lambda: window.inspector.reading.text() not in ("", "…"), timeout=60_000)
+    reading = window.inspector.reading.text()
+    assert "jˈuː ˈɛn æt nˈuːn" in reading and all(not s.takes for s in window.project.sentences)

@@ -34,6 +34,21 @@ def batch_size(engine: Engine) -> int:
     return 1 if engine.device == "cpu" else GPU_BATCH
 
 
+def engine_input(engine: Engine, text: str, entries: dict[str, str]) -> dict:
+    """What the engine reads for a sentence: its text with its "say as" tags read
+    (app.core.script) and the lexicon's respellings, or phonemes where it uses an IPA entry
+    and the voice takes phonemes."""
+    text, extra = read_as(text, phonemes=engine.takes_phonemes)
+    entries = entries | extra
+    if not lexicon.used(text, entries):
+        return {"text": text}
+    if engine.takes_phonemes:
+        ipa = lexicon.phonemes(text, entries, engine.phonemize)
+        if ipa is not None:
+            return {"phonemes": ipa}
+    return {"text": lexicon.respelled(text, entries)}
+
+
 class JobSignals(QObject):
     started = Signal(int)  # job id
     sentence_started = Signal(int, int)  # job id, sentence index
@@ -149,18 +164,7 @@ class SynthesisJob(QRunnable):
         self.signals.sentence_done.emit(index, take)
 
     def _input(self, text: str) -> dict:
-        """What the engine reads for a sentence: its text with its "say as" tags read
-        (app.core.script) and the lexicon's respellings, or phonemes where it uses an IPA entry
-        and the voice takes phonemes."""
-        text, extra = read_as(text, phonemes=self.engine.takes_phonemes)
-        entries = self.lexicon | extra
-        if not lexicon.used(text, entries):
-            return {"text": text}
-        if self.engine.takes_phonemes:
-            ipa = lexicon.phonemes(text, entries, self.engine.phonemize)
-            if ipa is not None:
-                return {"phonemes": ipa}
-        return {"text": lexicon.respelled(text, entries)}
+        return engine_input(self.engine, text, self.lexicon)
 
     def _word_times(self, text: str, read: dict, take) -> list | None:
         """Where each word of the sentence is in its take (app.core.words), from the durations
@@ -206,6 +210,36 @@ class SynthesisJob(QRunnable):
             self.signals.chunk.emit(index, take.audio)
             self.done += 1
             self.signals.sentence_done.emit(index, take)
+
+
+class ReadingSignals(QObject):
+    done = Signal(str)  # the phonemes, a sentence a line
+    failed = Signal(object)
+
+
+class ReadingJob(QRunnable):
+    """How a sentence is read, on the engine's thread: its phonemes after its "say as" tags and
+    the lexicon (SynthesisJob._input's), or its text where the voice reads no phonemes."""
+
+    def __init__(self, engine: Engine, text: str, lexicon: dict[str, str]):
+        super().__init__()
+        self.setAutoDelete(False)
+        self.signals = ReadingSignals()
+        self.engine, self.text, self.lexicon = engine, text, lexicon
+
+    def run(self) -> None:
+        try:
+            read = engine_input(self.engine, self.text, self.lexicon)
+            if "phonemes" in read:
+                reading = read["phonemes"]
+            elif self.engine.takes_phonemes:
+                reading = "\n".join(self.engine.phonemize(read["text"]))
+            else:
+                reading = f"read as written: {read['text']}"
+        except Exception as exc:  # delivered to the GUI thread, never swallowed
+            self.signals.failed.emit(exc)
+            return
+        self.signals.done.emit(reading)
 
 
 class EngineSignals(QObject):

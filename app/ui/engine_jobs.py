@@ -15,7 +15,7 @@ from app.core.project import Take, lost_symbols
 from app.core.script import read_as
 from app.engine.engine import Engine
 from app.engine.errors import InvalidArgumentError
-from app.jobs.workers import OpenEngineJob, PreviewJob, SynthesisJob
+from app.jobs.workers import OpenEngineJob, PreviewJob, ReadingJob, SynthesisJob
 from app.models import manager as models
 from app.profiles import speaker_reference
 from app.profiles.voices import speaking_model
@@ -141,6 +141,26 @@ class EngineJobsMixin:
                 voice=voice,
             )
         return True
+
+    def show_reading(self) -> None:
+        """How the current sentence is read (its phonemes), in the inspector: numbers, dates and
+        abbreviations as the voice's front end says them, before anything is synthesized."""
+        index = self.editor.current_sentence()
+        if index < 0:
+            return
+        text, voice = self.project.sentences[index].text, self.project.sentence_voice(index)
+        self.inspector.reading.setText("…")
+
+        def start(engine: Engine) -> None:
+            job = ReadingJob(engine, text, self.project.pronunciations())
+            job.signals.done.connect(self.inspector.reading.setText)
+            job.signals.failed.connect(lambda exc: self.show_error(exc))
+            self._previews.add(job)
+            job.signals.done.connect(lambda _: self._previews.discard(job))
+            job.signals.failed.connect(lambda _: self._previews.discard(job))
+            self.synth_pool.start(job)
+
+        self.with_engine(start, voice=voice)
 
     def preview_pronunciation(self, word: str, pronunciation: str) -> None:
         """Say ``word`` as a lexicon entry has it, in the project's voice; nothing is kept."""

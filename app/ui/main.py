@@ -113,6 +113,7 @@ class StudioWindow(EngineJobsMixin, PlaybackMixin, ProjectFilesMixin, QMainWindo
         self.inspector.take_activated.connect(self._take_activated)
         self.inspector.lock_toggled.connect(self._lock_toggled)
         self.inspector.ab_requested.connect(self.play_ab)
+        self.inspector.reading_requested.connect(self.show_reading)
         self.voices.voice_chosen.connect(self.inspector.voice.setCurrentText)
         self.voices.preview_requested.connect(self.preview_voice)
         self.voices.new_profile_requested.connect(self.new_profile_dialog)

@@ -281,6 +281,7 @@ class Inspector(QWidget):
     take_activated = Signal(int)  # take index of the current sentence
     lock_toggled = Signal(bool)
     ab_requested = Signal(int, int)  # two take indices
+    reading_requested = Signal()  # how the current sentence is read (its phonemes)
 
     def __init__(self, devices: list[dict], parent=None):
         super().__init__(parent)
@@ -337,9 +338,16 @@ class Inspector(QWidget):
         self.takes.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.lock = QCheckBox("Lock (synthesize all skips it)")
         self.ab = QPushButton("A/B play two selected takes")
+        self.show_reading = QPushButton("How is it read?")
+        self.show_reading.setToolTip("what the voice's front end makes of the sentence: its phonemes")
+        self.reading = QLabel("")
+        self.reading.setWordWrap(True)
+        self.reading.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         takes_box = QGroupBox("Sentence")
         tl = QVBoxLayout(takes_box)
         tl.addWidget(self.sentence_label)
+        tl.addWidget(self.show_reading)
+        tl.addWidget(self.reading)
         tl.addWidget(self.takes)
         tl.addWidget(self.lock)
         tl.addWidget(self.ab)
@@ -358,6 +366,7 @@ class Inspector(QWidget):
         self.apply_device.clicked.connect(
             lambda: self.device_apply.emit(self.device.currentData(), self.threads.value())
         )
+        self.show_reading.clicked.connect(self.reading_requested)
         self.takes.itemActivated.connect(lambda item: self.take_activated.emit(self.takes.row(item)))
         self.lock.toggled.connect(self.lock_toggled)
         self.ab.clicked.connect(self._ab)
@@ -442,6 +451,7 @@ class Inspector(QWidget):
     def show_sentence(self, index: int, sentence, voice: str | None = None) -> None:
         """The sentence and its takes; ``voice``: the one a [voice] tag gives it, where not the project's."""
         self.takes.clear()
+        self.reading.setText("")
         self.lock.blockSignals(True)
         if sentence is None:
             self.sentence_label.setText("no sentence")
