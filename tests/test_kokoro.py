@@ -60,6 +60,10 @@ def test_stages_match_reference_with_its_durations(kokoro, kokoro_ref, sentences
             lm = log_mel_cosine(take.audio, want_audio, take.sample_rate)
             assert len(take.audio) == len(want_audio)
             assert lm >= 0.99, f"audio log-mel cosine {lm:.4f} for {line!r}"
+            # The level: the harmonics' phase at DC and Nyquist as the reference's STFT has it
+            # (a wrong sign there took a sixth off the level).
+            level = np.sqrt(np.mean(take.audio**2)) / np.sqrt(np.mean(want_audio**2))
+            assert abs(level - 1.0) <= 0.02, f"audio level {level:.3f} of the reference's for {line!r}"
 
 
 @pytest.mark.slow

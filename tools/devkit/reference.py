@@ -105,10 +105,78 @@ KOKORO_STAGES = {
 KOKORO_DURATIONS = "/encoder/Cast_output_0"
 
 
-class KokoroReference:
-    """The int8 Kokoro export in onnxruntime; with ``stages`` its intermediates too."""
+def float_activations(model):
+    """The int8 export with its activations kept in float: each dynamically quantized product
+    (DynamicQuantizeLinear, ConvInteger or MatMulInteger, Cast, Mul by the two scales) becomes
+    a Conv or MatMul of the float activation with the weight dequantized ((q - zero point) *
+    scale, per tensor or per output channel). The weights stay the export's, rounded to int8;
+    only the activations' uint8 rounding goes."""
+    import onnx
+    from onnx import helper, numpy_helper
 
-    def __init__(self, threads: int = 2, stages: bool = False, device: str = "cpu"):
+    g = model.graph
+    producer = {o: n for n in g.node for o in n.output}
+    consumers: dict[str, list] = {}
+    for n in g.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    inits = {t.name: t for t in g.initializer}
+    drop, add = set(), []
+    for n in g.node:
+        if n.op_type not in ("ConvInteger", "MatMulInteger"):
+            continue
+        quantize = producer[n.input[0]]
+        after = consumers[n.output[0]][0]
+        bias_add = after if after.op_type == "Add" else None  # an int32 bias, quantized at run time
+        cast = consumers[bias_add.output[0]][0] if bias_add else after
+        mul = consumers[cast.output[0]][0]
+        scale_mul = [i for i in mul.input if i != cast.output[0]][0]
+        scales = producer[scale_mul]
+        w_scale_name = [i for i in scales.input if i in inits][0]
+        q = numpy_helper.to_array(inits[n.input[1]]).astype(np.float32)
+        zp = numpy_helper.to_array(inits[n.input[3]]).astype(np.float32) if len(n.input) > 3 and n.input[3] else 0.0
+        scale = numpy_helper.to_array(inits[w_scale_name]).astype(np.float32)
+        axis = 0 if n.op_type == "ConvInteger" else q.ndim - 1  # the output channels
+        shape = [1] * q.ndim
+        if np.ndim(zp):
+            zp = zp.reshape([-1 if a == axis else 1 for a in range(q.ndim)]) if np.size(zp) > 1 else zp.reshape(())
+        if np.size(scale) > 1:
+            shape[axis] = -1
+            scale = scale.reshape(shape)
+        w = ((q - zp) * scale).astype(np.float32)
+        w_name = n.input[1] + "_float"
+        g.initializer.append(numpy_helper.from_array(w, w_name))
+        op = "Conv" if n.op_type == "ConvInteger" else "MatMul"
+        product = mul.output[0] if bias_add is None else n.output[0] + "_float"
+        node = helper.make_node(op, [quantize.input[0], w_name], [product], name=n.name + "_float")
+        node.attribute.extend(n.attribute)
+        new_nodes = [node]
+        if bias_add is not None:  # the bias back in float: its int32 times the scales
+            bias_q = [i for i in bias_add.input if i != n.output[0]][0]
+            new_nodes += [
+                helper.make_node("Cast", [bias_q], [bias_q + "_f"], to=onnx.TensorProto.FLOAT),
+                helper.make_node("Mul", [bias_q + "_f", scale_mul], [bias_q + "_scaled"]),
+                helper.make_node("Add", [product, bias_q + "_scaled"], [mul.output[0]]),
+            ]
+        add.append((n, new_nodes))
+        drop.update(id(x) for x in (n, cast, mul, *([bias_add] if bias_add else [])))
+    nodes = []
+    for n in g.node:
+        replacement = next((new for old, new in add if old is n), None)
+        if replacement is not None:
+            nodes.extend(replacement)
+        elif id(n) not in drop:
+            nodes.append(n)
+    del g.node[:]
+    g.node.extend(nodes)
+    return model
+
+
+class KokoroReference:
+    """The int8 Kokoro export in onnxruntime; with ``stages`` its intermediates too; with
+    ``float_activations`` the same weights with float activations (float_activations())."""
+
+    def __init__(self, threads: int = 2, stages: bool = False, device: str = "cpu", float_activations: bool = False):
         import onnx
         import onnxruntime as ort
 
@@ -126,6 +194,8 @@ class KokoroReference:
         options.inter_op_num_threads = 1
         model_bytes = self.onnx_path.read_bytes()
         self.stage_names: list[str] = []
+        if float_activations:
+            model_bytes = globals()["float_activations"](onnx.load_from_string(model_bytes)).SerializeToString()
         if stages:
             model = onnx.load_from_string(model_bytes)
             for name, (value, _) in [*KOKORO_STAGES.items(), ("durations", (KOKORO_DURATIONS, False))]:

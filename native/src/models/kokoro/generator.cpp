@@ -40,9 +40,16 @@ ggml_tensor * stft_basis(vs_context & c, const vs_model & model) {
         auto *        bv = reinterpret_cast<float *>(out);
         for (int64_t k = 0; k < bins; ++k) {
             for (int t = 0; t < N_FFT; ++t) {
-                const double a             = 2.0 * M_PI * (double) (k * t) / N_FFT;
-                bv[k * N_FFT + t]          = (float) (wv[t] * std::cos(a));
-                bv[(bins + k) * N_FFT + t] = (float) (-wv[t] * std::sin(a));
+                const double a    = 2.0 * M_PI * (double) (k * t) / N_FFT;
+                bv[k * N_FFT + t] = (float) (wv[t] * std::cos(a));
+                // The DC and Nyquist bins' imaginary parts are rounding noise in the reference's
+                // STFT (below 1e-6), whose sign sets their phase to 0 or +-pi, and its noise
+                // convolutions were trained on those phases: DC's is +0 there (phase +pi where
+                // the real part is negative); Nyquist's mostly has the real part's sign (-pi
+                // where it is negative), given here as a 1e-6 multiple of the real part.
+                bv[(bins + k) * N_FFT + t] = k == 0           ? 0.0f
+                                             : 2 * k == N_FFT ? (float) (1e-6 * wv[t] * std::cos(a))
+                                                              : (float) (-wv[t] * std::sin(a));
             }
         }
     });
@@ -87,9 +94,12 @@ ggml_tensor * har_of(ggml_context * g, ggml_tensor * frames) {
     ggml_tensor * im   = channels(g, frames, bins, bins);
     ggml_tensor * mag  = ggml_sqrt(g, ggml_add(g, ggml_sqr(g, re), ggml_sqr(g, im)));
     ggml_tensor * at   = atan_all(g, ggml_div(g, im, re));
-    // re < 0: + pi if im > 0, else - pi.
-    ggml_tensor * quad = ggml_mul(g, step_above_zero(g, ggml_neg(g, re)),
-                                  ggml_scale_bias(g, step_above_zero(g, im), 2.0f * (float) M_PI, -(float) M_PI));
+    // re < 0: - pi if im < 0, else + pi (atan2's: a zero imaginary part, the DC and Nyquist
+    // bins', gives + pi, as the reference's FFT and atan2 give; its noise convolutions were
+    // trained on that).
+    ggml_tensor * quad =
+        ggml_mul(g, step_above_zero(g, ggml_neg(g, re)),
+                 ggml_scale_bias(g, step_above_zero(g, ggml_neg(g, im)), -2.0f * (float) M_PI, (float) M_PI));
     return ggml_concat(g, mag, ggml_add(g, at, quad), 0);
 }
 
