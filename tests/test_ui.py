@@ -683,3 +683,18 @@ def test_how_a_sentence_is_read_shows_before_synthesis(qtbot, window):
     qtbot.waitUntil(lambda: window.inspector.reading.text() not in ("", "…"), timeout=60_000)
     reading = window.inspector.reading.text()
     assert "jˈuː ˈɛn æt nˈuːn" in reading and all(not s.takes for s in window.project.sentences)
+
+
+def test_ipa_is_checked_against_the_voices_phonemes_as_it_is_typed(window):
+    from app.ui.lexicon_dialog import LexiconDialog
+
+    dialog = LexiconDialog(window, {"nguyen": "/ŋwˈɪn/"}, {}, window.preview_pronunciation, voice="piper:joe")
+    cell = dialog.project.table.item(0, 1)
+    assert cell.toolTip() == ""  # every symbol is one of joe's phonemes
+    dialog.project.add("tomato", "/tə☃mˈɑːtoʊ☂/")
+    bad = dialog.project.table.item(1, 1)
+    assert bad.toolTip() == "not among piper:joe's phonemes: ☃ ☂" and bad.background().color().name() == "#fee2e2"
+    bad.setText("/təmˈɑːtoʊ/")  # fixed as it is typed
+    assert bad.toolTip() == ""
+    dialog.project.add("gif", "jif")  # a respelling is text: not checked
+    assert dialog.project.table.item(2, 1).toolTip() == ""

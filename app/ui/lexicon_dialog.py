@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
@@ -23,11 +24,27 @@ from PySide6.QtWidgets import (
 )
 
 from app.core import lexicon
+from app.models import manager as models
+
+
+def unknown_symbols(pronunciation: str, symbols: frozenset[str] | None) -> str:
+    """The symbols of an /IPA/ pronunciation the voice has no phoneme for, in order, or ""."""
+    if symbols is None or not lexicon.is_ipa(pronunciation.strip()):
+        return ""
+    return "".join(dict.fromkeys(c for c in pronunciation.strip()[1:-1] if c not in symbols))
 
 
 class LexiconTable(QWidget):
-    def __init__(self, entries: dict[str, str], preview: Callable[[str, str], None], parent=None):
+    def __init__(
+        self,
+        entries: dict[str, str],
+        preview: Callable[[str, str], None],
+        symbols: frozenset[str] | None = None,
+        voice: str = "",
+        parent=None,
+    ):
         super().__init__(parent)
+        self.symbols, self.voice = symbols, voice  # the project voice's phonemes, to check IPA against
         self.table = QTableWidget(0, 2)
         self.table.setHorizontalHeaderLabels(["Word", "Pronunciation (/IPA/ or a respelling)"])
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
@@ -47,6 +64,20 @@ class LexiconTable(QWidget):
         layout = QVBoxLayout(self)
         layout.addWidget(self.table)
         layout.addLayout(buttons)
+        self.table.itemChanged.connect(self._check)
+        for row in range(self.table.rowCount()):
+            self._check(self.table.item(row, 1))
+
+    def _check(self, item: QTableWidgetItem | None) -> None:
+        """As a pronunciation is typed: IPA symbols the voice has no phoneme for are named, and
+        the cell is marked (the engine would skip them)."""
+        if item is None or item.column() != 1:
+            return
+        unknown = unknown_symbols(item.text(), self.symbols)
+        self.table.blockSignals(True)
+        item.setBackground(QColor("#fee2e2") if unknown else QColor(0, 0, 0, 0))
+        item.setToolTip(f"not among {self.voice}'s phonemes: {' '.join(unknown)}" if unknown else "")
+        self.table.blockSignals(False)
 
     def add(self, word: str, pron: str) -> None:
         row = self.table.rowCount()
@@ -109,12 +140,20 @@ class LexiconTable(QWidget):
 
 
 class LexiconDialog(QDialog):
-    def __init__(self, parent, project: dict[str, str], user: dict[str, str], preview: Callable[[str, str], None]):
+    def __init__(
+        self,
+        parent,
+        project: dict[str, str],
+        user: dict[str, str],
+        preview: Callable[[str, str], None],
+        voice: str = "",
+    ):
         super().__init__(parent)
         self.setWindowTitle("Pronunciations")
         self.resize(640, 420)
-        self.project = LexiconTable(project, preview)
-        self.user = LexiconTable(user, preview)
+        symbols = models.phoneme_symbols(voice) if voice else None
+        self.project = LexiconTable(project, preview, symbols, voice)
+        self.user = LexiconTable(user, preview, symbols, voice)
         tabs = QTabWidget()
         tabs.addTab(self.project, "This project")
         tabs.addTab(self.user, "All projects (yours)")

@@ -214,7 +214,9 @@ class StudioWindow(EngineJobsMixin, PlaybackMixin, ProjectFilesMixin, QMainWindo
             return {}
 
     def lexicon_dialog(self) -> None:
-        dialog = LexiconDialog(self, self.project.lexicon, self.user_lexicon, self.preview_pronunciation)
+        dialog = LexiconDialog(
+            self, self.project.lexicon, self.user_lexicon, self.preview_pronunciation, voice=self.project.voice
+        )
         if dialog.exec() == QDialog.DialogCode.Accepted:
             self.set_lexicons(dialog.project.entries(), dialog.user.entries())
 
