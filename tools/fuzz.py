@@ -179,16 +179,95 @@ class ProjectOpen(Target):
     def seeds(self) -> list[bytes]:
         import numpy as np
 
-        p = self.project.Project("First sentence. Second one.", "piper:joe")
-        p.add_take(0, self.project.Take(np.zeros(64, np.float32), 22050, "First sentence.", "piper:joe", {}))
+        p = self.project.Project("# One\nFirst sentence. [pause 1s] Second [spell one].", "piper:joe")
+        p.lexicon = {"first": "/fˈɜːst/", "GIF": "jif"}
+        timings = {"words": [[0, 5, 0.0, 0.001]], "unspoken": ["★"], "skipped_symbols": 1}
+        p.add_take(1, self.project.Take(np.zeros(64, np.float32), 22050, "First sentence.", "piper:joe", {}, timings))
         return [p.to_bytes()]
 
     def run(self, data: bytes) -> str:
+        from app.core import subtitles, words
+
         try:
-            self.project.Project.from_bytes(data)
+            project = self.project.Project.from_bytes(data)
         except self.expected:
             return "refused"
+        # What the studio reads of an opened project: staleness, chapters, silences, lost
+        # symbols, word timings, subtitles.
+        project.stale()
+        project.chapter_progress()
+        placed = [i for i, _ in project.takes_audio()]
+        project.silences(placed, 0.3)
+        for sentence in project.sentences:
+            for take in sentence.takes:
+                self.project.lost_symbols(take)
+                words.take_words(take.timings, sentence.text, take.duration_s)
+        subtitles.to_vtt(subtitles.cues(project))
         return "opened"
+
+
+class EpubImport(Target):
+    def __init__(self, work: Path):
+        from app.core import epub
+
+        self.epub, self.work = epub, work
+        self.expected = (epub.EpubError,)
+
+    def seeds(self) -> list[bytes]:
+        container = (
+            '<?xml version="1.0"?><container xmlns="urn:oasis:names:tc:opendocument:xmlns:container"><rootfiles>'
+            '<rootfile full-path="OEBPS/content.opf"/></rootfiles></container>'
+        )
+        opf = (
+            '<package xmlns="http://www.idpf.org/2007/opf"><manifest>'
+            '<item id="a" href="a.xhtml" media-type="application/xhtml+xml"/></manifest>'
+            '<spine><itemref idref="a"/></spine></package>'
+        )
+        doc = "<html><body><h1>One</h1><p>A <em>first</em> line.</p><img alt='A map.'/><h2>Two</h2></body></html>"
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w") as zf:
+            for name, text in (
+                ("META-INF/container.xml", container),
+                ("OEBPS/content.opf", opf),
+                ("OEBPS/a.xhtml", doc),
+            ):
+                zf.writestr(name, text)
+        return [buffer.getvalue()]
+
+    def run(self, data: bytes) -> str:
+        path = self.work / "in.epub"
+        path.write_bytes(data)
+        try:
+            self.epub.epub_to_script(path)
+        except self.expected:
+            return "refused"
+        return "imported"
+
+
+class LexiconFile(Target):
+    def __init__(self, work: Path):
+        from app.core import lexicon
+
+        self.lexicon, self.work = lexicon, work
+        self.expected = (lexicon.LexiconError,)
+
+    def seeds(self) -> list[bytes]:
+        pls = (
+            '<?xml version="1.0"?><lexicon xmlns="http://www.w3.org/2005/01/pronunciation-lexicon" alphabet="ipa">'
+            "<lexeme><grapheme>Nguyen</grapheme><phoneme>ŋwˈɪn</phoneme></lexeme>"
+            "<lexeme><grapheme>UN</grapheme><alias>United Nations</alias></lexeme></lexicon>"
+        )
+        return [self.lexicon.dumps({"nguyen": "/ŋwˈɪn/", "GIF": "jif"}).encode(), pls.encode()]
+
+    def run(self, data: bytes) -> str:
+        path = self.work / "lexicon.txt"
+        path.write_bytes(data)
+        try:
+            entries = self.lexicon.read(path)
+        except self.expected:
+            return "refused"
+        self.lexicon.phonemes("Mr. Nguyen likes GIF files.", entries, lambda text: [text.lower()])
+        return "read"
 
 
 class Checkpoint(Target):
@@ -281,6 +360,8 @@ PYTHON_TARGETS = {
     "project-open": ProjectOpen,
     "checkpoint": Checkpoint,
     "settings": SettingsFile,
+    "epub": EpubImport,
+    "lexicon": LexiconFile,
 }
 
 
