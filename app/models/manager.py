@@ -7,7 +7,6 @@ atomic (files appear complete or not at all).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import subprocess
@@ -787,30 +786,3 @@ def voice_info(voice_id: str) -> VoiceInfo:
     return VoiceInfo(
         voice_id, pkg.family, pkg.language, source, pkg.licence, is_installed(voice_id), sample_rate(voice_id)
     )
-
-
-def phoneme_symbols(voice_id: str) -> frozenset[str] | None:
-    """The phoneme symbols a voice reads (its model's inventory: Piper's phoneme map, Kokoro's
-    vocabulary), to check IPA against; None for a voice that reads no phonemes (Chatterbox) or
-    whose model is not installed."""
-    from app.profiles.voices import speaking_model
-
-    family = speaking_model(voice_id)
-    try:
-        if family == "kokoro" or is_kokoro(voice_id):
-            path, key = kokoro_path(), "kokoro.vocab_symbols"
-        elif family == "piper":
-            path, key = installed_path(voice_id), "piper.phonemes"
-        else:
-            return None
-        return _symbols(str(path), key)
-    except (OSError, KeyError, ValueError):
-        return None
-
-
-@functools.lru_cache(maxsize=8)
-def _symbols(path: str, key: str) -> frozenset[str]:
-    import gguf
-
-    field = gguf.GGUFReader(path).fields[key]
-    return frozenset(str(bytes(field.parts[i]), "utf-8") for i in field.data)

@@ -3,7 +3,10 @@ clone's conditionals, or a Kokoro style pack)."""
 
 from __future__ import annotations
 
+import functools
+
 from app.engine.engine import Engine
+from app.models import manager as models
 from app.profiles import store
 
 
@@ -28,3 +31,28 @@ def speaking_model(voice: str) -> str:
         except store.ProfileError:
             return "kokoro"
     return voice.split(":", 1)[0]
+
+
+def phoneme_symbols(voice_id: str) -> frozenset[str] | None:
+    """The phoneme symbols a voice reads (its model's inventory: Piper's phoneme map, Kokoro's
+    vocabulary), to check IPA against; None for a voice that reads no phonemes (Chatterbox) or
+    whose model is not installed."""
+    family = speaking_model(voice_id)
+    try:
+        if family == "kokoro" or models.is_kokoro(voice_id):
+            path, key = models.kokoro_path(), "kokoro.vocab_symbols"
+        elif family == "piper":
+            path, key = models.installed_path(voice_id), "piper.phonemes"
+        else:
+            return None
+        return _symbols(str(path), key)
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+@functools.lru_cache(maxsize=8)
+def _symbols(path: str, key: str) -> frozenset[str]:
+    import gguf
+
+    field = gguf.GGUFReader(path).fields[key]
+    return frozenset(str(bytes(field.parts[i]), "utf-8") for i in field.data)

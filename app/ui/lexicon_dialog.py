@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core import lexicon
-from app.models import manager as models
+from app.profiles.voices import phoneme_symbols
 
 
 def unknown_symbols(pronunciation: str, symbols: frozenset[str] | None) -> str:
@@ -151,7 +151,7 @@ class LexiconDialog(QDialog):
         super().__init__(parent)
         self.setWindowTitle("Pronunciations")
         self.resize(640, 420)
-        symbols = models.phoneme_symbols(voice) if voice else None
+        symbols = phoneme_symbols(voice) if voice else None
         self.project = LexiconTable(project, preview, symbols, voice)
         self.user = LexiconTable(user, preview, symbols, voice)
         tabs = QTabWidget()
