@@ -130,18 +130,14 @@ ggml_tensor * vs_context::cpu_packed_conv_int16(const std::string & name, ggml_t
         return nullptr;
     }
     const int64_t IC = src->ne[0], K = src->ne[1], OC = src->ne[2];
-    // The integers and their scales come from one packing; each tensor keeps its part.
-    const auto pack = [&](int16_t * q, float * s) {
-        const std::vector<float> floats = vs::host_floats(src);
-        vs::cpu::pack_conv_weight_int16(floats.data(), IC, K, OC, q, s);
-    };
     scales = derived_tensor(name + ".cpu16scales", GGML_TYPE_F32, { OC, 1, 1, 1 }, [&](uint8_t * out) {
-        std::vector<int16_t> q((size_t) (IC * K * OC));
-        pack(q.data(), reinterpret_cast<float *>(out));
+        const std::vector<float> floats = vs::host_floats(src);
+        vs::cpu::conv_weight_int16_scales(floats.data(), IC, K, OC, reinterpret_cast<float *>(out));
     });
     return derived_tensor(name + ".cpu16", GGML_TYPE_I16, { OC, IC, K, 1 }, [&](uint8_t * out) {
-        std::vector<float> s((size_t) OC);
-        pack(reinterpret_cast<int16_t *>(out), s.data());
+        const std::vector<float> floats = vs::host_floats(src);
+        std::vector<float>       unused((size_t) OC);  // the scales, derived above
+        vs::cpu::pack_conv_weight_int16(floats.data(), IC, K, OC, reinterpret_cast<int16_t *>(out), unused.data());
     });
 }
 

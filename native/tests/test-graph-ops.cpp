@@ -32,6 +32,22 @@ ggml_tensor * input(ggml_context * ctx, const std::vector<float> & data, std::ve
     return t;
 }
 
+// Integer weights (the CPU kernels' int16 packing) as a tensor of shape ne.
+ggml_tensor * input_i16(ggml_context * ctx, const std::vector<int16_t> & data, std::vector<int64_t> ne) {
+    ggml_tensor * t = ggml_new_tensor(ctx, GGML_TYPE_I16, (int) ne.size(), ne.data());
+    std::copy(data.begin(), data.end(), (int16_t *) t->data);
+    return t;
+}
+
+// The largest magnitude among values.
+double peak(const std::vector<float> & values) {
+    double top = 0;
+    for (float v : values) {
+        top = std::max(top, (double) std::fabs(v));
+    }
+    return top;
+}
+
 // Builds a graph on a context with allocated data and computes it on the CPU.
 std::vector<float> run(const std::function<ggml_tensor *(ggml_context *)> & build) {
     ggml_init_params ip{ 256u << 20, nullptr, false };
@@ -362,9 +378,8 @@ void test_residual_conv(int C, int K, int T, int d, bool with_mask) {
     std::vector<float>   ws(C);
     vs::cpu::pack_conv_weight_int16(w.data(), C, K, C, q.data(), ws.data());
     got = run([&](ggml_context * ctx) {
-        ggml_tensor * wq = ggml_new_tensor_3d(ctx, GGML_TYPE_I16, C, C, K);
-        std::memcpy(wq->data, q.data(), q.size() * sizeof(int16_t));
-        return vs::cpu::residual_conv(ctx, input(ctx, x, { C, L }), wq, input(ctx, ws, { C }), input(ctx, b, { C }),
+        return vs::cpu::residual_conv(ctx, input(ctx, x, { C, L }), input_i16(ctx, q, { C, C, K }),
+                                      input(ctx, ws, { C }), input(ctx, b, { C }),
                                       with_mask ? input(ctx, mask, { 1, T }) : nullptr, p);
     });
     snprintf(what, sizeof what, "  int16 op (of %.0f)", top);
@@ -399,21 +414,15 @@ void test_snake_conv_int16(const std::vector<float> & x, const std::vector<float
         printf("  int16: not on this CPU's kernels\n");
         return;
     }
-    double top = 0;
-    for (float v : want) {
-        top = std::max(top, (double) std::fabs(v));
-    }
-    const double         tolerance = 2e-3 * top;
+    const double         top = peak(want), tolerance = 2e-3 * top;
     std::vector<int16_t> q((size_t) C * K * OC);
     std::vector<float>   ws(OC);
     vs::cpu::pack_conv_weight_int16(w.data(), C, K, OC, q.data(), ws.data());
     char what[96];
     auto got = run([&](ggml_context * ctx) {
-        ggml_tensor * wq = ggml_new_tensor_3d(ctx, GGML_TYPE_I16, OC, C, K);
-        std::memcpy(wq->data, q.data(), q.size() * sizeof(int16_t));
         return vs::cpu::snake_conv(
             ctx, input(ctx, x, { C, T }), input(ctx, scale, { C }), input(ctx, shift, { C }), input(ctx, inv, { C }),
-            wq, input(ctx, ws, { OC }), input(ctx, b, { OC }),
+            input_i16(ctx, q, { OC, C, K }), input(ctx, ws, { OC }), input(ctx, b, { OC }),
             res ? input(ctx, std::vector<float>(res, res + (size_t) OC * T), { OC, T }) : nullptr, d);
     });
     snprintf(what, sizeof what, "  int16 op (of %.0f)", top);
@@ -478,11 +487,7 @@ void test_snake_conv(int C, int OC, int K, int T, int d, bool with_residual, boo
         }
     }
     // Float rounding over C * K terms, growing as its square root, of the largest output.
-    double top = 0;
-    for (float v : want) {
-        top = std::max(top, (double) std::fabs(v));
-    }
-    const double       tolerance = 4e-7 * top * std::sqrt((double) C * K);
+    const double       tolerance = 4e-7 * peak(want) * std::sqrt((double) C * K);
     std::vector<float> packed((size_t) C * K * OC);
     vs::cpu::pack_conv_weight(w.data(), C, K, OC, packed.data());
     char what[96];

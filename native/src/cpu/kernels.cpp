@@ -215,17 +215,24 @@ bool int16_convs() {
     return vector_floats() >= 8;
 }
 
-void pack_conv_weight_int16(const float * w, int64_t IC, int64_t K, int64_t OC, int16_t * out, float * scales,
-                            int64_t block) {
-    block = block ? block : 2 * vector_floats();
-    GGML_ASSERT(OC % block == 0 && IC % 2 == 0);
+void conv_weight_int16_scales(const float * w, int64_t IC, int64_t K, int64_t OC, float * scales) {
     for (int64_t oc = 0; oc < OC; ++oc) {
         const float * row  = w + IC * K * oc;
         float         amax = 0.0f;
         for (int64_t i = 0; i < IC * K; ++i) {
             amax = std::max(amax, std::fabs(row[i]));
         }
-        scales[oc]       = amax > 0.0f ? amax / int16_weight_max : 1.0f;
+        scales[oc] = amax > 0.0f ? amax / int16_weight_max : 1.0f;
+    }
+}
+
+void pack_conv_weight_int16(const float * w, int64_t IC, int64_t K, int64_t OC, int16_t * out, float * scales,
+                            int64_t block) {
+    block = block ? block : 2 * vector_floats();
+    GGML_ASSERT(OC % block == 0 && IC % 2 == 0);
+    conv_weight_int16_scales(w, IC, K, OC, scales);
+    for (int64_t oc = 0; oc < OC; ++oc) {
+        const float * row = w + IC * K * oc;
         const int64_t ob = oc / block * block, j = oc % block;
         for (int64_t k = 0; k < K; ++k) {
             for (int64_t ic = 0; ic < IC; ++ic) {

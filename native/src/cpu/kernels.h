@@ -31,6 +31,9 @@ bool int16_convs();
 void pack_conv_weight_int16(const float * w, int64_t IC, int64_t K, int64_t OC, int16_t * out, float * scales,
                             int64_t block = 0);
 
+// Those scales alone.
+void conv_weight_int16_scales(const float * w, int64_t IC, int64_t K, int64_t OC, float * scales);
+
 // A convolution's packed weights: F32 (pack_conv_weight), or int16 with their scales
 // (pack_conv_weight_int16).
 struct packed_weight {
