@@ -92,17 +92,15 @@ def _through_lexicon(block: str, entries: dict[str, str], engine) -> dict:
     """What the engine reads for a block of text: the block itself, its respelling, or (where it
     uses an IPA entry and the voice takes phonemes) its phonemes, a sentence a line."""
     from app.core import lexicon
-    from app.core.script import read_as, say_as_tags, segment
+    from app.core.script import say_as_tags, segment
 
     if not lexicon.used(block, entries) and not say_as_tags(block):
         return {"text": block}
     if not engine.takes_phonemes:
-        return {"text": lexicon.respelled(read_as(block, phonemes=False)[0], entries)}
+        return lexicon.engine_input(engine, block, entries)
     lines = []
-    for span in segment(block):
-        sentence, extra = read_as(span.text(block))
-        ipa = lexicon.phonemes(sentence, entries | extra, engine.phonemize)
-        lines += [ipa] if ipa is not None else engine.phonemize(lexicon.respelled(sentence, entries))
+    for span in segment(block):  # as the studio reads each sentence
+        lines += lexicon.phoneme_lines(engine, lexicon.engine_input(engine, span.text(block), entries))
     return {"phonemes": "\n".join(lines)}
 
 

@@ -146,6 +146,14 @@ class Silences:
     def samples(self, seconds: float, sample_rate: int) -> int:
         return int(round(seconds * sample_rate))
 
+    def starts(self, lengths: list[int], sample_rate: int) -> list[int]:
+        """The sample where each clip (of these lengths) starts, as render() lays them out."""
+        out, at = [], self.samples(self.before, sample_rate)
+        for k, length in enumerate(lengths):
+            out.append(at)
+            at += length + (self.samples(self.between[k], sample_rate) if k < len(lengths) - 1 else 0)
+        return out
+
 
 def render(
     clips: list[np.ndarray], sample_rate: int, *, gap_s: float = 0.3, silences: Silences | None = None
@@ -172,10 +180,8 @@ def render(
 
 def _write_book(path, audio, rate, clips, silences: Silences, chapters, book: BookInfo) -> Path:
     """The M4B: each chapter marked where its first clip starts, as render() places it."""
-    starts, at = [], silences.samples(silences.before, rate)
-    for k, clip in enumerate(clips):
-        starts.append(0 if k == 0 else at)
-        at += len(clip) + (silences.samples(silences.between[k], rate) if k < len(clips) - 1 else 0)
+    starts = silences.starts([len(c) for c in clips], rate)
+    starts[0] = 0  # the first chapter holds the silence before the first clip
     marks = [(starts[k] / rate, title) for k, title in sorted(chapters) if 0 <= k < len(clips)]
     if not marks or marks[0][0] > 0:
         marks.insert(0, (0.0, book.title or "Beginning"))

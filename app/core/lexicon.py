@@ -22,6 +22,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from app.core.atomic import write_bytes_atomic
+from app.core.script import read_as
 
 MAX_ENTRIES = 10_000
 MAX_FILE_BYTES = 4 << 20
@@ -106,6 +107,32 @@ def phonemes(text: str, entries: dict[str, str], phonemize) -> str | None:
     tail = text[at:]
     pieces.append(" ".join(phonemize(tail)) if tail.strip(" ") and any(c.isalnum() for c in tail) else tail.strip())
     return " ".join(p for p in pieces if p).replace(" .", ".").replace(" ,", ",").replace(" ?", "?").replace(" !", "!")
+
+
+def sentence_entries(text: str, entries: dict[str, str]) -> dict[str, str]:
+    """The entries a sentence is read with (what its take records): those its text uses once
+    its "say as" tags are read (a tag's word reads as the tag says)."""
+    return used(read_as(text)[0], entries)
+
+
+def engine_input(engine, text: str, entries: dict[str, str]) -> dict:
+    """What an engine (app.engine.Engine) reads for a sentence: its text with its "say as" tags
+    read (app.core.script) and the entries' respellings, or its phonemes where it uses an IPA
+    entry and the voice takes phonemes; the keyword arguments of Engine.synthesize."""
+    text, extra = read_as(text, phonemes=engine.takes_phonemes)
+    entries = entries | extra
+    if not used(text, entries):
+        return {"text": text}
+    if engine.takes_phonemes:
+        ipa = phonemes(text, entries, engine.phonemize)
+        if ipa is not None:
+            return {"phonemes": ipa}
+    return {"text": respelled(text, entries)}
+
+
+def phoneme_lines(engine, read: dict) -> list[str]:
+    """The phonemes an engine that takes them reads for engine_input's answer, a sentence a line."""
+    return [read["phonemes"]] if "phonemes" in read else engine.phonemize(read["text"])
 
 
 # -- files --------------------------------------------------------------------------------

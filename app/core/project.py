@@ -31,7 +31,7 @@ import numpy as np
 from app.core import lexicon, paths
 from app.core.archive import read_bounded
 from app.core.atomic import write_bytes_atomic
-from app.core.script import chapters, direction, pause_between, read_as, segment, tags
+from app.core.script import chapters, direction, pause_between, segment, tags
 
 SCHEMA_VERSION = 1
 SUFFIX = ".vsproj"
@@ -162,22 +162,23 @@ class Project:
 
     def sentence_voice(self, index: int) -> str:
         """The voice sentence ``index`` is read in: a [voice] tag's before it, else the project's."""
-        return direction(self.script, self.sentences[index].start, self._tags()).get("voice", self.voice)
+        return direction(self.script, self.sentences[index].start, self.script_tags()).get("voice", self.voice)
 
     def sentence_settings(self, index: int, entries: dict[str, str] | None = None) -> dict:
         """The settings sentence ``index`` is synthesized with: the project's, the speed of a
         [speed] tag before it, and the lexicon entries its text uses where it uses any (a take
         records them, so that changing an entry makes exactly the sentences that use it stale)."""
         settings = self.settings
-        speed = direction(self.script, self.sentences[index].start, self._tags()).get("speed")
+        speed = direction(self.script, self.sentences[index].start, self.script_tags()).get("speed")
         if speed is not None:
             settings = settings | {"speed": speed}
-        spoken = read_as(self.sentences[index].text)[0]  # a "say as" tag's word reads as the tag says
-        used = lexicon.used(spoken, self.pronunciations() if entries is None else entries)
+        used = lexicon.sentence_entries(
+            self.sentences[index].text, self.pronunciations() if entries is None else entries
+        )
         return settings | {"lexicon": used} if used else settings
 
-    def _tags(self) -> list:
-        """The script's tags, parsed once per script."""
+    def script_tags(self) -> list:
+        """The script's tags (app.core.script.tags), parsed once per script."""
         if self._tags_of[0] != self.script:
             self._tags_of = (self.script, tags(self.script))
         return self._tags_of[1]
@@ -477,8 +478,9 @@ def timeline(project: Project, *, gap_s: float = 0.3) -> tuple[np.ndarray, int, 
     rate = placed[0][1].sample_rate
     clips = [resample(take.audio, take.sample_rate, rate) for _, take in placed]
     silences = project.silences([index for index, _ in placed], gap_s)
-    segments, start = [], silences.samples(silences.before, rate)  # as render() spaces them
-    for k, ((index, take), clip) in enumerate(zip(placed, clips, strict=True)):
-        segments.append(Segment(index, start / rate, (start + len(clip)) / rate, take))
-        start += len(clip) + (silences.samples(silences.between[k], rate) if k < len(clips) - 1 else 0)
+    starts = silences.starts([len(c) for c in clips], rate)
+    segments = [
+        Segment(index, start / rate, (start + len(clip)) / rate, take)
+        for (index, take), clip, start in zip(placed, clips, starts, strict=True)
+    ]
     return render(clips, rate, silences=silences), rate, segments

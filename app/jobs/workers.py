@@ -34,21 +34,6 @@ def batch_size(engine: Engine) -> int:
     return 1 if engine.device == "cpu" else GPU_BATCH
 
 
-def engine_input(engine: Engine, text: str, entries: dict[str, str]) -> dict:
-    """What the engine reads for a sentence: its text with its "say as" tags read
-    (app.core.script) and the lexicon's respellings, or phonemes where it uses an IPA entry
-    and the voice takes phonemes."""
-    text, extra = read_as(text, phonemes=engine.takes_phonemes)
-    entries = entries | extra
-    if not lexicon.used(text, entries):
-        return {"text": text}
-    if engine.takes_phonemes:
-        ipa = lexicon.phonemes(text, entries, engine.phonemize)
-        if ipa is not None:
-            return {"phonemes": ipa}
-    return {"text": lexicon.respelled(text, entries)}
-
-
 class JobSignals(QObject):
     started = Signal(int)  # job id
     sentence_started = Signal(int, int)  # job id, sentence index
@@ -149,7 +134,7 @@ class SynthesisJob(QRunnable):
             self.done += 1
             self.signals.sentence_done.emit(index, take)
             return
-        read = self._input(text)
+        read = lexicon.engine_input(self.engine, text, self.lexicon)
         take = self.engine.synthesize(
             **read,
             on_stage=self._on_stage,
@@ -157,14 +142,12 @@ class SynthesisJob(QRunnable):
             cancelled=self._cancel.is_set,
             **self._params,
         )
-        take.timings["unspoken"] = self.engine.unspoken(read_as(text)[0])  # never dropped silently
-        if read_as(text)[0] == text and (timed := self._word_times(text, read, take)) is not None:
+        spoken = read_as(text)[0]
+        take.timings["unspoken"] = self.engine.unspoken(spoken)  # never dropped silently
+        if spoken == text and (timed := self._word_times(text, read, take)) is not None:  # no "say as" tags
             take.timings["words"] = timed
         self.done += 1
         self.signals.sentence_done.emit(index, take)
-
-    def _input(self, text: str) -> dict:
-        return engine_input(self.engine, text, self.lexicon)
 
     def _word_times(self, text: str, read: dict, take) -> list | None:
         """Where each word of the sentence is in its take (app.core.words), from the durations
@@ -173,16 +156,15 @@ class SynthesisJob(QRunnable):
         engine = self.engine
         if not engine.takes_phonemes or take.timings.get("chunks") != 1 or take.timings.get("skipped_symbols"):
             return None
-        lines = [read["phonemes"]] if "phonemes" in read else engine.phonemize(read["text"])
+        lines = lexicon.phoneme_lines(engine, read)
         durations = engine.output("durations").reshape(-1)
         frames = float(durations.sum())
         if len(lines) != 1 or frames <= 0 or len(take.audio) % round(frames) != 0:
             return None
 
         def words_of(word: str) -> int:
-            ipa = lexicon.phonemes(word, self.lexicon, engine.phonemize)
             return len(
-                (ipa if ipa is not None else " ".join(engine.phonemize(lexicon.respelled(word, self.lexicon)))).split()
+                " ".join(lexicon.phoneme_lines(engine, lexicon.engine_input(engine, word, self.lexicon))).split()
             )
 
         per_frame = len(take.audio) / frames / take.sample_rate
@@ -219,7 +201,8 @@ class ReadingSignals(QObject):
 
 class ReadingJob(QRunnable):
     """How a sentence is read, on the engine's thread: its phonemes after its "say as" tags and
-    the lexicon (SynthesisJob._input's), or its text where the voice reads no phonemes."""
+    the lexicon (lexicon.engine_input, as a synthesis reads it), or its text where the voice
+    reads no phonemes."""
 
     def __init__(self, engine: Engine, text: str, lexicon: dict[str, str]):
         super().__init__()
@@ -229,11 +212,9 @@ class ReadingJob(QRunnable):
 
     def run(self) -> None:
         try:
-            read = engine_input(self.engine, self.text, self.lexicon)
-            if "phonemes" in read:
-                reading = read["phonemes"]
-            elif self.engine.takes_phonemes:
-                reading = "\n".join(self.engine.phonemize(read["text"]))
+            read = lexicon.engine_input(self.engine, self.text, self.lexicon)
+            if self.engine.takes_phonemes:
+                reading = "\n".join(lexicon.phoneme_lines(self.engine, read))
             else:
                 reading = f"read as written: {read['text']}"
         except Exception as exc:  # delivered to the GUI thread, never swallowed

@@ -17,7 +17,7 @@ from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QPlainTextEdit, QTextEdit
 
 from app.core.project import Project, lost_symbols
-from app.core.script import say_as_tags, tags
+from app.core.script import say_as_tags
 
 STYLES = {
     "none": (QTextCharFormat.UnderlineStyle.DotLine, "#9ca3af"),
@@ -70,7 +70,7 @@ class ScriptEditor(QPlainTextEdit):
         if self.project is None:
             return []
         script = self.project.script
-        found = [(t.start, t.end, t.problem) for t in tags(script) if t.problem]
+        found = [(t.start, t.end, t.problem) for t in self.project.script_tags() if t.problem]
         found += [(t.start, t.end, t.problem) for t in say_as_tags(script) if t.problem]
         return [
             f"line {script.count(chr(10), 0, a) + 1}: {script[a:b]!r}: {problem}" for a, b, problem in sorted(found)
@@ -130,7 +130,7 @@ class ScriptEditor(QPlainTextEdit):
             if i == self._current:
                 fmt.setBackground(QColor("#dbeafe"))
             selections.append(self._selection(sentence.start, sentence.end, fmt))
-        for tag in [*tags(project.script), *say_as_tags(project.script)]:
+        for tag in [*project.script_tags(), *say_as_tags(project.script)]:
             fmt = QTextCharFormat()
             fmt.setForeground(QColor("#6d28d9"))
             fmt.setBackground(QColor("#ede9fe"))

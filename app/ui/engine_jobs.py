@@ -12,7 +12,6 @@ from PySide6.QtWidgets import QFileDialog
 
 from app.core import lexicon
 from app.core.project import Take, lost_symbols
-from app.core.script import read_as
 from app.engine.engine import Engine
 from app.engine.errors import InvalidArgumentError
 from app.jobs.workers import OpenEngineJob, PreviewJob, ReadingJob, SynthesisJob
@@ -256,7 +255,7 @@ class EngineJobsMixin:
         self.jobs_panel.refresh_job(job)
         if index < 0:
             return
-        used = lexicon.used(read_as(text)[0], job.lexicon)  # the entries it was read with, for staleness
+        used = lexicon.sentence_entries(text, job.lexicon)  # the entries it was read with, for staleness
         take = Take(
             np.array(etake.audio, dtype=np.float32),
             etake.sample_rate,
