@@ -220,6 +220,11 @@ class ProjectFilesMixin:
             marks.insert(0, (0, (book or {}).get("title") or "Beginning"))
         rate = placed[0][1].sample_rate
         reports = []
+        try:
+            info = _book_info(book or {})  # the cover read once, for every chapter's file
+        except (export_mod.ExportError, OSError) as exc:
+            self.show_error(exc)
+            return None
         for n, (first, title) in enumerate(marks):
             last = marks[n + 1][0] if n + 1 < len(marks) else len(placed)
             name = f"{path.stem} {n if opening else n + 1:02d} {_file_title(title)}{path.suffix}"
@@ -232,7 +237,7 @@ class ProjectFilesMixin:
                         rate,
                         silences=self.project.silences(indices[first:last], gap_s),
                         chapters=[(0, title)],
-                        book=_book_info(book or {}),
+                        book=info,
                         **options,
                     )  # fmt: skip
                 )
