@@ -338,14 +338,24 @@ def test_the_vocoder_matches_the_reference(t3, golden, given_f0):
     audio = t3.vocode(golden["hift_mel"], f0=f0, noise_scale=0)
     ref = golden["hift_audio_f0" if given_f0 else "hift_audio"]
     assert audio.shape == ref.shape == (40 * 480,)
-    assert np.abs(audio - ref).max() <= 1e-4 * np.abs(ref).max()
+    # The residual blocks' convolutions in 16-bit integers where the CPU has them (the float
+    # kernels' exact match is the next test's): within their quantization error.
+    assert np.abs(audio - ref).max() <= 3e-3 * np.abs(ref).max()
+    assert abs(np.sqrt(np.mean(audio**2) / np.mean(ref**2)) - 1) <= 1e-3
     a, b = log_mel(audio).ravel(), log_mel(ref).ravel()
-    assert float(a @ b / np.linalg.norm(a) / np.linalg.norm(b)) >= 0.995
+    assert float(a @ b / np.linalg.norm(a) / np.linalg.norm(b)) >= 0.99999
     source = t3.output("source")[:, 0]
     np.testing.assert_allclose(source, golden["hift_source_f0" if given_f0 else "hift_source"], atol=1e-5)
     if not given_f0:
         np.testing.assert_allclose(t3.output("f0")[:, 0], golden["hift_f0"], rtol=1e-4, atol=1e-5)
     assert t3.timings()["stages_ms"]["generator"] > 0
+
+
+def test_the_vocoders_float_kernels_match_the_reference(turbo_f32, golden):
+    with ChatterboxModel.open(turbo_f32, device="cpu", threads=2, debug=EngineDebug(int16_kernels=False)) as model:
+        audio = model.vocode(golden["hift_mel"], noise_scale=0)
+    ref = golden["hift_audio"]
+    assert np.abs(audio - ref).max() <= 1e-4 * np.abs(ref).max()
 
 
 def test_the_vocoder_noise_follows_the_seed(t3, golden):

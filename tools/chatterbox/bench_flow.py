@@ -36,6 +36,7 @@ def main() -> None:
     ap.add_argument("--prompt-tokens", type=int, default=250)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--reference-device", default="cpu", help="the reference's torch device: cpu or cuda")
     ap.add_argument("--weights", nargs="*", default=["f32"], choices=["f32", "f16", "q8_0"])
     ap.add_argument("--cache", type=Path, default=REPO / "build" / "test-models")
     ap.add_argument("--variant", choices=["turbo", "multilingual"], default="turbo")
@@ -55,8 +56,8 @@ def main() -> None:
         f" after a prompt of {args.prompt_tokens} ({args.prompt_tokens / 25:.0f} s)"
     )
     reference = run_reference(args.reference_python, "reference_flow", official, threads=args.threads, runs=args.runs,
-                              variant=args.variant)  # fmt: skip
-    print(f"reference (PyTorch, F32): {reference['ms']:8.0f} ms")
+                              device=args.reference_device, variant=args.variant)  # fmt: skip
+    print(f"reference (PyTorch, F32, {args.reference_device}): {reference['ms']:8.0f} ms")
     voice = Conditionals(np.zeros(256), [], inputs["prompt_tokens"], inputs["prompt_mel"], inputs["xvector"])
     with tempfile.TemporaryDirectory() as tmp:
         for kind in args.weights:

@@ -31,6 +31,7 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=500)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--reference-device", default="cpu", help="the reference's torch device: cpu or cuda")
     ap.add_argument("--weights", nargs="*", default=["f32"], choices=["f32", "f16", "q8_0"])
     ap.add_argument("--cache", type=Path, default=REPO / "build" / "test-models")
     args = ap.parse_args()
@@ -41,9 +42,15 @@ def main() -> None:
     seconds = args.frames / 50
     print(f"{os.cpu_count()} CPUs here; {args.threads} threads; a log-mel of {args.frames} frames ({seconds:.0f} s)")
     reference = run_reference(
-        args.reference_python, "reference_hift", official, threads=args.threads, frames=args.frames, runs=args.runs
+        args.reference_python,
+        "reference_hift",
+        official,
+        threads=args.threads,
+        frames=args.frames,
+        runs=args.runs,
+        device=args.reference_device,
     )
-    print(f"reference (PyTorch, F32): {reference['ms']:8.0f} ms")
+    print(f"reference (PyTorch, F32, {args.reference_device}): {reference['ms']:8.0f} ms")
     with tempfile.TemporaryDirectory() as tmp:
         for kind in args.weights:
             path = convert.convert(official / "turbo", Path(tmp) / f"turbo-{kind}.gguf", weights=kind)

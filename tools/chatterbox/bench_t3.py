@@ -70,6 +70,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=200)
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--reference-device", default="cpu", help="the reference's torch device: cpu or cuda")
     ap.add_argument("--weights", nargs="*", default=["f16", "q8_0"], choices=["f32", "f16", "q8_0"])
     ap.add_argument("--cache", type=Path, default=REPO / "build" / "test-models")
     ap.add_argument("--variant", choices=["turbo", "multilingual"], default="turbo")
@@ -80,9 +81,12 @@ def main() -> None:
 
     reference = run_reference(
         args.reference_python, "reference_t3", official, threads=args.threads, tokens=args.tokens, runs=args.runs,
-        variant=args.variant,
+        device=args.reference_device, variant=args.variant,
     )  # fmt: skip
-    print(f"reference (PyTorch, F32): {reference['total_ms']:8.0f} ms  ({reference['tokens']} tokens)")
+    print(
+        f"reference (PyTorch, F32, {args.reference_device}): {reference['total_ms']:8.0f} ms"
+        f"  ({reference['tokens']} tokens)"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for kind in args.weights:
             path = convert.convert(official / args.variant, Path(tmp) / f"{args.variant}-{kind}.gguf", weights=kind,

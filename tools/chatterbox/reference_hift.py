@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
+from tools.chatterbox.reference_t3 import synchronize
+
 
 @torch.inference_mode()
 def main() -> None:
@@ -21,6 +23,7 @@ def main() -> None:
     ap.add_argument("--weights", type=Path, required=True)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--frames", type=int, default=500)
+    ap.add_argument("--device", default="cpu", help="torch's device: cpu or cuda")
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -29,12 +32,13 @@ def main() -> None:
     hift = S3Gen(meanflow=True).mel2wav
     state = load_file(args.weights / "turbo" / "s3gen_meanflow.safetensors")
     hift.load_state_dict({k[len("mel2wav.") :]: v for k, v in state.items() if k.startswith("mel2wav.")})
-    hift.eval()
-    mel = torch.from_numpy(np.load(args.weights / "bench_mel.npy"))[None]
+    hift.eval().to(args.device)
+    mel = torch.from_numpy(np.load(args.weights / "bench_mel.npy"))[None].to(args.device)
     times = []
     for _ in range(args.runs):
         t0 = time.perf_counter()
         wav, _ = hift.inference(speech_feat=mel)
+        synchronize(args.device)
         times.append((time.perf_counter() - t0) * 1000)
     print(json.dumps({"ms": min(times), "samples": int(wav.shape[-1])}))
 

@@ -4,6 +4,7 @@
 // inverse STFT of the predicted magnitude and phase. Mel [80, T] at 50 Hz -> 24 kHz audio.
 #include <cmath>
 
+#include "../../cpu/kernels.h"
 #include "../../graph/graph.h"
 #include "chatterbox.h"
 
@@ -121,6 +122,24 @@ ggml_tensor * snake(vs_context & c, ggml_context * g, ggml_tensor * x, const std
     return ggml_add(g, x, ggml_mul(g, s, c.w(p + "inv_alpha")));
 }
 
+// On the CPU, a Snake and the convolution after it (its bias, and `residual`) in the engine's
+// kernel: Snake(x) = (u + sin^2 u) * inv_alpha with u = alpha x, as the kernel takes it with no
+// shift; null where the kernel does not take these shapes or weights.
+ggml_tensor * snake_conv_cpu(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & act,
+                             const std::string & conv, int dilation, ggml_tensor * residual) {
+    ggml_tensor * scales = nullptr;
+    ggml_tensor * w      = c.cpu_packed_conv_int16(conv + ".weight", scales);
+    if (!w && c.cpu_kernels) {
+        w = c.cpu_packed_conv(conv + ".weight");
+    }
+    ggml_tensor *alpha = c.w(act + "alpha"), *inv = c.w(act + "inv_alpha");
+    if (!w || !cpu::snake_conv_fits(x->ne[0], w->ne[0]) || alpha->type != GGML_TYPE_F32 || inv->type != GGML_TYPE_F32) {
+        return nullptr;
+    }
+    return cpu::snake_conv(g, ggml_is_contiguous(x) ? x : ggml_cont(g, x), alpha, ggml_scale(g, alpha, 0.0f), inv, w,
+                           scales, c.w(conv + ".bias"), residual, dilation);
+}
+
 // HiFi-GAN's residual block with Snake activations: per dilation d, x += conv(snake(conv_d(snake(x)))).
 ggml_tensor * resblock(vs_context & c, ggml_context * g, ggml_tensor * x, const hift_hparams & h, const std::string & p,
                        int64_t k) {
@@ -128,13 +147,19 @@ ggml_tensor * resblock(vs_context & c, ggml_context * g, ggml_tensor * x, const 
     for (size_t j = 0; j < h.dilations.size(); ++j) {
         const std::string n  = std::to_string(j);
         const int         d  = (int) h.dilations[j];
-        ggml_tensor *     xt = snake(c, g, x, p + "activations1." + n + ".");
-        xt                   = conv1d(o, g, xt, c.w(p + "convs1." + n + ".weight"), c.w(p + "convs1." + n + ".bias"), d,
-                                      (int) (k * d - d) / 2);
-        xt                   = snake(c, g, xt, p + "activations2." + n + ".");
-        xt                   = conv1d(o, g, xt, c.w(p + "convs2." + n + ".weight"), c.w(p + "convs2." + n + ".bias"), 1,
-                                      (int) (k - 1) / 2);
-        x                    = ggml_add(g, x, xt);
+        const std::string a1 = p + "activations1." + n + ".", a2 = p + "activations2." + n + ".";
+        const std::string c1 = p + "convs1." + n, c2 = p + "convs2." + n;
+        if (ggml_tensor * y = snake_conv_cpu(c, g, x, a1, c1, d, nullptr)) {
+            x = ggml_is_contiguous(x) ? x : ggml_cont(g, x);
+            x = snake_conv_cpu(c, g, y, a2, c2, 1, x);
+            GGML_ASSERT(x);  // the second convolution is the first's shape
+            continue;
+        }
+        ggml_tensor * xt = snake(c, g, x, a1);
+        xt               = conv1d(o, g, xt, c.w(c1 + ".weight"), c.w(c1 + ".bias"), d, (int) (k * d - d) / 2);
+        xt               = snake(c, g, xt, a2);
+        xt               = conv1d(o, g, xt, c.w(c2 + ".weight"), c.w(c2 + ".bias"), 1, (int) (k - 1) / 2);
+        x                = ggml_add(g, x, xt);
     }
     return x;
 }
