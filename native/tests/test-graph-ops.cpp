@@ -607,6 +607,37 @@ void test_gate(int H, int T) {
     }
 }
 
+// The elementwise activations (src/cpu/) against the C library's functions in doubles, through
+// ggml and at each vector width, over +-20 (GELU's erf within 1.5e-7, so within |x| 1e-7 or an
+// ulp of x; Mish through its saturation), and a tail shorter than a vector.
+void test_unary(vs::cpu::unary_op op, int n) {
+    std::vector<float> x = random_vec((size_t) n);
+    for (float & v : x) {
+        v *= 20.0f;
+    }
+    const bool         gelu = op == vs::cpu::unary_op::gelu_erf;
+    std::vector<float> want(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+        const double v = x[i];
+        want[i] = (float) (gelu ? 0.5 * v * std::erfc(-v / std::sqrt(2.0)) : v * std::tanh(std::log1p(std::exp(v))));
+    }
+    char what[96];
+    auto got = run([&](ggml_context * ctx) { return vs::cpu::unary(ctx, input(ctx, x, { n }), op); });
+    snprintf(what, sizeof what, "%s n%d", gelu ? "gelu_erf" : "mish", n);
+    expect_close(what, got, want, 4e-6);
+    for (int width : { 4, 8, 16 }) {
+        if (width > vs::cpu::vector_floats()) {
+            continue;
+        }
+        std::vector<float> out(want.size(), NAN);
+        for (int ith = 0; ith < 3; ++ith) {
+            vs::cpu::unary_run(op, x.data(), n, out.data(), ith, 3, width);
+        }
+        snprintf(what, sizeof what, "  %d floats, 3 threads", width);
+        expect_close(what, out, want, 4e-6);
+    }
+}
+
 }  // namespace
 
 int main() {
@@ -687,5 +718,7 @@ int main() {
     test_gate(20, 5);                                  // channels that are not whole vectors
     test_snake_conv(256, 32, 11, 40, 1, false);        // several flushes of the integer sums per tap
     test_snake_conv(256, 32, 11, 40, 1, false, true);  // those sums at their bound
+    test_unary(vs::cpu::unary_op::gelu_erf, 4099);
+    test_unary(vs::cpu::unary_op::mish, 4099);
     return failures == 0 ? 0 : 1;
 }

@@ -15,6 +15,7 @@ namespace vs::cpu {
     void run(const float * x, int64_t C, int64_t L, const float * wp, const int16_t * wq, const float * ws, int64_t K, \
              const float * b, const float * mask, float * out, const residual_conv_params & p, int ith, int nth);      \
     void gate(const float * x, int64_t H, int64_t T, float * out, int ith, int nth);                                   \
+    void unary(unary_op op, const float * x, int64_t n, float * out);                                                  \
     void stats(const float * x, int64_t C, int64_t T, int64_t c0, int64_t c1, float * out);                            \
     void plain_run(const float * x, int64_t C, int64_t T, const float * wp, int64_t K, int64_t OC, const float * b,    \
                    float * out, int d, int ith, int nth);                                                              \
@@ -36,6 +37,7 @@ VS_CPU_DECLARE(avx512)
 struct isa_kernels {
     decltype(&generic::run)       run;
     decltype(&generic::gate)      gate;
+    decltype(&generic::unary)     unary;
     decltype(&generic::stats)     stats;
     decltype(&generic::plain_run) plain_run;
     decltype(&generic::fold)      fold;
@@ -43,9 +45,9 @@ struct isa_kernels {
     decltype(&generic::snake_run) snake_run;
 };
 
-#define VS_CPU_KERNELS(isa)                                                                   \
-    isa_kernels {                                                                             \
-        isa::run, isa::gate, isa::stats, isa::plain_run, isa::fold, isa::head, isa::snake_run \
+#define VS_CPU_KERNELS(isa)                                                                               \
+    isa_kernels {                                                                                         \
+        isa::run, isa::gate, isa::unary, isa::stats, isa::plain_run, isa::fold, isa::head, isa::snake_run \
     }
 
 // The build for vectors of `width` floats (0: vector_floats()).
@@ -204,6 +206,27 @@ ggml_tensor * gate(ggml_context * g, ggml_tensor * x) {
     ggml_tensor * args[1] = { x };
     return ggml_custom_4d(g, GGML_TYPE_F32, x->ne[0] / 2, x->ne[1], 1, 1, args, 1, compute_gate, GGML_N_TASKS_MAX,
                           nullptr);
+}
+
+void unary_run(unary_op op, const float * x, int64_t n, float * out, int ith, int nth, int width) {
+    GGML_ASSERT(width <= vector_floats());
+    const int64_t per = (n / nth + 63) / 64 * 64, i0 = std::min(n, ith * per);
+    const int64_t i1 = ith + 1 == nth ? n : std::min(n, i0 + per);
+    if (i0 < i1) {
+        kernels(width).unary(op, x + i0, i1 - i0, out + i0);
+    }
+}
+
+static void compute_unary(ggml_tensor * dst, int ith, int nth, void * op) {
+    unary_run((unary_op) (intptr_t) op, static_cast<const float *>(dst->src[0]->data), ggml_nelements(dst),
+              static_cast<float *>(dst->data), ith, nth);
+}
+
+ggml_tensor * unary(ggml_context * g, ggml_tensor * x, unary_op op) {
+    GGML_ASSERT(x->type == GGML_TYPE_F32 && ggml_is_contiguous(x));
+    ggml_tensor * args[1] = { x };
+    return ggml_custom_4d(g, GGML_TYPE_F32, x->ne[0], x->ne[1], x->ne[2], x->ne[3], args, 1, compute_unary,
+                          GGML_N_TASKS_MAX, reinterpret_cast<void *>((intptr_t) op));
 }
 
 bool snake_conv_fits(int64_t channels, int64_t out_channels) {

@@ -1,8 +1,8 @@
 // The engine's own CPU kernels, where ggml's ops make several passes over long signals (or
 // compute what is thrown away): convolutions fused with what surrounds them (HiFi-GAN's
 // residual stacks with LeakyReLU, bias, mask and residual add; Kokoro's with AdaIN and Snake;
-// plain ones), an upsampling's fold, HiFi-GAN's output head, AdaIN's statistics and WaveNet's
-// gate. Each has kernels for AVX-512, AVX2 with FMA and the build's own vectors (NEON on ARM),
+// plain ones), an upsampling's fold, HiFi-GAN's output head, AdaIN's statistics, WaveNet's
+// gate, GELU and Mish. Each has kernels for AVX-512, AVX2 with FMA and the build's own vectors (NEON on ARM),
 // chosen at run time.
 #pragma once
 
@@ -135,5 +135,17 @@ ggml_tensor * gate(ggml_context * g, ggml_tensor * x);
 // The gate's kernel on plain arrays: frames ith * ceil(T / nth) on. `width` as for
 // residual_conv_run.
 void gate_run(const float * x, int64_t H, int64_t T, float * out, int ith, int nth, int width = 0);
+
+// Elementwise activations in vectors, where ggml's CPU ops take the C library's functions a value
+// at a time (or several passes): GELU with erf, x (1 + erf(x / sqrt 2)) / 2 (erf within 1.5e-7),
+// and Mish, x tanh(softplus(x)) (one exp a value, within about 1e-6 of x).
+enum class unary_op { gelu_erf, mish };
+
+// The activation of x of any shape (F32, contiguous).
+ggml_tensor * unary(ggml_context * g, ggml_tensor * x, unary_op op);
+
+// Its kernel on plain arrays: thread ith of nth takes its share of the n values. `width` as for
+// residual_conv_run.
+void unary_run(unary_op op, const float * x, int64_t n, float * out, int ith, int nth, int width = 0);
 
 }  // namespace vs::cpu

@@ -88,6 +88,9 @@ int32_t sample_token(std::vector<float> & logits, const std::vector<int32_t> & h
 // A linear layer of `module`: its ".weight" [in, out] times x, plus its ".bias" where `bias`.
 ggml_tensor * linear(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & module, bool bias = true);
 
+// GELU with erf: the engine's CPU kernel where the context runs them, else ggml's op.
+ggml_tensor * gelu_erf(vs_context & c, ggml_context * g, ggml_tensor * x);
+
 // Spectral front ends (spectra.cpp). `frames` frames of n samples every hop from audio of L samples,
 // the first starting `pad` samples before it, the edges reflected (as torch.stft pads): [frames, n]
 // row-major.

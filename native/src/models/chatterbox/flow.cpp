@@ -7,6 +7,7 @@
 // after the prompt's are the speech.
 #include <cmath>
 
+#include "../../cpu/kernels.h"
 #include "../../graph/graph.h"
 #include "chatterbox.h"
 
@@ -158,8 +159,11 @@ ggml_tensor * norm(vs_context & c, ggml_context * g, ggml_tensor * x, const std:
     return layer_norm(g, x, c.w(module + ".weight"), c.w(module + ".bias"), eps);
 }
 
-// Mish: x tanh(softplus(x)).
-ggml_tensor * mish(ggml_context * g, ggml_tensor * x) {
+// Mish: x tanh(softplus(x)), in the engine's CPU kernel where the context runs them.
+ggml_tensor * mish(vs_context & c, ggml_context * g, ggml_tensor * x) {
+    if (c.cpu_kernels && ggml_is_contiguous(x)) {
+        return cpu::unary(g, x, cpu::unary_op::mish);
+    }
     return ggml_mul(g, x, ggml_tanh(g, ggml_softplus(g, x)));
 }
 
@@ -213,13 +217,13 @@ ggml_tensor * transformer_block(vs_context & c, ggml_context * g, ggml_tensor * 
                                      linear(c, g, y, p + "attn_v", false), h.dec_n_head, 1.0f / std::sqrt((float) h.dec_head_dim),
                                      true, n_seq);
     x               = ggml_add(g, x, linear(c, g, y, p + "attn_out"));
-    y               = ggml_gelu_erf(g, linear(c, g, norm(c, g, x, p + "norm3", 1e-5f), p + "ffn_up"));
+    y               = gelu_erf(c, g, linear(c, g, norm(c, g, x, p + "norm3", 1e-5f), p + "ffn_up"));
     return ggml_add(g, x, linear(c, g, y, p + "ffn_down"));
 }
 
 // CausalBlock1D: a causal convolution, a layer norm over channels, Mish.
 ggml_tensor * causal_block(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & p, int64_t n_seq) {
-    return mish(g, norm(c, g, causal_conv(c, g, x, p + ".conv", n_seq), p + ".norm", 1e-5f));
+    return mish(c, g, norm(c, g, causal_conv(c, g, x, p + ".conv", n_seq), p + ".norm", 1e-5f));
 }
 
 // A level of the U-Net: a causal residual block that adds the time embedding, then its
@@ -227,7 +231,7 @@ ggml_tensor * causal_block(vs_context & c, ggml_context * g, ggml_tensor * x, co
 ggml_tensor * unet_block(vs_context & c, ggml_context * g, ggml_tensor * x, ggml_tensor * temb, const flow_hparams & h,
                          const std::string & p, int64_t n_seq) {
     ggml_tensor * y = causal_block(c, g, x, p + "block1", n_seq);
-    y               = ggml_add(g, y, linear(c, g, mish(g, temb), p + "time"));
+    y               = ggml_add(g, y, linear(c, g, mish(c, g, temb), p + "time"));
     y               = causal_block(c, g, y, p + "block2", n_seq);
     x               = ggml_add(g, y, linear(c, g, x, p + "res_conv"));
     for (int64_t j = 0; j < h.dec_n_tfm; ++j) {

@@ -101,8 +101,8 @@ std::vector<int32_t> s3tok_tokens(vs_context & c, const s3tok_hparams & h, const
         ggml_set_input(pos);
         const graph_options o = c.graph_opts();
         ggml_tensor *       y =
-            ggml_gelu_erf(g, conv1d_strided(o, g, x, c.w("s3tok.conv1.weight"), c.w("s3tok.conv1.bias"), 2, 1));
-        y = ggml_gelu_erf(g, conv1d_strided(o, g, y, c.w("s3tok.conv2.weight"), c.w("s3tok.conv2.bias"), 2, 1));
+            gelu_erf(c, g, conv1d_strided(o, g, x, c.w("s3tok.conv1.weight"), c.w("s3tok.conv1.bias"), 2, 1));
+        y = gelu_erf(c, g, conv1d_strided(o, g, y, c.w("s3tok.conv2.weight"), c.w("s3tok.conv2.bias"), 2, 1));
         for (int64_t i = 0; i < h.n_layer; ++i) {
             const std::string p = "s3tok.blk." + std::to_string(i) + ".";
             ggml_tensor *     z = layer_norm(g, y, c.w(p + "attn_norm.weight"), c.w(p + "attn_norm.bias"), 1e-5f);
@@ -120,7 +120,7 @@ std::vector<int32_t> s3tok_tokens(vs_context & c, const s3tok_hparams & h, const
                 ggml_add(g, conv1d_depthwise(g, v, c.w(p + "fsmn"), nullptr, 1, (int) (h.fsmn_kernel - 1) / 2), v);
             y = named(ggml_add(g, y, ggml_add(g, linear(c, g, a, p + "attn_out"), m)), "s3tok_attn", (int) i);
             z = layer_norm(g, y, c.w(p + "ffn_norm.weight"), c.w(p + "ffn_norm.bias"), 1e-5f);
-            y = ggml_add(g, y, linear(c, g, ggml_gelu_erf(g, linear(c, g, z, p + "ffn_up")), p + "ffn_down"));
+            y = ggml_add(g, y, linear(c, g, gelu_erf(c, g, linear(c, g, z, p + "ffn_up")), p + "ffn_down"));
         }
         ggml_tensor * out = named(linear(c, g, y, "s3tok.fsq"), "s3tok_fsq");  // [digits, T]
         ggml_set_output(out);

@@ -1,6 +1,7 @@
-// What Chatterbox's stages share: linear layers, and the spectral front ends of its encoders
+// What Chatterbox's stages share: linear layers and GELU, and the spectral front ends of its encoders
 // (frames cut from audio with reflected edges, their mel filterbank energies through a DFT basis
 // and a filterbank stored in the model).
+#include "../../cpu/kernels.h"
 #include "../../graph/graph.h"
 #include "chatterbox.h"
 
@@ -9,6 +10,10 @@ namespace vs::chatterbox {
 ggml_tensor * linear(vs_context & c, ggml_context * g, ggml_tensor * x, const std::string & module, bool bias) {
     ggml_tensor * y = ggml_mul_mat(g, c.w(module + ".weight"), x);
     return bias ? ggml_add(g, y, c.w(module + ".bias")) : y;
+}
+
+ggml_tensor * gelu_erf(vs_context & c, ggml_context * g, ggml_tensor * x) {
+    return c.cpu_kernels && ggml_is_contiguous(x) ? cpu::unary(g, x, cpu::unary_op::gelu_erf) : ggml_gelu_erf(g, x);
 }
 
 std::vector<float> reflected_frames(const float * audio, int64_t L, int64_t n, int64_t hop, int64_t pad,
