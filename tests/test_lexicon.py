@@ -30,6 +30,48 @@ def test_ipa_entries_become_phonemes_around_the_voices_own():
     assert lexicon.phonemes("The GIF.", ENTRIES, fake_phonemize) is None  # a respelling alone: text
 
 
+HOMOGRAPHS = {"record (noun)": "/ɹˈɛkɚd/", "record (verb)": "/ɹɪkˈɔːɹd/", "present (noun)": "prezzent"}
+
+
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("I want to record a record.", ["/ɹɪkˈɔːɹd/", "/ɹˈɛkɚd/"]),
+        ("Record the song; they record it, we don't record.", ["/ɹɪkˈɔːɹd/"] * 3),
+        ("My record of this record.", ["/ɹˈɛkɚd/"] * 2),
+        ("Records and recorders: recorded.", []),  # other words
+        ("Off the record.", ["/ɹˈɛkɚd/"]),
+        ("A new record.", []),  # the word before does not tell, and no entry is for any part of speech
+    ],
+)
+def test_a_part_of_speech_applies_where_the_word_before_tells(text, want):
+    got = lexicon.phonemes(text, HOMOGRAPHS, fake_phonemize) or ""
+    assert [w.strip(".,;") for w in got.split() if "ˈ" in w] == [p[1:-1] for p in want]  # the entries, in order
+    entries = HOMOGRAPHS | {"record": "/ɹˈɛkɔːɹd/"}  # an entry for any part of speech, where none tells
+    assert lexicon.used("A new record.", entries) == {"record": "/ɹˈɛkɔːɹd/"}
+    assert lexicon.used("To record.", entries) == {"record (verb)": "/ɹɪkˈɔːɹd/"}
+
+
+def test_a_part_of_speech_is_written_after_the_word_and_round_trips(tmp_path):
+    assert lexicon.check_entry("Present(Noun) ", " prezzent") == ("Present (noun)", "prezzent")
+    assert lexicon.respelled("Please present the present.", HOMOGRAPHS) == "Please present the prezzent."
+    path = lexicon.write(tmp_path / "lex.txt", HOMOGRAPHS)
+    assert lexicon.read(path) == HOMOGRAPHS
+    with pytest.raises(lexicon.LexiconError, match="word \\(noun\\), word \\(verb\\)"):
+        lexicon.check_entry("record (adverb)", "x")
+    project = Project("They record a record. Records.")  # staleness follows the part of speech used
+    project.lexicon = dict(HOMOGRAPHS)
+    project.add_take(0, take(project, 0))
+    project.add_take(1, take(project, 1))
+    assert project.sentences[0].take.settings["lexicon"] == {
+        k: HOMOGRAPHS[k] for k in ("record (noun)", "record (verb)")
+    }
+    project.lexicon["record (noun)"] = "/ɹˈɛkəɹd/"
+    assert project.stale() == [0]
+    project.lexicon["present (noun)"] = "presence"
+    assert project.stale() == [0]
+
+
 def test_files_round_trip_and_bad_lines_are_named(tmp_path):
     path = lexicon.write(tmp_path / "lex.txt", ENTRIES)
     assert lexicon.read(path) == ENTRIES

@@ -6,6 +6,16 @@ respelling (``win``), put in the word's place in the text for every voice. An en
 in lower case matches the word in any case; one with a capital matches that case alone.
 Words match whole (not inside longer words).
 
+An entry may be for one part of speech, written after its word: ``record (noun)``,
+``record (verb)``, for words read one way as a noun and another as a verb. Which one a word in
+a sentence is comes from the word before it, as espeak-ng tells its own homographs apart: a
+noun after an article, a possessive, a demonstrative, a quantifier or a preposition ("the",
+"my", "this", "every", "of", ...); a verb after "to", a modal or "do" ("will", "can", "don't",
+...), a subject pronoun ("I", "we", "they", ...) or "please", and at the start of a clause
+when an article or a possessive follows ("Record the song."). Where that does not tell, an
+entry for the word without a part of speech applies, and where there is none, the voice reads
+the word its own way.
+
 A studio has a user lexicon (in its settings folder) and each project one of its own, which
 wins where both have a word. A take records the entries its sentence used, so that changing
 an entry makes exactly the sentences that use it stale.
@@ -25,6 +35,18 @@ from app.core.atomic import write_bytes_atomic
 from app.core.script import read_as
 
 MAX_ENTRIES = 10_000
+PARTS_OF_SPEECH = ("noun", "verb")
+_KEY = re.compile(r"(.+?)\s*\((noun|verb)\)", re.IGNORECASE)
+_ARTICLES = {"a", "an", "the", "my", "your", "his", "her", "its", "our", "their"}
+_NOUN_AFTER = _ARTICLES | {
+    "this", "that", "these", "those", "every", "each", "some", "any", "no", "another", "of", "for", "with",
+    "in", "on", "at", "by", "from", "about", "into", "under", "over",
+}  # fmt: skip
+_VERB_AFTER = {
+    "to", "will", "would", "shall", "should", "can", "could", "may", "might", "must", "cannot", "do", "does",
+    "did", "don't", "doesn't", "didn't", "won't", "wouldn't", "can't", "couldn't", "shouldn't", "mustn't",
+    "i", "you", "we", "they", "please", "let's", "not", "never",
+}  # fmt: skip
 MAX_FILE_BYTES = 4 << 20
 _WORD = re.compile(r"[\w][\w'’.-]*\w|\w", re.UNICODE)
 
@@ -37,11 +59,23 @@ def is_ipa(pronunciation: str) -> bool:
     return len(pronunciation) > 2 and pronunciation.startswith("/") and pronunciation.endswith("/")
 
 
+def split_key(key: str) -> tuple[str, str | None]:
+    """An entry's word and its part of speech (None: any)."""
+    m = _KEY.fullmatch(key)
+    return (m.group(1), m.group(2).lower()) if m else (key, None)
+
+
 def check_entry(word: str, pronunciation: str) -> tuple[str, str]:
-    """An entry as stored (stripped), or LexiconError saying what is wrong with it."""
+    """An entry as stored (stripped; a part of speech as "word (noun)"), or LexiconError saying
+    what is wrong with it."""
     word, pronunciation = word.strip(), pronunciation.strip()
-    if not _WORD.fullmatch(word):
-        raise LexiconError(f"{word!r}: an entry is one word (letters, digits, inner ' . -)")
+    bare, pos = split_key(word)
+    if not _WORD.fullmatch(bare):
+        raise LexiconError(
+            f"{word!r}: an entry is one word (letters, digits, inner ' . -), with a part of speech after it"
+            " where it has one: word (noun), word (verb)"
+        )
+    word = f"{bare} ({pos})" if pos else bare
     if not pronunciation or pronunciation == "//":
         raise LexiconError(f"{word!r}: no pronunciation")
     if "\n" in pronunciation or "\t" in pronunciation or len(pronunciation) > 200:
@@ -60,15 +94,37 @@ def _pattern(entries: dict[str, str]) -> re.Pattern | None:
     # Longest first, so that "St. Louis"-like words win over their prefixes; a lower-case entry
     # matches any case, so its alternative is case-insensitive.
     alternatives = []
-    for word in sorted(entries, key=len, reverse=True):
+    for word in sorted({split_key(k)[0] for k in entries}, key=len, reverse=True):
         body = re.escape(word)
         alternatives.append(f"(?i:{body})" if word == word.lower() else body)
     return re.compile(r"(?<![\w'’])(?:" + "|".join(alternatives) + r")(?![\w'’])")
 
 
-def _entry_for(entries: dict[str, str], found: str) -> str:
-    """The entry a matched word came from: its exact form, else its lower-case one."""
-    return found if found in entries else found.lower()
+def part_of_speech(text: str, start: int, end: int) -> str | None:
+    """Whether the word at text[start:end] is a noun or a verb, where the word before it (or, at
+    the start of a clause, the one after it) tells; None where they do not."""
+    before = re.search(r"([\w'’]+)[^\w.!?;:]*$", text[:start])
+    if before is None:
+        after = re.match(r"[^\w.!?;:]*([\w'’]+)", text[end:])
+        return "verb" if after and after.group(1).lower() in _ARTICLES else None
+    word = before.group(1).lower().replace("’", "'")
+    return "noun" if word in _NOUN_AFTER else "verb" if word in _VERB_AFTER else None
+
+
+def _entry_for(entries: dict[str, str], text: str, m: re.Match) -> str | None:
+    """The entry a matched word is read with: its exact form's, else its lower-case one's; of
+    those, the one for the part of speech the word has there, else the one for any; None where
+    only entries for other parts of speech have the word."""
+    found = m.group()
+    pos = None
+    for form in dict.fromkeys((found, found.lower())):
+        if any(f"{form} ({p})" in entries for p in PARTS_OF_SPEECH):
+            pos = pos or part_of_speech(text, m.start(), m.end()) or "?"
+            if f"{form} ({pos})" in entries:
+                return f"{form} ({pos})"
+        if form in entries:
+            return form
+    return None
 
 
 def used(text: str, entries: dict[str, str]) -> dict[str, str]:
@@ -78,17 +134,23 @@ def used(text: str, entries: dict[str, str]) -> dict[str, str]:
         return {}
     out = {}
     for m in pattern.finditer(text):
-        key = _entry_for(entries, m.group())
-        out[key] = entries[key]
+        if (key := _entry_for(entries, text, m)) is not None:
+            out[key] = entries[key]
     return dict(sorted(out.items()))
 
 
 def respelled(text: str, entries: dict[str, str]) -> str:
     """The text with each respelling entry's words replaced (IPA entries left as they are)."""
-    pattern = _pattern({w: p for w, p in entries.items() if not is_ipa(p)})
+    spelled = {w: p for w, p in entries.items() if not is_ipa(p)}
+    pattern = _pattern(spelled)
     if pattern is None:
         return text
-    return pattern.sub(lambda m: entries[_entry_for(entries, m.group())], text)
+
+    def replace(m: re.Match) -> str:
+        key = _entry_for(spelled, text, m)
+        return m.group() if key is None else spelled[key]
+
+    return pattern.sub(replace, text)
 
 
 def phonemes(text: str, entries: dict[str, str], phonemize) -> str | None:
@@ -96,13 +158,15 @@ def phonemes(text: str, entries: dict[str, str], phonemize) -> str | None:
     ``phonemize`` (an engine's, text -> lines of IPA) after the respellings; None where the text
     uses no IPA entry (then the text, respelled, is what to synthesize)."""
     text = respelled(text, entries)
-    pattern = _pattern({w: p for w, p in entries.items() if is_ipa(p)})
-    if pattern is None or not pattern.search(text):
+    ipa = {w: p for w, p in entries.items() if is_ipa(p)}
+    pattern = _pattern(ipa)
+    said = [] if pattern is None else [(m, key) for m in pattern.finditer(text) if (key := _entry_for(ipa, text, m))]
+    if not said:
         return None
     pieces, at = [], 0
-    for m in pattern.finditer(text):
+    for m, key in said:
         pieces.append(" ".join(phonemize(text[at : m.start()])) if text[at : m.start()].strip() else "")
-        pieces.append(entries[_entry_for(entries, m.group())][1:-1])
+        pieces.append(ipa[key][1:-1])
         at = m.end()
     tail = text[at:]
     pieces.append(" ".join(phonemize(tail)) if tail.strip(" ") and any(c.isalnum() for c in tail) else tail.strip())
@@ -194,6 +258,25 @@ def read(path: Path | str) -> dict[str, str]:
         return parse(path.read_text(encoding="utf-8"), name=path.name)
     except (OSError, UnicodeDecodeError) as exc:
         raise LexiconError(f"{path.name}: cannot read it as UTF-8 text ({exc})") from None
+
+
+def user_path() -> Path:
+    """The user's lexicon, which every project of the studio and `render` read with theirs."""
+    from app.core import paths
+
+    return paths.config_dir() / "lexicon.txt"
+
+
+def read_user() -> tuple[dict[str, str], str | None]:
+    """The user's lexicon, and why it cannot be used where it cannot (the file stays as it is,
+    and sentences are read without it)."""
+    path = user_path()
+    if not path.exists():
+        return {}, None
+    try:
+        return read(path), None
+    except LexiconError as exc:
+        return {}, str(exc)
 
 
 def dumps(entries: dict[str, str]) -> str:

@@ -159,7 +159,9 @@ class LexiconDialog(QDialog):
         tabs.addTab(self.user, "All projects (yours)")
         note = QLabel(
             "A word written in lower case matches it in any case. /IPA/ is read as phonemes (Piper, "
-            "Kokoro); anything else replaces the word in the text. The project's entries win over yours."
+            "Kokoro); anything else replaces the word in the text. The project's entries win over yours. "
+            '"record (noun)" and "record (verb)" apply where the word before tells: a noun after the, '
+            "my, this, of…; a verb after to, will, don't, I, we…"
         )
         note.setWordWrap(True)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
