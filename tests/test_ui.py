@@ -569,8 +569,14 @@ def test_a_script_with_headings_becomes_an_audiobook_with_its_chapters(qtbot, wi
         "○ Part One — 0/3",
         "○ Part Two — 0/2",
     ]
-    run_job(qtbot, window)
-    assert window.chapters.item(1).text() == "✓ Part Two — 2/2"
+    with qtbot.waitSignal(window.job_ended, timeout=120_000):
+        window.chapters.synthesize_chapter.emit(2)  # the chapter's context menu: that chapter alone
+    assert [s.take is not None for s in window.project.sentences] == [False, False, False, True, True]
+    qtbot.waitUntil(lambda: window.chapters.item(1).text() == "✓ Part Two — 2/2")
+    assert window.chapters.item(0).text() == "○ Part One — 0/3"
+    run_job(qtbot, window, "stale")
+    assert [len(s.takes) for s in window.project.sentences] == [1, 1, 1, 1, 1]
+    assert window.chapters.item(0).text() == "✓ Part One — 3/3"
     window.chapters.itemClicked.emit(window.chapters.item(1))
     assert window.editor.current_sentence() == 3
     cover = tmp_path / "cover.png"

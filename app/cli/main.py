@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from app.cli.bench import cmd_bench
+from app.cli.render import cmd_render
 from app.cli.synth import cmd_revoice, cmd_synth
 from app.cli.voices import cmd_devices, cmd_embed, cmd_models, cmd_profile, cmd_similarity, cmd_voices
 from app.engine.errors import VoiceStudioError
@@ -54,6 +55,22 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--format", choices=["pcm16", "pcm24", "float"], default="pcm16", help="sample format of WAV and FLAC"
     )
+
+    rn = sub.add_parser(
+        "render",
+        help="synthesize a project's stale sentences (a book, or one chapter), saving as it goes; run it again to"
+        " go on after a crash or a stop",
+    )
+    rn.add_argument("project", type=Path, help="a .vsproj the studio saved")
+    rn.add_argument("--chapter", type=int, help="only this chapter (1: the script's first # heading)")
+    _add_device_args(rn)
+    rn.add_argument("--out", type=Path, help="then export it (or the chapter): .wav, .flac, .mp3, .opus or .m4b")
+    rn.add_argument("--gap", type=float, default=0.3, help="seconds between sentences where no pause tag says")
+    rn.add_argument("--loudness", choices=["podcast", "broadcast", "acx"], help="a loudness preset for the export")
+    rn.add_argument("--format", choices=["pcm16", "pcm24", "float"], default="pcm16", help="WAV and FLAC samples")
+    rn.add_argument("--title", help="an audiobook's title")
+    rn.add_argument("--author", help="an audiobook's author")
+    rn.add_argument("--cover", type=Path, help="an audiobook's cover (JPEG or PNG)")
 
     r = sub.add_parser("revoice", help="re-voice a recording into a Chatterbox voice (S3Gen alone)")
     r.add_argument("--audio", type=Path, required=True, help="the speech to re-voice (WAV, FLAC, OGG, MP3)")
@@ -215,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
 COMMANDS = {
     "synth": cmd_synth,
     "revoice": cmd_revoice,
+    "render": cmd_render,
     "bench": cmd_bench,
     "devices": cmd_devices,
     "voices": cmd_voices,

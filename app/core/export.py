@@ -244,3 +244,31 @@ def export_audio(
         gain_db,
         limited,
     )
+
+
+def book_info(title: str = "", author: str = "", cover: Path | str | None = None) -> BookInfo:
+    """An audiobook's title, author and cover (read from its file, checked when written)."""
+    from app.audio.m4b import MAX_COVER_BYTES
+
+    data = None
+    if cover:
+        cover = Path(cover)
+        if cover.stat().st_size > MAX_COVER_BYTES:
+            raise ExportError(f"{cover.name}: a cover is at most {MAX_COVER_BYTES >> 20} MiB")
+        data = cover.read_bytes()
+    return BookInfo(title, author, data)
+
+
+def export_project(path: Path | str, project, indices: list[int] | None = None, *, gap_s: float = 0.3, **options):
+    """A project's takes (of these sentences, or all) as one file, as export_audio writes it:
+    at the first take's rate, with the script's pauses between them (``gap_s`` elsewhere) and
+    its chapters marked in an audiobook. ``options``: export_audio's."""
+    placed = project.takes_audio(indices)
+    if not placed:
+        raise ExportError("nothing to export: no sentence has a take yet")
+    rate = placed[0][1].sample_rate
+    clips = [resample(t.audio, t.sample_rate, rate) for _, t in placed]
+    at = [i for i, _ in placed]
+    return export_audio(
+        path, clips, rate, silences=project.silences(at, gap_s), chapters=project.chapter_marks(at), **options
+    )

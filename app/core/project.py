@@ -115,6 +115,32 @@ class Sentence:
         return take is None or take.text != self.text or take.voice != voice or take.settings != settings
 
 
+def new_take(
+    text: str, voice: str, settings: dict, entries: dict[str, str], audio, sample_rate: int, timings: dict
+) -> Take:
+    """A project's take of ``text`` from a synthesis with these settings and lexicon ``entries``:
+    its settings record the entries its text used, so that changing one of them makes exactly
+    the sentences that use it stale."""
+    used = lexicon.sentence_entries(text, entries)
+    return Take(
+        np.array(audio, dtype=np.float32),
+        sample_rate,
+        text,
+        voice,
+        dict(settings) | ({"lexicon": used} if used else {}),
+        dict(timings),
+    )
+
+
+def time_left(done_chars: int, total_chars: int, elapsed_s: float) -> float | None:
+    """Seconds a render of ``total_chars`` characters of sentences still needs once those of
+    ``done_chars`` took ``elapsed_s``, at the characters a second they went at (None before any
+    is done)."""
+    if done_chars <= 0:
+        return None
+    return elapsed_s / done_chars * max(total_chars - done_chars, 0)
+
+
 class Project:
     def __init__(self, script: str = "", voice: str = "piper:joe", settings: dict | None = None):
         self.id = uuid.uuid4().hex
@@ -193,6 +219,42 @@ class Project:
             for i, s in enumerate(self.sentences)
             if s.is_stale(self.sentence_voice(i), self.sentence_settings(i, entries))
         ]
+
+    def synthesis_groups(self, indices: list[int]) -> list[tuple[str, dict, dict, list[tuple[int, str]]]]:
+        """These sentences grouped by the voice and settings they are read with (the script's
+        [voice] and [speed] tags), in the order each group first comes: its voice, its settings
+        (without the lexicon entries: a take records those it used, ``new_take``), the engine's
+        parameters for those settings, and its sentences' (index, text)."""
+        groups: dict[tuple, list] = {}
+        for i in indices:
+            settings = {k: v for k, v in self.sentence_settings(i).items() if k != "lexicon"}
+            key = (self.sentence_voice(i), tuple(sorted(settings.items(), key=lambda kv: kv[0])))
+            groups.setdefault(key, []).append((i, self.sentences[i].text))
+        out = []
+        for (voice, settings_items), items in groups.items():
+            settings = dict(settings_items)
+            params = {
+                "length_scale": 1.0 / settings["speed"],
+                "noise_scale": settings["noise_scale"],
+                "noise_w": settings["noise_w"],
+                "seed": settings["seed"],
+            }
+            for key in ("language", "cfg_weight", "exaggeration"):  # Chatterbox Multilingual's
+                if settings.get(key) is not None:
+                    params[key] = settings[key]
+            out.append((voice, settings, params, items))
+        return out
+
+    def chapter_range(self, number: int) -> range:
+        """The sentences of chapter ``number`` (1 for the script's first heading), its heading's
+        included; a ValueError naming the chapters there are where it has no such chapter."""
+        chapters = self.chapter_progress()
+        if not chapters:
+            raise ValueError("the script has no chapters (a chapter starts at a line that begins with #)")
+        if not 1 <= number <= len(chapters):
+            raise ValueError(f"there is no chapter {number}: the script's chapters are 1 to {len(chapters)}")
+        first, _, _, count = chapters[number - 1]
+        return range(first, first + count)
 
     def to_synthesize(self, which: str) -> list[int]:
         """Indices for "all" or "stale" jobs; locked sentences are skipped."""

@@ -14,8 +14,10 @@ import time
 
 from PySide6.QtCore import QObject, QRunnable, Signal
 
-from app.core import lexicon, words
+from app.core import lexicon
+from app.core.project import time_left
 from app.core.script import read_as, say_as_tags
+from app.engine import sentences
 from app.engine.engine import Engine
 from app.engine.errors import CancelledError, NothingToSpeakError
 from app.profiles.voices import open_engine
@@ -80,8 +82,7 @@ class SynthesisJob(QRunnable):
         if not self.done or self.started_at is None:
             return None
         chars = [len(text) for _, text in self.items]
-        done = sum(chars[: self.done])
-        return (time.monotonic() - self.started_at) / max(done, 1) * sum(chars[self.done :])
+        return time_left(max(sum(chars[: self.done]), 1), sum(chars), time.monotonic() - self.started_at)
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -134,41 +135,15 @@ class SynthesisJob(QRunnable):
             self.done += 1
             self.signals.sentence_done.emit(index, take)
             return
-        read = lexicon.engine_input(self.engine, text, self.lexicon)
-        take = self.engine.synthesize(
-            **read,
+        take = sentences.speak(
+            self.engine, text, self.lexicon,
             on_stage=self._on_stage,
             on_chunk=lambda _, audio: self.signals.chunk.emit(index, audio),
             cancelled=self._cancel.is_set,
             **self._params,
-        )
-        spoken = read_as(text)[0]
-        take.timings["unspoken"] = self.engine.unspoken(spoken)  # never dropped silently
-        if spoken == text and (timed := self._word_times(text, read, take)) is not None:  # no "say as" tags
-            take.timings["words"] = timed
+        )  # fmt: skip
         self.done += 1
         self.signals.sentence_done.emit(index, take)
-
-    def _word_times(self, text: str, read: dict, take) -> list | None:
-        """Where each word of the sentence is in its take (app.core.words), from the durations
-        of the call just made; None where they cannot be told (several chunks, skipped
-        symbols, a voice without phonemes, words the front end joined)."""
-        engine = self.engine
-        if not engine.takes_phonemes or take.timings.get("chunks") != 1 or take.timings.get("skipped_symbols"):
-            return None
-        lines = lexicon.phoneme_lines(engine, read)
-        durations = engine.output("durations").reshape(-1)
-        frames = float(durations.sum())
-        if len(lines) != 1 or frames <= 0 or len(take.audio) % round(frames) != 0:
-            return None
-
-        def words_of(word: str) -> int:
-            return len(
-                " ".join(lexicon.phoneme_lines(engine, lexicon.engine_input(engine, word, self.lexicon))).split()
-            )
-
-        per_frame = len(take.audio) / frames / take.sample_rate
-        return words.word_times(text, lines[0], durations, engine.family, per_frame, words_of)
 
     def _together(self, group: list[tuple[int, str]]) -> None:
         """The group's sentences in one call (batched); each still gets the take it gets alone."""

@@ -11,7 +11,7 @@ from PySide6.QtCore import QThreadPool
 from PySide6.QtWidgets import QFileDialog
 
 from app.core import lexicon
-from app.core.project import Take, lost_symbols
+from app.core.project import lost_symbols, new_take
 from app.engine.engine import Engine
 from app.engine.errors import InvalidArgumentError
 from app.jobs.workers import OpenEngineJob, PreviewJob, ReadingJob, SynthesisJob
@@ -100,8 +100,9 @@ class EngineJobsMixin:
             self._retired = []
 
     # -- synthesis ------------------------------------------------------------
-    def synthesize(self, which: str = "all") -> bool:
-        """Queue a job for the current sentence, the stale ones, all, or a new take of the current one.
+    def synthesize(self, which: str = "all", chapter: int | None = None) -> bool:
+        """Queue a job for the current sentence, the stale ones, all, or a new take of the current
+        one; for "stale" and "all", those of ``chapter`` alone where given (1: the first heading's).
 
         Returns whether a job was queued (``job_added`` follows once the engine is open)."""
         self.editor.flush()
@@ -111,27 +112,15 @@ class EngineJobsMixin:
             indices = [index] if index >= 0 else []
         else:
             indices = project.to_synthesize(which)
+            if chapter is not None:
+                within = project.chapter_range(chapter)
+                indices = [i for i in indices if i in within]
         if not indices:
             self.statusBar().showMessage("nothing to synthesize", 4000)
             return False
         # A job for each voice and settings the script's [voice] and [speed] tags give its
         # sentences (in the order they first come), each on an engine of its voice.
-        groups: dict[tuple, list] = {}
-        for i in indices:
-            settings = {k: v for k, v in project.sentence_settings(i).items() if k != "lexicon"}
-            key = (project.sentence_voice(i), tuple(sorted(settings.items(), key=lambda kv: kv[0])))
-            groups.setdefault(key, []).append((i, project.sentences[i].text))
-        for (voice, settings_items), items in groups.items():
-            settings = dict(settings_items)
-            params = {
-                "length_scale": 1.0 / settings["speed"],
-                "noise_scale": settings["noise_scale"],
-                "noise_w": settings["noise_w"],
-                "seed": settings["seed"],
-            }
-            for key in ("language", "cfg_weight", "exaggeration"):  # Chatterbox Multilingual's
-                if settings.get(key) is not None:
-                    params[key] = settings[key]
+        for voice, settings, params, items in project.synthesis_groups(indices):
             if which == "regenerate":
                 params["seed"] = settings["seed"] + len(project.sentences[indices[0]].takes)
             params["lexicon"] = project.pronunciations()
@@ -162,7 +151,9 @@ class EngineJobsMixin:
         self.with_engine(start, voice=voice)
 
     def preview_pronunciation(self, word: str, pronunciation: str) -> None:
-        """Say ``word`` as a lexicon entry has it, in the project's voice; nothing is kept."""
+        """Say ``word`` as a lexicon entry has it (whatever its part of speech), in the project's
+        voice; nothing is kept."""
+        word = lexicon.split_key(word)[0]
         entries, seed = {word: pronunciation}, self.project.settings["seed"]
 
         def start(engine: Engine) -> None:
@@ -255,15 +246,7 @@ class EngineJobsMixin:
         self.jobs_panel.refresh_job(job)
         if index < 0:
             return
-        used = lexicon.sentence_entries(text, job.lexicon)  # the entries it was read with, for staleness
-        take = Take(
-            np.array(etake.audio, dtype=np.float32),
-            etake.sample_rate,
-            text,
-            job.voice,
-            dict(job.settings) | ({"lexicon": used} if used else {}),
-            dict(etake.timings),
-        )
+        take = new_take(text, job.voice, job.settings, job.lexicon, etake.audio, etake.sample_rate, etake.timings)
         self.project.add_take(index, take)
         self._after_takes_changed(index, soon=True)
         left = job.remaining_s()

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.audio.playback import Player
-from app.core import lexicon, paths
+from app.core import lexicon
 from app.core.logs import setup_logging
 from app.core.project import (
     DEFAULT_SETTINGS,
@@ -107,6 +107,7 @@ class StudioWindow(EngineJobsMixin, PlaybackMixin, ProjectFilesMixin, QMainWindo
         self.editor.tag_problems.connect(self._tag_problems)
         self.timeline.sentence_clicked.connect(self._sentence_clicked)
         self.chapters.chapter_clicked.connect(self._sentence_clicked)
+        self.chapters.synthesize_chapter.connect(lambda n: self.synthesize("stale", chapter=n))
         self.timeline.cursor_moved.connect(self._cursor_moved)
         self.inspector.settings_changed.connect(self._settings_changed)
         self.inspector.device_apply.connect(self.apply_device)
@@ -204,14 +205,10 @@ class StudioWindow(EngineJobsMixin, PlaybackMixin, ProjectFilesMixin, QMainWindo
         self._title()
 
     def _load_user_lexicon(self) -> dict[str, str]:
-        path = paths.config_dir() / "lexicon.txt"
-        if not path.exists():
-            return {}
-        try:
-            return lexicon.read(path)
-        except lexicon.LexiconError as exc:  # the file stays as it is; the studio reads without it
-            logging.getLogger(__name__).warning("the user lexicon is not used: %s", exc)
-            return {}
+        entries, problem = lexicon.read_user()
+        if problem:
+            logging.getLogger(__name__).warning("the user lexicon is not used: %s", problem)
+        return entries
 
     def lexicon_dialog(self) -> None:
         dialog = LexiconDialog(
@@ -225,7 +222,7 @@ class StudioWindow(EngineJobsMixin, PlaybackMixin, ProjectFilesMixin, QMainWindo
         sentences that use a changed entry turn stale."""
         if user != self.user_lexicon:
             try:
-                lexicon.write(paths.config_dir() / "lexicon.txt", user)
+                lexicon.write(lexicon.user_path(), user)
             except OSError as exc:
                 self.show_error(exc)
                 return

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QListWidget,
     QListWidgetItem,
+    QMenu,
     QMessageBox,
     QProgressBar,
     QPushButton,
@@ -478,13 +479,25 @@ class Inspector(QWidget):
 
 class ChaptersPanel(QListWidget):
     """The script's chapters (its headings), each with how many of its sentences have an
-    up-to-date take; clicking one goes to its heading."""
+    up-to-date take; clicking one goes to its heading, and its context menu synthesizes it."""
 
     chapter_clicked = Signal(int)  # the heading's sentence index
+    synthesize_chapter = Signal(int)  # the chapter's number (1: the first heading)
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self.itemClicked.connect(lambda item: self.chapter_clicked.emit(item.data(Qt.ItemDataRole.UserRole)))
+        self.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.customContextMenuRequested.connect(self._menu)
+
+    def _menu(self, at) -> None:
+        item = self.itemAt(at)
+        if item is None:
+            return
+        menu = QMenu(self)
+        number = self.row(item) + 1
+        menu.addAction("Synthesize this chapter's stale sentences", lambda: self.synthesize_chapter.emit(number))
+        menu.exec(self.mapToGlobal(at))
 
     def show_chapters(self, project) -> None:
         self.clear()

@@ -178,26 +178,18 @@ class ProjectFilesMixin:
             return self._export_chapters(
                 Path(path), subtype=subtype, out_rate=out_rate, gap_s=gap_s, loudness=loudness, book=book
             )
-        if scope == "selection" and self.timeline.selection() is not None:
-            start, end = self.timeline.selection()
-            rate = self.timeline.rate
-            clips = [self.timeline.audio[int(start * rate) : int(end * rate)]]
-            silences, marks = None, []
-        else:
-            indices = None if scope == "all" else self.selected_sentences()
-            placed = self.project.takes_audio(indices)
-            if not placed:
-                self.show_error(export_mod.ExportError("nothing to export: no sentence has a take yet"))
-                return None
-            rate = placed[0][1].sample_rate
-            clips = [export_mod.resample(t.audio, t.sample_rate, rate) for _, t in placed]
-            silences = self.project.silences([i for i, _ in placed], gap_s)  # the script's pauses
-            marks = self.project.chapter_marks([i for i, _ in placed])  # its headings, for an audiobook
+        options = {"out_rate": out_rate, "subtype": subtype, "loudness": loudness}
         try:
-            report = export_mod.export_audio(
-                path, clips, rate, out_rate=out_rate, subtype=subtype, silences=silences, loudness=loudness,
-                chapters=marks, book=_book_info(book or {}),
-            )  # fmt: skip
+            if scope == "selection" and self.timeline.selection() is not None:
+                start, end = self.timeline.selection()
+                rate = self.timeline.rate
+                clip = self.timeline.audio[int(start * rate) : int(end * rate)]
+                report = export_mod.export_audio(path, [clip], rate, book=_book_info(book or {}), **options)
+            else:  # the script's pauses between the takes, its headings as an audiobook's chapters
+                indices = None if scope == "all" else self.selected_sentences()
+                report = export_mod.export_project(
+                    path, self.project, indices, gap_s=gap_s, book=_book_info(book or {}), **options
+                )
         except (export_mod.ExportError, OSError) as exc:
             self.show_error(exc)
             return None
@@ -288,13 +280,5 @@ def _file_title(title: str) -> str:
 
 
 def _book_info(book: dict):
-    """An audiobook's title, author and cover (read from its file, checked when written)."""
-    from app.audio.m4b import MAX_COVER_BYTES, BookInfo
-
-    cover = None
-    if book.get("cover"):
-        path = Path(book["cover"])
-        if path.stat().st_size > MAX_COVER_BYTES:
-            raise export_mod.ExportError(f"{path.name}: a cover is at most {MAX_COVER_BYTES >> 20} MiB")
-        cover = path.read_bytes()
-    return BookInfo(book.get("title", ""), book.get("author", ""), cover)
+    """The export dialog's title, author and cover as export_mod.book_info reads them."""
+    return export_mod.book_info(book.get("title", ""), book.get("author", ""), book.get("cover"))
