@@ -641,6 +641,17 @@ def test_word_timings_follow_the_engines_durations(qtbot, window, tmp_path):
     assert marked == ["cold"]
 
 
+def test_sentences_synthesized_together_get_the_word_timings_they_get_alone(qtbot, window, monkeypatch):
+    monkeypatch.setattr("app.jobs.workers.batch_size", lambda engine: 16)  # a GPU's batches, on the CPU
+    set_script(window, "It was 1990, a cold day. The wind blew hard all night.")
+    run_job(qtbot, window)
+    together = [s.take.timings["words"] for s in window.project.sentences]
+    monkeypatch.setattr("app.jobs.workers.batch_size", lambda engine: 1)
+    run_job(qtbot, window)
+    assert together == [s.take.timings["words"] for s in window.project.sentences]
+    assert [len(w) for w in together] == [6, 6]
+
+
 def test_a_dialogue_reads_each_sentence_in_its_tags_voice_and_speed(qtbot, window):
     set_script(
         window, "The narrator speaks. [voice kokoro:jf_alpha] Hello there. [speed 2] Quickly. [voice default] Back."

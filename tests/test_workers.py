@@ -90,6 +90,20 @@ def workers3(joe_path):
         yield e
 
 
+def test_a_batchs_takes_each_carry_the_durations_they_have_alone(workers3):
+    """Each input of one chunk gets its tokens' durations (for where its words are), whichever
+    worker made it; an input of several chunks gets none."""
+    texts = ["The first one.", "A second, longer sentence is here.", "Two sentences. In one text.", "Last."]
+    takes = workers3.synthesize_many(texts, batch=4)
+    for text, take in zip(texts, takes, strict=True):
+        alone = workers3.synthesize(text=text)
+        if text.count(".") > 1:
+            assert take.durations is None and alone.durations is None
+            continue
+        np.testing.assert_array_equal(take.durations, alone.durations)
+        assert take.durations.sum() * 256 == len(take.audio)
+
+
 def test_cancel_inside_a_worker_stops_every_worker(workers3):
     """Cancelled as soon as a worker other than the caller's reports a stage: every worker
     stops at its next poll, the call raises, and the engine serves the next call."""

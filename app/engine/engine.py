@@ -120,6 +120,8 @@ class Take:
     device: str
     threads: int
     warnings: list[str] = field(default_factory=list)
+    # Each token's frames, where the take is one chunk of a voice that has them (Piper, Kokoro).
+    durations: np.ndarray | None = None
 
     @property
     def duration_s(self) -> float:
@@ -372,7 +374,25 @@ class Engine:
                 **self._call_params(noise_scale, length_scale, noise_w, seed, on_stage, cancelled, style, batch),
             )
         )
-        return Take(audio, self.sample_rate, self._context.timings(), self.device, self.threads, warnings)
+        take = Take(audio, self.sample_rate, self._context.timings(), self.device, self.threads, warnings)
+        take.durations = self._chunk_durations(1)[0]
+        return take
+
+    def _chunk_durations(self, n_inputs: int) -> list[np.ndarray | None]:
+        """The last call's token durations of each of its inputs that was one chunk (None for
+        the others)."""
+        try:
+            tokens = self._context.output("chunk_tokens").reshape(-1).astype(np.int64)
+            owners = self._context.output("chunk_inputs").reshape(-1).astype(np.int64)
+            frames = self._context.output("chunk_durations").reshape(-1)
+        except InvalidArgumentError:  # a call that left none (no such output)
+            return [None] * n_inputs
+        out: list[np.ndarray | None] = [None] * n_inputs
+        counts = np.bincount(owners, minlength=n_inputs)
+        for k, start in enumerate(np.concatenate([[0], np.cumsum(tokens)[:-1]])):
+            if counts[owners[k]] == 1:
+                out[owners[k]] = np.array(frames[start : start + tokens[k]])
+        return out
 
     def synthesize_many(
         self,
@@ -401,7 +421,11 @@ class Engine:
         params = self._call_params(noise_scale, length_scale, noise_w, seed, on_stage, cancelled, None, batch)
         audio, warnings = self._collecting_warnings(lambda: self._context.synthesize_many(list(texts), **params))
         timings = self._context.timings()
-        return [Take(a, self.sample_rate, dict(timings), self.device, self.threads, list(warnings)) for a in audio]
+        durations = self._chunk_durations(len(texts))
+        return [
+            Take(a, self.sample_rate, dict(timings), self.device, self.threads, list(warnings), d)
+            for a, d in zip(audio, durations, strict=True)
+        ]
 
     def revoice(
         self,

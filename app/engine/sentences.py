@@ -22,13 +22,13 @@ def speak(engine: Engine, text: str, entries: dict[str, str], **params) -> Take:
 
 
 def word_times(engine: Engine, text: str, read: dict, take: Take, entries: dict[str, str]) -> list | None:
-    """Where each word of the sentence is in its take (app.core.words), from the durations of
-    the call just made; None where they cannot be told (several chunks, skipped symbols, a
-    voice without phonemes, words the front end joined)."""
-    if not engine.takes_phonemes or take.timings.get("chunks") != 1 or take.timings.get("skipped_symbols"):
+    """Where each word of the sentence is in its take (app.core.words), from its tokens'
+    durations (a take of one chunk has them, batched or not); None where they cannot be told
+    (several chunks, skipped symbols, a voice without durations, words the front end joined)."""
+    if not engine.takes_phonemes or take.durations is None or take.timings.get("skipped_symbols"):
         return None
     lines = lexicon.phoneme_lines(engine, read)
-    durations = engine.output("durations").reshape(-1)
+    durations = take.durations
     frames = float(durations.sum())
     if len(lines) != 1 or frames <= 0 or len(take.audio) % round(frames) != 0:
         return None

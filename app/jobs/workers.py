@@ -164,6 +164,8 @@ class SynthesisJob(QRunnable):
         )
         for (index, text), take in zip(group, takes, strict=True):
             take.timings["unspoken"] = self.engine.unspoken(read_as(text)[0])
+            if (timed := sentences.word_times(self.engine, text, {"text": text}, take, {})) is not None:
+                take.timings["words"] = timed
             self.signals.chunk.emit(index, take.audio)
             self.done += 1
             self.signals.sentence_done.emit(index, take)

@@ -461,7 +461,9 @@ VS_API int vs_prompt_mel(vs_context * ctx, const float * samples, size_t n_sampl
 // runtime, row-major [time, channels]. Piper: "m_p", "logs_p" ([T, C]), "logw" ([T]),
 // "z" ([F, C]). Kokoro: "bert" ([T, 512]), "duration_logits" ([T, 50]), "durations"
 // ([T]), "F0", "N" ([2F]), "text_encoder" ([T, 512]), "decoder" ([2F, 512]),
-// "har" (the generator's source spectrum, [frames, 22]).
+// "har" (the generator's source spectrum, [frames, 22]). Both, of the whole call:
+// "chunk_durations" (every chunk's "durations", end to end), "chunk_tokens" (each chunk's
+// tokens, [chunks]) and "chunk_inputs" (the input each chunk is of, [chunks]).
 // `shape` receives rows and columns. The pointer is valid until the next call. (On a CUDA
 // device some are read back from it the first time they are asked for.)
 VS_API int vs_context_output(const vs_context * ctx, const char * name, const float ** data, int64_t shape[2]);

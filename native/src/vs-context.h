@@ -167,7 +167,11 @@ struct vs_context {
     };
     mutable std::map<std::string, named_output>  outputs;
     mutable std::map<std::string, device_output> device_outputs;
-    const named_output *                         output(const std::string & name) const;  // null where there is none
+    // Each chunk's tokens' frames, as the decoder drew them, in the order of the call's chunks
+    // (a voice's synthesize_batch adds its chunks'; a worker's go to the context it works for):
+    // the call's outputs "chunk_durations" and "chunk_tokens".
+    std::vector<std::vector<float>> chunk_durations;
+    const named_output *            output(const std::string & name) const;  // null where there is none
 
     // Abort polling for the synthesis in progress (also handed to the CPU backend).
     const vs_synth_params * active = nullptr;
@@ -232,6 +236,7 @@ struct vs_context {
         timings = {};
         outputs.clear();
         device_outputs.clear();
+        chunk_durations.clear();
     }
 
     // Graphs kept between calls by their shapes (stage_graph), on a CUDA device: a kept
@@ -388,6 +393,9 @@ struct vs_context {
 };
 
 namespace vs {
+
+// Each of T tokens' frames, from the token each frame of a chunk speaks.
+std::vector<float> token_frames(const std::vector<int32_t> & frame_to_token, int64_t T);
 
 // A weight's values as floats, from the file's copy (host memory).
 std::vector<float> host_floats(const ggml_tensor * t);

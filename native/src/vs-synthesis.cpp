@@ -6,6 +6,14 @@
 #include <chrono>
 #include <cstring>
 
+std::vector<float> vs::token_frames(const std::vector<int32_t> & frame_to_token, int64_t T) {
+    std::vector<float> frames((size_t) T, 0.0f);
+    for (int32_t t : frame_to_token) {
+        frames[(size_t) t] += 1.0f;
+    }
+    return frames;
+}
+
 void vs::synthesize_inputs(vs_context * ctx, const std::vector<const char *> & inputs, int kind,
                            const vs_synth_params & params, std::vector<std::unique_ptr<vs_audio>> & audio) {
     if (ctx->model->arch == "chatterbox") {
@@ -117,6 +125,18 @@ void vs::synthesize_inputs(vs_context * ctx, const std::vector<const char *> & i
             ctx->absorb(*ctx->workers[r - 1], r + 1 == n_run);
             deliver(start[r], pcm[r]);
         }
+    }
+    if (ctx->chunk_durations.size() == chunks.size()) {  // every chunk's durations, end to end
+        std::vector<float> all, tokens, of;
+        for (size_t k = 0; k < chunks.size(); ++k) {
+            all.insert(all.end(), ctx->chunk_durations[k].begin(), ctx->chunk_durations[k].end());
+            tokens.push_back((float) ctx->chunk_durations[k].size());
+            of.push_back((float) owner[k]);
+        }
+        const auto n = (int64_t) all.size();
+        ctx->set_output("chunk_durations", std::move(all), n, 1);
+        ctx->set_output("chunk_tokens", std::move(tokens), (int64_t) chunks.size(), 1);
+        ctx->set_output("chunk_inputs", std::move(of), (int64_t) chunks.size(), 1);
     }
     for (size_t i = 0; i < inputs.size(); ++i) {
         if (parts[i].size() == 1) {

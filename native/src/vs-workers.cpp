@@ -160,6 +160,10 @@ void vs_context::absorb(vs_context & worker, bool last) {
         op_profile[key].ms += st.ms;
     }
     worker.op_profile.clear();
+    for (auto & d : worker.chunk_durations) {
+        chunk_durations.push_back(std::move(d));
+    }
+    worker.chunk_durations.clear();
     if (last) {
         // The worker's buffers are its own: its device outputs are copied on the device into
         // this context's kept_outputs (read back only if asked for, as this context's own),

@@ -129,17 +129,14 @@ std::vector<std::vector<float>> kokoro_voice::synthesize_batch(vs_context &     
         c.timings.n_phoneme_ids += (int32_t) T;
         c.timings.n_frames += (int32_t) F;
         audio.push_back(std::move(j.audio));
+        c.chunk_durations.push_back(vs::token_frames(j.frame_to_token, T));
     }
     // The named intermediates are the last chunk's.
-    kokoro_job &       j = jobs.back();
-    const int64_t      T = (int64_t) j.tokens.size(), F = (int64_t) j.frame_to_token.size();
-    std::vector<float> frames_f(T, 0.0f);
-    for (int32_t t : j.frame_to_token) {
-        frames_f[t] += 1.0f;
-    }
+    kokoro_job &  j = jobs.back();
+    const int64_t T = (int64_t) j.tokens.size(), F = (int64_t) j.frame_to_token.size();
     c.set_output("bert", std::move(j.d_en.v), T, j.d_en.C);
     c.set_output("duration_logits", std::move(j.logits), T, 50);
-    c.set_output("durations", std::move(frames_f), T, 1);
+    c.set_output("durations", c.chunk_durations.back(), T, 1);
     c.set_output("F0", std::move(j.f0), 2 * F, 1);
     c.set_output("N", std::move(j.n), 2 * F, 1);
     c.set_output("text_encoder", std::move(j.t_en.v), T, j.t_en.C);

@@ -270,6 +270,7 @@ std::vector<std::vector<float>> piper_voice::synthesize_batch(vs_context &      
         c.timings.n_phoneme_ids += (int32_t) j.ids.size();
         c.timings.n_frames += (int32_t) j.frame_to_token.size();
         audio.push_back(std::move(j.audio));
+        c.chunk_durations.push_back(vs::token_frames(j.frame_to_token, (int64_t) j.ids.size()));
     }
     // The named intermediates are the last chunk's.
     job &         j = jobs.back();
@@ -278,11 +279,7 @@ std::vector<std::vector<float>> piper_voice::synthesize_batch(vs_context &      
     c.set_output("logs_p", std::move(j.logs_p), T, hp_.inter);
     c.set_output("logw", std::move(j.logw), T, 1);
     c.set_output("z", std::move(j.z), F, hp_.inter);
-    std::vector<float> frames((size_t) T, 0.0f);  // each token's frames, as the decoder drew them
-    for (int32_t t : j.frame_to_token) {
-        frames[(size_t) t] += 1.0f;
-    }
-    c.set_output("durations", std::move(frames), T, 1);
+    c.set_output("durations", c.chunk_durations.back(), T, 1);
     return audio;
 }
 
