@@ -638,6 +638,66 @@ void test_unary(vs::cpu::unary_op op, int n) {
     }
 }
 
+// Self-attention over whole sequences (src/cpu/) against softmax(scale q k^T) v in doubles, per
+// head and sequence, through ggml and at each vector width whose vectors a head's features fill.
+void test_attention(int C, int n_head, int T, int n_seq) {
+    const int          L = T * n_seq, d = C / n_head;
+    const float        scale = 1.0f / std::sqrt((float) d);
+    std::vector<float> q = random_vec((size_t) C * L), k = random_vec((size_t) C * L), v = random_vec((size_t) C * L);
+    for (float & x : q) {
+        x *= 3.0f;  // scores of a few units: a softmax far from uniform
+    }
+    std::vector<float> want((size_t) C * L);
+    for (int s = 0; s < n_seq; ++s) {
+        for (int h = 0; h < n_head; ++h) {
+            for (int i = 0; i < T; ++i) {
+                std::vector<double> w((size_t) T);
+                double              top = -INFINITY, sum = 0.0;
+                for (int t = 0; t < T; ++t) {
+                    double dot = 0.0;
+                    for (int j = 0; j < d; ++j) {
+                        dot +=
+                            (double) q[(size_t) (s * T + i) * C + h * d + j] * k[(size_t) (s * T + t) * C + h * d + j];
+                    }
+                    w[(size_t) t] = dot * scale;
+                    top           = std::max(top, w[(size_t) t]);
+                }
+                for (double & x : w) {
+                    x = std::exp(x - top);
+                    sum += x;
+                }
+                for (int j = 0; j < d; ++j) {
+                    double o = 0.0;
+                    for (int t = 0; t < T; ++t) {
+                        o += w[(size_t) t] * v[(size_t) (s * T + t) * C + h * d + j];
+                    }
+                    want[(size_t) (s * T + i) * C + h * d + j] = (float) (o / sum);
+                }
+            }
+        }
+    }
+    char what[96];
+    snprintf(what, sizeof what, "attention C%d h%d T%d x%d", C, n_head, T, n_seq);
+    if (vs::cpu::attention_fits(d)) {
+        auto got = run([&](ggml_context * ctx) {
+            return vs::cpu::attention(ctx, input(ctx, q, { C, L }), input(ctx, k, { C, L }), input(ctx, v, { C, L }),
+                                      n_head, scale, n_seq);
+        });
+        expect_close(what, got, want, 1e-5);
+    }
+    for (int width : { 4, 8, 16 }) {
+        if (width > vs::cpu::vector_floats() || !(d == 2 * width || d == 4 * width || d == 8 * width)) {
+            continue;
+        }
+        std::vector<float> out(want.size(), NAN);
+        for (int ith = 0; ith < 3; ++ith) {
+            vs::cpu::attention_run(q.data(), k.data(), v.data(), C, d, T, n_seq, scale, out.data(), ith, 3, width);
+        }
+        snprintf(what, sizeof what, "  %d floats, 3 threads", width);
+        expect_close(what, out, want, 1e-5);
+    }
+}
+
 }  // namespace
 
 int main() {
@@ -720,5 +780,7 @@ int main() {
     test_snake_conv(256, 32, 11, 40, 1, false, true);  // those sums at their bound
     test_unary(vs::cpu::unary_op::gelu_erf, 4099);
     test_unary(vs::cpu::unary_op::mish, 4099);
+    test_attention(128, 2, 70, 2);  // S3Gen's flow's heads of 64, a guided pair side by side
+    test_attention(96, 3, 37, 1);   // heads of 32, fewer keys than a block
     return failures == 0 ? 0 : 1;
 }

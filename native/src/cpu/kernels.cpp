@@ -16,6 +16,8 @@ namespace vs::cpu {
              const float * b, const float * mask, float * out, const residual_conv_params & p, int ith, int nth);      \
     void gate(const float * x, int64_t H, int64_t T, float * out, int ith, int nth);                                   \
     void unary(unary_op op, const float * x, int64_t n, float * out);                                                  \
+    bool attention(const float * q, const float * k, const float * v, int64_t C, int64_t d, int64_t T, int64_t n_seq,  \
+                   float scale, float * out, int ith, int nth);                                                        \
     void stats(const float * x, int64_t C, int64_t T, int64_t c0, int64_t c1, float * out);                            \
     void plain_run(const float * x, int64_t C, int64_t T, const float * wp, int64_t K, int64_t OC, const float * b,    \
                    float * out, int d, int ith, int nth);                                                              \
@@ -38,6 +40,7 @@ struct isa_kernels {
     decltype(&generic::run)       run;
     decltype(&generic::gate)      gate;
     decltype(&generic::unary)     unary;
+    decltype(&generic::attention) attention;
     decltype(&generic::stats)     stats;
     decltype(&generic::plain_run) plain_run;
     decltype(&generic::fold)      fold;
@@ -45,9 +48,10 @@ struct isa_kernels {
     decltype(&generic::snake_run) snake_run;
 };
 
-#define VS_CPU_KERNELS(isa)                                                                               \
-    isa_kernels {                                                                                         \
-        isa::run, isa::gate, isa::unary, isa::stats, isa::plain_run, isa::fold, isa::head, isa::snake_run \
+#define VS_CPU_KERNELS(isa)                                                                                \
+    isa_kernels {                                                                                          \
+        isa::run, isa::gate, isa::unary, isa::attention, isa::stats, isa::plain_run, isa::fold, isa::head, \
+            isa::snake_run                                                                                 \
     }
 
 // The build for vectors of `width` floats (0: vector_floats()).
@@ -227,6 +231,37 @@ ggml_tensor * unary(ggml_context * g, ggml_tensor * x, unary_op op) {
     ggml_tensor * args[1] = { x };
     return ggml_custom_4d(g, GGML_TYPE_F32, x->ne[0], x->ne[1], x->ne[2], x->ne[3], args, 1, compute_unary,
                           GGML_N_TASKS_MAX, reinterpret_cast<void *>((intptr_t) op));
+}
+
+bool attention_fits(int64_t head_dim) {
+    const int64_t w = vector_floats();
+    return head_dim == 2 * w || head_dim == 4 * w || head_dim == 8 * w;
+}
+
+bool attention_run(const float * q, const float * k, const float * v, int64_t C, int64_t d, int64_t T, int64_t n_seq,
+                   float scale, float * out, int ith, int nth, int width) {
+    GGML_ASSERT(width <= vector_floats());
+    return kernels(width).attention(q, k, v, C, d, T, n_seq, scale, out, ith, nth);
+}
+
+static void compute_attention(ggml_tensor * dst, int ith, int nth, void * params) {
+    const auto &  p = *static_cast<const attention_params *>(params);
+    const int64_t C = dst->ne[0];
+    attention_run(data_of(dst->src[0]), data_of(dst->src[1]), data_of(dst->src[2]), C, C / p.n_head,
+                  dst->ne[1] / p.n_seq, p.n_seq, p.scale, static_cast<float *>(dst->data), ith, nth);
+}
+
+ggml_tensor * attention(ggml_context * g, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, int64_t n_head,
+                        float scale, int64_t n_seq) {
+    const int64_t C = q->ne[0], L = q->ne[1];
+    for (ggml_tensor * t : { q, k, v }) {
+        GGML_ASSERT(t->type == GGML_TYPE_F32 && ggml_is_contiguous(t) && t->ne[0] == C && t->ne[1] == L &&
+                    ggml_nrows(t) == L);
+    }
+    GGML_ASSERT(n_head > 0 && C % n_head == 0 && attention_fits(C / n_head) && n_seq > 0 && L % n_seq == 0);
+    ggml_tensor * args[3] = { q, k, v };
+    return ggml_custom_4d(g, GGML_TYPE_F32, C, L, 1, 1, args, 3, compute_attention, GGML_N_TASKS_MAX,
+                          const_cast<attention_params *>(interned(attention_params{ n_head, n_seq, scale })));
 }
 
 bool snake_conv_fits(int64_t channels, int64_t out_channels) {

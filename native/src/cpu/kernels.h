@@ -2,8 +2,8 @@
 // compute what is thrown away): convolutions fused with what surrounds them (HiFi-GAN's
 // residual stacks with LeakyReLU, bias, mask and residual add; Kokoro's with AdaIN and Snake;
 // plain ones), an upsampling's fold, HiFi-GAN's output head, AdaIN's statistics, WaveNet's
-// gate, GELU and Mish. Each has kernels for AVX-512, AVX2 with FMA and the build's own vectors (NEON on ARM),
-// chosen at run time.
+// gate, GELU and Mish, and self-attention over whole sequences. Each has kernels for AVX-512, AVX2 with FMA and the
+// build's own vectors (NEON on ARM), chosen at run time.
 #pragma once
 
 #include <cstdint>
@@ -135,6 +135,29 @@ ggml_tensor * gate(ggml_context * g, ggml_tensor * x);
 // The gate's kernel on plain arrays: frames ith * ceil(T / nth) on. `width` as for
 // residual_conv_run.
 void gate_run(const float * x, int64_t H, int64_t T, float * out, int ith, int nth, int width = 0);
+
+// Self-attention over whole sequences, F32 throughout: q, k, v [C, L] (C = n_head heads of
+// C / n_head features; L = n_seq sequences of equal length side by side, each attending over
+// itself), softmax(scale q k^T) v per head and sequence: [C, L], as ggml's flash attention of
+// the same heads gives it reshaped. Where a head's features are 2, 4 or 8 vectors
+// (attention_fits).
+struct attention_params {
+    int64_t n_head, n_seq;
+    float   scale;
+
+    bool operator<(const attention_params & o) const {
+        return n_head != o.n_head ? n_head < o.n_head : n_seq != o.n_seq ? n_seq < o.n_seq : scale < o.scale;
+    }
+};
+
+bool          attention_fits(int64_t head_dim);
+ggml_tensor * attention(ggml_context * g, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, int64_t n_head,
+                        float scale, int64_t n_seq = 1);
+
+// Its kernel on plain arrays: tasks (a sequence's head's block of query rows) ith, ith + nth, ...;
+// false where it does not take a head of d features. `width` as for residual_conv_run.
+bool attention_run(const float * q, const float * k, const float * v, int64_t C, int64_t d, int64_t T, int64_t n_seq,
+                   float scale, float * out, int ith, int nth, int width = 0);
 
 // Elementwise activations in vectors, where ggml's CPU ops take the C library's functions a value
 // at a time (or several passes): GELU with erf, x (1 + erf(x / sqrt 2)) / 2 (erf within 1.5e-7),

@@ -3,6 +3,7 @@
 
 #define VS_CPU_ISA avx512
 #define VS_CPU_VW 16
+#include "attention_kernel.inc"
 #include "decoder_kernel.inc"
 #include "gate_kernel.inc"
 #include "residual_kernel.inc"

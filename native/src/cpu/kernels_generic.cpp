@@ -3,6 +3,7 @@
 
 #define VS_CPU_ISA generic
 #define VS_CPU_VW 4
+#include "attention_kernel.inc"
 #include "decoder_kernel.inc"
 #include "gate_kernel.inc"
 #include "residual_kernel.inc"

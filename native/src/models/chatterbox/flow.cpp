@@ -212,12 +212,17 @@ ggml_tensor * conformer_embed(vs_context & c, ggml_context * g, ggml_tensor * x,
 // then a GELU feed-forward, each after a layer norm and added to the input.
 ggml_tensor * transformer_block(vs_context & c, ggml_context * g, ggml_tensor * x, const flow_hparams & h,
                                 const std::string & p, int64_t n_seq) {
-    ggml_tensor * y = norm(c, g, x, p + "norm1", 1e-5f);
-    y               = self_attention(g, linear(c, g, y, p + "attn_q", false), linear(c, g, y, p + "attn_k", false),
-                                     linear(c, g, y, p + "attn_v", false), h.dec_n_head, 1.0f / std::sqrt((float) h.dec_head_dim),
-                                     true, n_seq);
-    x               = ggml_add(g, x, linear(c, g, y, p + "attn_out"));
-    y               = gelu_erf(c, g, linear(c, g, norm(c, g, x, p + "norm3", 1e-5f), p + "ffn_up"));
+    ggml_tensor * y  = norm(c, g, x, p + "norm1", 1e-5f);
+    ggml_tensor * q  = linear(c, g, y, p + "attn_q", false);
+    ggml_tensor * k  = linear(c, g, y, p + "attn_k", false);
+    ggml_tensor * v  = linear(c, g, y, p + "attn_v", false);
+    const float   sc = 1.0f / std::sqrt((float) h.dec_head_dim);
+    // On the CPU the engine's kernel (F32 throughout), elsewhere ggml's flash attention.
+    y = c.cpu_kernels && cpu::attention_fits(h.dec_head_dim)
+            ? cpu::attention(g, q, k, v, h.dec_n_head, sc, n_seq)
+            : self_attention(g, q, k, v, h.dec_n_head, sc, true, n_seq);
+    x = ggml_add(g, x, linear(c, g, y, p + "attn_out"));
+    y = gelu_erf(c, g, linear(c, g, norm(c, g, x, p + "norm3", 1e-5f), p + "ffn_up"));
     return ggml_add(g, x, linear(c, g, y, p + "ffn_down"));
 }
 
