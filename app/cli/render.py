@@ -43,15 +43,13 @@ def cmd_render(args) -> int:
     else:
         scope = range(len(project.sentences))
     todo = [i for i in project.to_synthesize("stale") if i in scope]
-    heading = {first: title for first, title, _, _ in project.chapter_progress()}
-    firsts = sorted(heading)
-
-    def chapter_of(index: int) -> int:  # the first sentence of the chapter it is in (-1: before any)
-        return max((f for f in firsts if f <= index), default=-1)
-
+    chapters = project.chapters()
+    # The sentences to render a chapter at a time (those before the first heading first).
+    opening = range(0, chapters[0][1].start if chapters else len(project.sentences))
+    runs = [(title, [i for i in todo if i in within]) for title, within in [("", opening), *chapters]]
     print(
         f"{Path(args.project).name}: {len(scope) - len(todo)} of {len(scope)} sentences up to date"
-        + (f" in chapter {args.chapter} ({heading[scope.start]})" if args.chapter is not None else "")
+        + (f" in chapter {args.chapter} ({chapters[args.chapter - 1][0]})" if args.chapter is not None else "")
         + f"; rendering {len(todo)}",
         flush=True,
     )
@@ -65,15 +63,11 @@ def cmd_render(args) -> int:
         project.save()
         saved_at, save_s, unsaved = time.monotonic(), time.monotonic() - t0, 0
 
-    runs: list[list[int]] = []  # the sentences to render, a chapter at a time
-    for index in todo:
-        if runs and chapter_of(runs[-1][-1]) == chapter_of(index):
-            runs[-1].append(index)
-        else:
-            runs.append([index])
     engines: dict = {}  # a voice's engine, kept for the chapters after
     try:
-        for run in runs:
+        for title, run in runs:
+            if not run:
+                continue
             for voice, settings, params, items in project.synthesis_groups(run):
                 if voice not in engines:
                     engines[voice] = open_engine(voice, device=args.device, threads=args.threads)
@@ -91,8 +85,8 @@ def cmd_render(args) -> int:
                     if time.monotonic() - saved_at >= max(SAVE_EVERY_S, 10 * save_s):
                         save()
             save()
-            if chapter_of(run[0]) in heading:
-                print(f"saved: chapter '{heading[chapter_of(run[0])]}' is rendered", flush=True)
+            if title:
+                print(f"saved: chapter '{title}' is rendered", flush=True)
     except KeyboardInterrupt:
         if unsaved:
             save()
@@ -101,8 +95,6 @@ def cmd_render(args) -> int:
     finally:
         for engine in engines.values():
             engine.close()
-    if unsaved:
-        save()
     if done:
         print(f"rendered {done} sentence(s) in {_clock(time.monotonic() - started)}; saved {project.path.name}")
     if args.out is not None:

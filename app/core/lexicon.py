@@ -27,6 +27,7 @@ graphemes with its phoneme (IPA) or alias (a respelling).
 
 from __future__ import annotations
 
+import functools
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -89,12 +90,17 @@ def merged(user: dict[str, str], project: dict[str, str]) -> dict[str, str]:
 
 
 def _pattern(entries: dict[str, str]) -> re.Pattern | None:
-    if not entries:
-        return None
+    """What matches the entries' words in a text (built once for a set of entries: a project's
+    staleness asks it for every sentence)."""
+    return _compiled(frozenset(entries)) if entries else None
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(keys: frozenset[str]) -> re.Pattern:
     # Longest first, so that "St. Louis"-like words win over their prefixes; a lower-case entry
     # matches any case, so its alternative is case-insensitive.
     alternatives = []
-    for word in sorted({split_key(k)[0] for k in entries}, key=len, reverse=True):
+    for word in sorted({split_key(k)[0] for k in keys}, key=len, reverse=True):
         body = re.escape(word)
         alternatives.append(f"(?i:{body})" if word == word.lower() else body)
     return re.compile(r"(?<![\w'’])(?:" + "|".join(alternatives) + r")(?![\w'’])")

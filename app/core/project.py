@@ -31,7 +31,8 @@ import numpy as np
 from app.core import lexicon, paths
 from app.core.archive import read_bounded
 from app.core.atomic import write_bytes_atomic
-from app.core.script import chapters, direction, pause_between, segment, tags
+from app.core.script import chapters as script_chapters
+from app.core.script import direction, pause_between, segment, tags
 
 SCHEMA_VERSION = 1
 SUFFIX = ".vsproj"
@@ -248,13 +249,12 @@ class Project:
     def chapter_range(self, number: int) -> range:
         """The sentences of chapter ``number`` (1 for the script's first heading), its heading's
         included; a ValueError naming the chapters there are where it has no such chapter."""
-        chapters = self.chapter_progress()
+        chapters = self.chapters()
         if not chapters:
             raise ValueError("the script has no chapters (a chapter starts at a line that begins with #)")
         if not 1 <= number <= len(chapters):
             raise ValueError(f"there is no chapter {number}: the script's chapters are 1 to {len(chapters)}")
-        first, _, _, count = chapters[number - 1]
-        return range(first, first + count)
+        return chapters[number - 1][1]
 
     def to_synthesize(self, which: str) -> list[int]:
         """Indices for "all" or "stale" jobs; locked sentences are skipped."""
@@ -282,25 +282,34 @@ class Project:
         after = pause_between(script, s[-1].end, len(script)) if indices[-1] == len(s) - 1 else None
         return Silences(before or 0.0, tuple(between), after or 0.0)
 
+    def chapters(self) -> list[tuple[str, range]]:
+        """Each chapter's title and sentences (its heading's first)."""
+        starts = {s.start: i for i, s in enumerate(self.sentences)}
+        headings = [(starts[c.start], c.title) for c in script_chapters(self.script) if c.start in starts]
+        ends = [first for first, _ in headings[1:]] + [len(self.sentences)] if headings else []
+        return [(title, range(first, end)) for (first, title), end in zip(headings, ends, strict=True)]
+
     def chapter_progress(self) -> list[tuple[int, str, int, int]]:
         """Each chapter's heading sentence, title, sentences with an up-to-date take, and sentences."""
-        starts = {s.start: i for i, s in enumerate(self.sentences)}
-        headings = [(starts[c.start], c.title) for c in chapters(self.script) if c.start in starts]
-        out = []
-        for n, (first, title) in enumerate(headings):
-            end = headings[n + 1][0] if n + 1 < len(headings) else len(self.sentences)
-            done = sum(1 for i in range(first, end) if self.sentences[i].take is not None and not self.is_stale(i))
-            out.append((first, title, done, end - first))
-        return out
+        stale = set(self.stale())
+        return [
+            (
+                within.start,
+                title,
+                sum(self.sentences[i].take is not None and i not in stale for i in within),
+                len(within),
+            )
+            for title, within in self.chapters()
+        ]
 
     def chapter_marks(self, indices: list[int]) -> list[tuple[int, str]]:
         """Where the script's chapters start among these sentences' takes laid end to end: the
         position of each chapter's first sentence in ``indices`` (its heading's, or the next
         one's there), and its title; chapters none of whose sentences are there are left out."""
         marks = []
-        for first, title, _, count in self.chapter_progress():
-            at = bisect.bisect_left(indices, first)
-            if at < len(indices) and indices[at] < first + count:
+        for title, within in self.chapters():
+            at = bisect.bisect_left(indices, within.start)
+            if at < len(indices) and indices[at] < within.stop:
                 marks.append((at, title))
         return marks
 

@@ -167,12 +167,12 @@ def read_as(text: str, *, phonemes: bool = True) -> tuple[str, dict[str, str]]:
     out, entries, at = [], {}, 0
     for n, tag in enumerate(say_as_tags(text)):
         reading = tag.reading if not tag.problem else tag.word
-        if len(reading) > 2 and reading.startswith("/") and reading.endswith("/") and not phonemes:
-            reading = tag.word
-        elif len(reading) > 2 and reading.startswith("/") and reading.endswith("/"):
-            placeholder = f"sayastag{n}"
-            entries[placeholder] = reading
-            reading = placeholder
+        if len(reading) > 2 and reading.startswith("/") and reading.endswith("/"):  # IPA
+            if phonemes:
+                entries[f"sayastag{n}"] = reading
+                reading = f"sayastag{n}"
+            else:
+                reading = tag.word
         out += [text[at : tag.start], reading]
         at = tag.end
     return "".join(out) + text[at:], entries

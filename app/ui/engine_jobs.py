@@ -143,10 +143,7 @@ class EngineJobsMixin:
             job = ReadingJob(engine, text, self.project.pronunciations())
             job.signals.done.connect(self.inspector.reading.setText)
             job.signals.failed.connect(lambda exc: self.show_error(exc))
-            self._previews.add(job)
-            job.signals.done.connect(lambda _: self._previews.discard(job))
-            job.signals.failed.connect(lambda _: self._previews.discard(job))
-            self.synth_pool.start(job)
+            self._run_kept(job, self.synth_pool, job.signals.done, job.signals.failed)
 
         self.with_engine(start, voice=voice)
 
@@ -162,10 +159,7 @@ class EngineJobsMixin:
                 lambda _, take: self._play_clip(np.asarray(take.audio, dtype=np.float32), take.sample_rate)
             )
             job.signals.failed.connect(lambda _, exc: self.show_error(exc))
-            self._previews.add(job)
-            job.signals.finished.connect(lambda _: self._previews.discard(job))
-            job.signals.failed.connect(lambda *_: self._previews.discard(job))
-            self.synth_pool.start(job)
+            self._run_kept(job, self.synth_pool, job.signals.finished, job.signals.failed)
 
         self.with_engine(start)
 
@@ -297,6 +291,13 @@ class EngineJobsMixin:
                 job.cancel()
                 self.jobs_panel.refresh_job(job)
 
+    def _run_kept(self, job, pool: QThreadPool, *ended) -> None:
+        """Start a short job on ``pool``, kept alive until one of its ``ended`` signals comes."""
+        self._previews.add(job)
+        for signal in ended:
+            signal.connect(lambda *_: self._previews.discard(job))
+        pool.start(job)
+
     def busy(self) -> bool:
         """A synthesis job is queued, running, or has takes on their way to the GUI thread."""
         return any(not job.ended for job in self.jobs.values() if job.kind != "preview")
@@ -308,11 +309,8 @@ class EngineJobsMixin:
             job = PreviewJob(voice, text, self.inspector.device.currentData(), self.inspector.engine_threads())
             job.signals.done.connect(self._play_clip)
             job.signals.failed.connect(self.show_error)
-            self._previews.add(job)
-            job.signals.done.connect(lambda *_: self._previews.discard(job))
-            job.signals.failed.connect(lambda *_: self._previews.discard(job))
             self.statusBar().showMessage(f"previewing {voice}: its voice pack from the hub…", 4000)
-            QThreadPool.globalInstance().start(job)
+            self._run_kept(job, QThreadPool.globalInstance(), job.signals.done, job.signals.failed)
             return
 
         def start(engine: Engine) -> None:
