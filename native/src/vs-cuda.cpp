@@ -100,6 +100,10 @@ void gaussian(int, uint64_t, float *, int64_t, float) {
     throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
 }
 
+void nsf_source(int, const chatterbox::nsf_params &, const float *, const double *, int64_t, float *) {
+    throw error(VS_ERR_COMPUTE, "this build has no CUDA kernels");
+}
+
 void synchronize(int) {}
 
 void record(int, void *) {

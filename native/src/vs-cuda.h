@@ -14,6 +14,10 @@
 #include <map>
 #include <string>
 
+namespace vs::chatterbox {
+struct nsf_params;
+}
+
 namespace vs::cuda {
 
 // The CUDA ordinal of `dev` when it is a CUDA device and this build has the kernels, else -1.
@@ -177,6 +181,12 @@ void clear(int device, void * dst, size_t bytes);
 // host draws it (gaussian_pair in vs-impl.h, to the last bits of the float functions);
 // queued as snake_stack().
 void gaussian(int device, uint64_t key, float * out, int64_t n, float scale);
+
+// HiFT's excitation (chatterbox::nsf_sample), a thread a sample: `frames` frames of f0 (host
+// [frames]) from each frame's cycles before it (host [frames, p.n]) into out (host [frames *
+// p.per]), after the calling thread's queued work (synchronous).
+void nsf_source(int device, const chatterbox::nsf_params & p, const float * f0, const double * start, int64_t frames,
+                float * out);
 
 // Waits for the calling thread's queued work; throws vs::error(VS_ERR_COMPUTE) on an error.
 void synchronize(int device);

@@ -3,10 +3,13 @@
 // convolutions with the source's STFT fused in at each rate, Snake residual blocks, and an
 // inverse STFT of the predicted magnitude and phase. Mel [80, T] at 50 Hz -> 24 kHz audio.
 #include <cmath>
+#include <thread>
 
 #include "../../cpu/kernels.h"
 #include "../../graph/graph.h"
+#include "../../vs-cuda.h"
 #include "chatterbox.h"
+#include "nsf.h"
 
 namespace vs::chatterbox {
 
@@ -191,47 +194,65 @@ std::vector<float> hift_f0(vs_context & c, const hift_hparams & h, const float *
 
 std::vector<float> hift_source(vs_context & c, const hift_hparams & h, const std::vector<float> & f0, float noise_scale,
                                uint64_t seed, source_state * state) {
-    const int64_t            per = hift_samples_per_frame(h), L = (int64_t) f0.size() * per, H = h.harmonics + 1;
-    const int64_t            first = state ? state->samples : 0;
-    const std::vector<float> w     = host_floats(c.model->tensor("hift.m_source.l_linear.weight"));
-    const float              b     = host_floats(c.model->tensor("hift.m_source.l_linear.bias"))[0];
-    // SineGen: per harmonic, the running sum of f0 (i + 1) / sr (summed in double, as PyTorch's
-    // cumsum on the CPU does), its fraction, a phase: harmonic 0 none, the others uniform in
-    // [-pi, pi) from the seed (none without noise); voiced samples (f0 > the threshold) the
-    // sine, unvoiced ones noise of a third of its amplitude, voiced ones noise of nsf_sigma.
-    std::vector<double> cum = state && !state->cycles.empty() ? state->cycles : std::vector<double>((size_t) H, 0.0);
-    std::vector<float>  phase((size_t) H, 0.0f);
-    if (noise_scale > 0.0f) {
-        for (int64_t i = 1; i < H; ++i) {
+    const int64_t per = hift_samples_per_frame(h), T = (int64_t) f0.size(), H = h.harmonics + 1;
+    GGML_ASSERT(H <= NSF_MAX_HARMONICS);
+    nsf_params p;
+    p.n                        = (int) H;
+    p.per                      = per;
+    p.sample_rate              = (float) h.sample_rate;
+    p.alpha                    = h.nsf_alpha;
+    p.sigma                    = h.nsf_sigma;
+    p.threshold                = h.voiced_threshold;
+    p.noise_scale              = noise_scale;
+    p.bias                     = host_floats(c.model->tensor("hift.m_source.l_linear.bias"))[0];
+    p.seed                     = seed;
+    p.first                    = state ? state->samples : 0;
+    const std::vector<float> w = host_floats(c.model->tensor("hift.m_source.l_linear.weight"));
+    for (int64_t i = 0; i < H; ++i) {
+        p.weight[i] = w[(size_t) i];
+        // The harmonics' phases: the fundamental's none, the others' uniform in [-pi, pi) from
+        // the seed (none without noise).
+        if (noise_scale > 0.0f && i > 0) {
             const double u =
                 (double) (mix64(seed ^ mix64(0x5eed0000u + (uint64_t) i)) >> 11) * (1.0 / 9007199254740992.0);
-            phase[(size_t) i] = (float) ((2.0 * u - 1.0) * M_PI);
+            p.phase[i] = (float) ((2.0 * u - 1.0) * M_PI);
         }
     }
-    const float        two_pi = (float) (2.0 * M_PI);
-    std::vector<float> src((size_t) L);
-    for (int64_t j = 0; j < L; ++j) {
-        const float f      = f0[(size_t) (j / per)];
-        const bool  voiced = f > h.voiced_threshold;
-        const float amp    = voiced ? h.nsf_sigma : h.nsf_alpha / 3.0f;
-        float       acc    = b;
+    // Each frame's cycles before its first sample, so that frames are made apart.
+    std::vector<double> start((size_t) ((T + 1) * H));
+    for (int64_t i = 0; i < H; ++i) {
+        start[(size_t) i] = state && !state->cycles.empty() ? state->cycles[(size_t) i] : 0.0;
+    }
+    for (int64_t t = 0; t < T; ++t) {
         for (int64_t i = 0; i < H; ++i) {
-            cum[(size_t) i] += (double) (f * (float) (i + 1) / (float) h.sample_rate);
-            const float cycles = (float) cum[(size_t) i];
-            const float frac   = cycles - std::floor(cycles);
-            float       v      = voiced ? h.nsf_alpha * std::sin(two_pi * frac + phase[(size_t) i]) : 0.0f;
-            if (noise_scale > 0.0f) {
-                float n0, n1;
-                gaussian_pair(seed, (uint64_t) ((first + j) * H + i), 1.0f, n0, n1);
-                v += noise_scale * amp * n0;
-            }
-            acc += w[(size_t) i] * v;
+            const float inc                   = f0[(size_t) t] * (float) (i + 1) / p.sample_rate;
+            start[(size_t) ((t + 1) * H + i)] = start[(size_t) (t * H + i)] + (double) per * (double) inc;
         }
-        src[(size_t) j] = std::tanh(acc);
+    }
+    std::vector<float> src((size_t) (T * per));
+    if (T > 0 && c.cuda_device >= 0) {
+        vs::cuda::nsf_source(c.cuda_device, p, f0.data(), start.data(), T, src.data());
+    } else if (T > 0) {
+        auto frames = [&](int64_t t0, int64_t t1) {
+            for (int64_t t = t0; t < t1; ++t) {
+                for (int64_t k = 0; k < per; ++k) {
+                    src[(size_t) (t * per + k)] = nsf_sample(p, f0[(size_t) t], &start[(size_t) (t * H)], t, k);
+                }
+            }
+        };
+        const int64_t parts = std::min<int64_t>(std::max(1, c.n_threads), (T + 7) / 8), step = (T + parts - 1) / parts;
+        std::vector<std::thread> workers;
+        for (int64_t k = 1; k < parts; ++k) {
+            workers.emplace_back(frames, std::min(T, k * step), std::min(T, (k + 1) * step));
+        }
+        frames(0, std::min(T, step));
+        for (std::thread & th : workers) {
+            th.join();
+        }
     }
     if (state) {
-        state->cycles = std::move(cum);
-        state->samples += L;
+        state->cycles.assign(start.end() - H, start.end());
+        state->samples += T * per;
     }
     return src;
 }
