@@ -25,7 +25,7 @@ VK_CMAKE_ARGS = $$([ "$(GPU)" = vulkan ] && [ -d $(VK_HEADERS) ] && echo -DVulka
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 
 .PHONY: run test setup system-deps engine models ggml-avx2 lint format native-test fuzz-short fuzz sanitize py-test desktop \
-	bench-startup clean
+	bench-startup bundle bundle-test clean
 
 run: setup
 	$(PY) main.py
@@ -102,7 +102,8 @@ models: engine
 # ggml-python's source built for AVX2 and FMA alone, its libraries in build/ggml-avx2 (the source
 # is built in a temporary folder and removed).
 GGML_AVX2 := build/ggml-avx2
-ggml-avx2: $(STAMP)
+ggml-avx2: $(GGML_AVX2)/libggml.so
+$(GGML_AVX2)/libggml.so: $(STAMP)
 	@d=$$(mktemp -d) && trap 'rm -rf $$d' EXIT && \
 	$(PY) -m pip download -q --no-deps --no-binary :all: -d $$d "$$(grep '^ggml-python==' $(VENV)/requirements.txt | head -n 1)" && \
 	mkdir $$d/src && tar xzf $$d/ggml_python-*.tar.gz -C $$d/src --strip-components=1 && \
@@ -112,13 +113,13 @@ ggml-avx2: $(STAMP)
 	cp -P $$d/build/src/*.so* $(GGML_AVX2)/ && echo "ggml for AVX2 and FMA: $(GGML_AVX2)"
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check app tests tools main.py
-	$(VENV)/bin/ruff format --check app tests tools main.py
+	$(VENV)/bin/ruff check app tests tools packaging main.py
+	$(VENV)/bin/ruff format --check app tests tools packaging main.py
 	$(VENV)/bin/clang-format --dry-run --Werror $(CPP_SOURCES)
 
 format: $(STAMP)
-	$(VENV)/bin/ruff format app tests tools main.py
-	$(VENV)/bin/ruff check --fix app tests tools main.py
+	$(VENV)/bin/ruff format app tests tools packaging main.py
+	$(VENV)/bin/ruff check --fix app tests tools packaging main.py
 	$(VENV)/bin/clang-format -i $(CPP_SOURCES)
 
 native-test: engine models
@@ -164,6 +165,25 @@ desktop: setup
 	chmod +x "$(DESKTOP_DIR)/voicestudio.desktop"
 	if [ -d "$(HOME)/Desktop" ]; then cp "$(DESKTOP_DIR)/voicestudio.desktop" "$(HOME)/Desktop/"; fi
 	@echo "installed $(DESKTOP_DIR)/voicestudio.desktop"
+
+# The Linux app bundle (packaging/build_bundle.py: PyInstaller's build as an AppDir, with ggml's
+# AVX2 build and the stock voices), and its smoke test as a user meets it (packaging/smoke_test.py,
+# by the system's python3: no venv, no checkout on its path). The bundle takes the X11 libraries
+# Qt's xcb plugin links against from this machine.
+BUNDLE_LIBS := libxcb-icccm.so.4:libxcb-icccm4 libxcb-keysyms.so.1:libxcb-keysyms1 libxcb-image.so.0:libxcb-image0 \
+	libxcb-render-util.so.0:libxcb-render-util0 libxcb-xkb.so.1:libxcb-xkb1 libxkbcommon-x11.so.0:libxkbcommon-x11-0 \
+	libxcb-cursor.so.0:libxcb-cursor0 libxcb-randr.so.0:libxcb-randr0 libxcb-shape.so.0:libxcb-shape0
+bundle: setup ggml-avx2
+	@missing=""; for pair in $(BUNDLE_LIBS); do lib=$${pair%%:*}; pkg=$${pair##*:}; \
+	  ldconfig -p | grep -q "$$lib" || missing="$$missing $$pkg"; done; \
+	command -v zstd >/dev/null || missing="$$missing zstd"; \
+	if [ -n "$$missing" ]; then echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; fi
+	$(PY) -m pip install -q $$($(PY) tools/requirements.py bundle | grep -i '^pyinstaller')
+	$(PY) packaging/build_bundle.py --ggml $(GGML_AVX2)
+
+bundle-test: bundle
+	python3 packaging/smoke_test.py
 
 bench-startup: setup
 	QT_QPA_PLATFORM=$${QT_QPA_PLATFORM:-offscreen} $(PY) tools/bench_startup.py

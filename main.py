@@ -5,6 +5,20 @@ import sys
 
 def main() -> int:
     argv = sys.argv[1:]
+    if argv in (["--version"], ["-V"]):
+        from app import __version__
+
+        print(f"Voice Studio {__version__}")
+        return 0
+    from app.core import paths
+
+    if paths.bundled_models_dir():  # an app bundle's first start installs its stock voices
+        from app.models import manager
+
+        try:
+            manager.install_bundled()
+        except OSError as exc:
+            print(f"warning: the app bundle's stock voices could not be installed: {exc}", file=sys.stderr)
     if not argv or argv[0].startswith("-"):  # window options (--screenshot …); commands are words
         from app.ui.main import run
 

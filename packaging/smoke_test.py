@@ -1,0 +1,128 @@
+"""Smoke test of the Linux app bundle as a user meets it: unpacked into a fresh folder made
+read-only, run with a bare environment (no venv, no checkout on any path, a new home whose
+data, config and cache folders are the only writable ones, an empty temporary folder), offscreen.
+It prints the version, lists devices and voices, synthesizes a sentence with each family
+installed (the bundle's stock Piper voice, installed on its first start, and Kokoro where this
+machine has it installed: copied into the new home as a user's install would be), exports a
+WAV of each, starts the studio to a shown window (the median of --runs warm starts), and
+checks that nothing was written outside the new home's folders. Prints the bundle's size and
+the start time; exits non-zero on any failure. Run by ``make bundle-test``.
+
+    python3 packaging/smoke_test.py [build/bundle/VoiceStudio-<version>-x86_64.tar.zst] [--runs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import wave
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SENTENCE = "The bundle speaks this sentence to prove that it works."
+
+
+def run(cmd: list[str], env: dict, cwd: Path, timeout: float = 300) -> str:
+    result = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[1:])} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+    return result.stdout
+
+
+def wav_seconds(path: Path) -> float:
+    with wave.open(str(path), "rb") as w:
+        if w.getnframes() == 0:
+            raise SystemExit(f"{path.name} holds no audio")
+        return w.getnframes() / w.getframerate()
+
+
+def files_under(folder: Path) -> set[Path]:
+    return {p for p in folder.rglob("*")} if folder.exists() else set()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("archive", nargs="?", type=Path)
+    ap.add_argument("--runs", type=int, default=5)
+    args = ap.parse_args()
+    archive = args.archive or max((ROOT / "build" / "bundle").glob("VoiceStudio-*.tar.zst"), key=os.path.getmtime)
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        app, home, scratch, work = base / "app", base / "home", base / "tmp", base / "work"
+        for d in (app, home, scratch, work):
+            d.mkdir()
+        subprocess.run(["tar", "--zstd", "-xf", str(archive), "-C", str(app)], check=True)
+        apprun = app / "VoiceStudio.AppDir" / "AppRun"
+        subprocess.run(["chmod", "-R", "a-w", str(app)], check=True)
+        work.chmod(0o555)  # the working folder too: nothing is written where the app is started
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(home),
+            "XDG_DATA_HOME": str(home / ".local" / "share"),
+            "XDG_CONFIG_HOME": str(home / ".config"),
+            "XDG_CACHE_HOME": str(home / ".cache"),
+            "TMPDIR": str(scratch),
+            "QT_QPA_PLATFORM": "offscreen",
+            "LANG": "C.UTF-8",
+        }
+        try:
+            return smoke(apprun, env, home, scratch, work, archive, args.runs)
+        finally:
+            subprocess.run(["chmod", "-R", "u+w", str(app), str(work)], check=False)
+
+
+def smoke(apprun: Path, env: dict, home: Path, scratch: Path, work: Path, archive: Path, runs: int) -> int:
+    print(run([str(apprun), "--version"], env, work).strip())
+    t0 = time.perf_counter()
+    devices = run([str(apprun), "devices"], env, work)
+    first = (time.perf_counter() - t0) * 1000
+    print(f"devices (the first start, which installs the bundle's stock voices: {first:.0f} ms):")
+    print("  " + devices.strip().replace("\n", "\n  "))
+    families = ["piper:joe"]
+    kokoro = Path(os.environ.get("VOICESTUDIO_DATA_DIR", Path.home() / ".local" / "share" / "voicestudio")) / "models"
+    if (kokoro / "kokoro.gguf").is_file() and (kokoro / "kokoro.json").is_file():
+        models = home / ".local" / "share" / "voicestudio" / "models"
+        for name in ("kokoro.gguf", "kokoro.json"):
+            shutil.copyfile(kokoro / name, models / name)
+        families.append("kokoro:jf_alpha")
+    voices = run([str(apprun), "voices"], env, work)
+    for voice in families:
+        if voice not in voices:
+            raise SystemExit(f"{voice} is not among the voices:\n{voices}")
+    print(f"voices: {len(voices.strip().splitlines())} lines, {', '.join(families)} installed")
+    exports = home / "exports"
+    exports.mkdir()
+    for voice in families:
+        out = exports / (voice.replace(":", "-") + ".wav")
+        t0 = time.perf_counter()
+        run([str(apprun), "synth", "--voice", voice, "--text", SENTENCE, "--out", str(out)], env, work)
+        ms = (time.perf_counter() - t0) * 1000
+        print(f"synth {voice}: {wav_seconds(out):.2f} s of audio in {ms:.0f} ms (process start included)")
+    times = []
+    for i in range(runs + 1):
+        t0 = time.perf_counter()
+        run([str(apprun), "--quit-when-shown"], env, work)
+        if i:  # the first one warms the page cache
+            times.append((time.perf_counter() - t0) * 1000)
+    size = archive.stat().st_size / 2**20
+    spread = f"{min(times):.0f}-{max(times):.0f}"
+    print(f"studio start to a shown window, warm: median {statistics.median(times):.0f} ms of {runs} ({spread})")
+    print(f"bundle: {size:.0f} MiB ({archive.name})")
+    stray = sorted(str(p.relative_to(scratch)) for p in files_under(scratch))
+    if stray:
+        raise SystemExit(f"files left in the temporary folder: {stray[:10]}")
+    allowed = [home / ".local" / "share" / "voicestudio", home / ".config" / "voicestudio", home / ".cache", exports]
+    outside = [p for p in files_under(home) if p.is_file() and not any(p.is_relative_to(a) for a in allowed)]
+    if outside:
+        raise SystemExit(f"files written outside the data, config and cache folders: {sorted(map(str, outside))[:10]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
