@@ -15,7 +15,7 @@ GGML_CMAKE_ARGS := -DGGML_LLAMAFILE=ON $(if $(filter cuda,$(GPU)),-DGGML_CUDA=ON
 STAMP    := $(VENV)/.deps-stamp-$(or $(GPU),cpu)-$(shell echo '$(GGML_CMAKE_ARGS)' | cksum | cut -d' ' -f1)
 
 CPP_SOURCES = $(wildcard native/include/*.h native/src/*.h native/src/*.cpp native/src/graph/*.h native/src/graph/*.cpp native/src/cpu/*.h native/src/cpu/*.cpp native/src/cpu/*.inc native/src/models/*/*.h native/src/models/*/*.cpp native/src/cuda/*.cuh native/src/cuda/*.cu native/tools/*.cpp \
-	native/tests/*.h native/tests/*.c native/tests/*.cpp native/python/*.h native/python/*.cpp)
+	native/tests/*.h native/tests/*.c native/tests/*.cpp native/python/*.h native/python/*.cpp packaging/runtime/*.c)
 
 # Vulkan headers for ggml's Vulkan backend where the system's are too old (Debian 12's):
 # Debian 13's libvulkan-dev, unpacked here (headers only; the loader stays the system's).
@@ -25,7 +25,7 @@ VK_CMAKE_ARGS = $$([ "$(GPU)" = vulkan ] && [ -d $(VK_HEADERS) ] && echo -DVulka
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 
 .PHONY: run test setup system-deps engine models ggml-avx2 lint format native-test fuzz-short fuzz sanitize py-test desktop \
-	bench-startup bundle bundle-test clean
+	bench-startup bundle bundle-deps bundle-test clean
 
 run: setup
 	$(PY) main.py
@@ -166,21 +166,36 @@ desktop: setup
 	if [ -d "$(HOME)/Desktop" ]; then cp "$(DESKTOP_DIR)/voicestudio.desktop" "$(HOME)/Desktop/"; fi
 	@echo "installed $(DESKTOP_DIR)/voicestudio.desktop"
 
-# The Linux app bundle (packaging/build_bundle.py: PyInstaller's build as an AppDir, with ggml's
-# AVX2 build and the stock voices), and its smoke test as a user meets it (packaging/smoke_test.py,
-# by the system's python3: no venv, no checkout on its path). The bundle takes the X11 libraries
-# Qt's xcb plugin links against from this machine.
+# The Linux app (packaging/build_bundle.py: PyInstaller's build as an AppDir, with ggml's AVX2
+# build and the stock voices, made an AppImage with the runtime of packaging/runtime), and its
+# smoke test as a user meets it (packaging/smoke_test.py, by the system's python3: no venv, no
+# checkout on its path). The bundle takes the X11 libraries Qt's xcb plugin links against from
+# this machine; the runtime links squashfuse, libfuse3 and the decompressors statically.
 BUNDLE_LIBS := libxcb-icccm.so.4:libxcb-icccm4 libxcb-keysyms.so.1:libxcb-keysyms1 libxcb-image.so.0:libxcb-image0 \
 	libxcb-render-util.so.0:libxcb-render-util0 libxcb-xkb.so.1:libxcb-xkb1 libxkbcommon-x11.so.0:libxkbcommon-x11-0 \
 	libxcb-cursor.so.0:libxcb-cursor0 libxcb-randr.so.0:libxcb-randr0 libxcb-shape.so.0:libxcb-shape0
-bundle: setup ggml-avx2
+RUNTIME_DEV := squashfuse/ll.h:libsquashfuse-dev fuse3/fuse_lowlevel.h:libfuse3-dev zstd.h:libzstd-dev zlib.h:zlib1g-dev \
+	lzma.h:liblzma-dev lz4.h:liblz4-dev lzo/lzo1x.h:liblzo2-dev
+RUNTIME := build/bundle/runtime
+RUNTIME_LIBS := -Wl,-Bstatic -lsquashfuse_ll -lsquashfuse -lfuse3 -lzstd -lz -llzma -llz4 -llzo2 -Wl,-Bdynamic -lpthread -ldl
+bundle-deps:
 	@missing=""; for pair in $(BUNDLE_LIBS); do lib=$${pair%%:*}; pkg=$${pair##*:}; \
 	  ldconfig -p | grep -q "$$lib" || missing="$$missing $$pkg"; done; \
-	command -v zstd >/dev/null || missing="$$missing zstd"; \
+	for pair in $(RUNTIME_DEV); do h=$${pair%%:*}; pkg=$${pair##*:}; \
+	  [ -f /usr/include/$$h ] || missing="$$missing $$pkg"; done; \
+	command -v mksquashfs >/dev/null || missing="$$missing squashfs-tools"; \
+	command -v fusermount3 >/dev/null || missing="$$missing fuse3"; \
 	if [ -n "$$missing" ]; then echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; fi
+
+$(RUNTIME): packaging/runtime/runtime.c | bundle-deps
+	mkdir -p $(dir $@)
+	cc -O2 -Wall -Wextra -Werror -D_FILE_OFFSET_BITS=64 -DFUSE_USE_VERSION=32 $< -o $@ $(RUNTIME_LIBS)
+	strip $@
+
+bundle: setup ggml-avx2 bundle-deps $(RUNTIME)
 	$(PY) -m pip install -q $$($(PY) tools/requirements.py bundle | grep -i '^pyinstaller')
-	$(PY) packaging/build_bundle.py --ggml $(GGML_AVX2)
+	$(PY) packaging/build_bundle.py --ggml $(GGML_AVX2) --runtime $(RUNTIME)
 
 bundle-test: bundle
 	python3 packaging/smoke_test.py

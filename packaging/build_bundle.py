@@ -1,10 +1,11 @@
-"""Build the Linux app bundle: PyInstaller's one-folder build of the studio, laid out as an
-AppDir (AppRun, the desktop entry and its icon at the top, the app under usr/lib/voicestudio),
-with ggml's portable CPU build (AVX2 and FMA; the engine's own kernels still pick AVX-512 at
-run time) and the stock models installed here (Piper's joe, the speaker encoder), then packed
-into one compressed archive. Prints its size. Run by ``make bundle``.
+"""Build the Linux app: PyInstaller's one-folder build of the studio, laid out as an AppDir
+(AppRun, the desktop entry and its icon at the top, the app under usr/lib/voicestudio), with
+ggml's portable CPU build (AVX2 and FMA; the engine's own kernels still pick AVX-512 at run
+time) and the stock models installed here (Piper's joe, the speaker encoder), then made an
+AppImage: the runtime (packaging/runtime/runtime.c) followed by a SquashFS image of the AppDir.
+Prints its size. Run by ``make bundle``.
 
-    .venv/bin/python packaging/build_bundle.py [--ggml build/ggml-avx2] [--out build/bundle]
+    .venv/bin/python packaging/build_bundle.py --runtime build/bundle/runtime [--ggml build/ggml-avx2]
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ggml", type=Path, default=ROOT / "build" / "ggml-avx2", help="ggml's libraries to ship")
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "bundle")
+    ap.add_argument("--runtime", type=Path, required=True, help="the AppImage runtime (make bundle builds it)")
     args = ap.parse_args()
     if not list(args.ggml.glob("libggml*.so*")):
         raise SystemExit(f"no ggml libraries in {args.ggml}: run make ggml-avx2")
@@ -99,16 +101,25 @@ def main() -> int:
     shutil.copyfile(appdir / "voicestudio.desktop", share / "applications" / "voicestudio.desktop")
     (share / "icons" / "hicolor" / "scalable" / "apps").mkdir(parents=True)
     shutil.copyfile(icon, share / "icons" / "hicolor" / "scalable" / "apps" / "voicestudio.svg")
-    archive = args.out / f"VoiceStudio-{__version__}-x86_64.tar.zst"
-    tmp_archive = archive.with_suffix(".part")
+    image = args.out / f"VoiceStudio-{__version__}-x86_64.AppImage"
+    squashfs, part = args.out / "appdir.squashfs", image.with_suffix(".part")
     subprocess.run(
-        ["tar", "--zstd", "-cf", str(tmp_archive), "-C", str(args.out), appdir.name],
-        check=True, env=dict(os.environ, ZSTD_CLEVEL="12", ZSTD_NBTHREADS="0"),
+        ["mksquashfs", str(appdir), str(squashfs), "-comp", "zstd", "-Xcompression-level", "15", "-b", "1M",
+         "-root-owned", "-noappend", "-quiet", "-no-progress"],
+        check=True,
     )  # fmt: skip
-    tmp_archive.replace(archive)
+    with open(part, "wb") as out:
+        out.write(args.runtime.read_bytes())
+        with open(squashfs, "rb") as fs:
+            shutil.copyfileobj(fs, out, 1 << 20)
+        out.seek(8)  # the AppImage's type 2 mark in the ELF header's padding
+        out.write(b"AI\x02")
+    squashfs.unlink()
+    part.chmod(0o755)
+    part.replace(image)
     unpacked = sum(p.stat().st_size for p in appdir.rglob("*") if p.is_file() and not p.is_symlink())
-    print(f"bundle: {archive.relative_to(ROOT) if archive.is_relative_to(ROOT) else archive}")
-    print(f"  {archive.stat().st_size / 2**20:.0f} MiB packed, {unpacked / 2**20:.0f} MiB unpacked")
+    print(f"bundle: {image.relative_to(ROOT) if image.is_relative_to(ROOT) else image}")
+    print(f"  {image.stat().st_size / 2**20:.0f} MiB, {unpacked / 2**20:.0f} MiB unpacked")
     print(f"  stock models: {', '.join(shipped)} (from {paths.models_dir()})")
     return 0
 

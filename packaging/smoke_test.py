@@ -1,14 +1,16 @@
-"""Smoke test of the Linux app bundle as a user meets it: unpacked into a fresh folder made
+"""Smoke test of the Linux app (its AppImage) as a user meets it: copied into a fresh folder made
 read-only, run with a bare environment (no venv, no checkout on any path, a new home whose
 data, config and cache folders are the only writable ones, an empty temporary folder), offscreen.
 It prints the version, lists devices and voices, synthesizes a sentence with each family
 installed (the bundle's stock Piper voice, installed on its first start, and Kokoro where this
 machine has it installed: copied into the new home as a user's install would be), exports a
 WAV of each, starts the studio to a shown window (the median of --runs warm starts), and
-checks that nothing was written outside the new home's folders. Prints the bundle's size and
-the start time; exits non-zero on any failure. Run by ``make bundle-test``.
+checks that nothing was written outside the new home's folders (the AppImage's first start
+extracts it into the cache folder; a start from its FUSE mount, where this machine can mount one,
+leaves no mount folder behind). Prints the AppImage's size and the start time; exits non-zero on
+any failure. Run by ``make bundle-test``.
 
-    python3 packaging/smoke_test.py [build/bundle/VoiceStudio-<version>-x86_64.tar.zst] [--runs 5]
+    python3 packaging/smoke_test.py [build/bundle/VoiceStudio-<version>-x86_64.AppImage] [--runs 5]
 """
 
 from __future__ import annotations
@@ -46,19 +48,62 @@ def files_under(folder: Path) -> set[Path]:
     return {p for p in folder.rglob("*")} if folder.exists() else set()
 
 
+def tiny_appimage(runtime: Path, folder: Path, name: str, says: str) -> Path:
+    """An AppImage of the runtime and an AppDir whose AppRun prints `says` and its arguments."""
+    appdir = folder / f"{name}.AppDir"
+    appdir.mkdir()
+    (appdir / "AppRun").write_text(f'#!/bin/sh\necho "{says} $*"\n')
+    (appdir / "AppRun").chmod(0o755)
+    squashfs = folder / f"{name}.squashfs"
+    subprocess.run(["mksquashfs", str(appdir), str(squashfs), "-root-owned", "-noappend", "-quiet", "-no-progress"],
+                   check=True)  # fmt: skip
+    image = folder / f"{name}.AppImage"
+    image.write_bytes(runtime.read_bytes() + squashfs.read_bytes())
+    image.chmod(0o755)
+    return image
+
+
+def runtime_checks(runtime: Path) -> None:
+    """The runtime on tiny images: arguments passed, an upgrade's copy replacing the old one, a
+    copy left half made by a start that was killed removed, a damaged image refused."""
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(base / "home"), "TMPDIR": str(base)}
+        cache = base / "home" / ".cache" / "voicestudio" / "appimage"
+        one = tiny_appimage(runtime, base, "one", "first")
+        assert run([str(one), "a b", "c"], env, base).strip() == "first a b c"
+        (copy_one,) = list(cache.iterdir())
+        dead = cache / f"{copy_one.name}x.part-999999999"  # no such process
+        dead.mkdir()
+        time.sleep(1.1)  # SquashFS's time stamps are in seconds: the next image is another
+        two = tiny_appimage(runtime, base, "two", "second")
+        assert run([str(two)], env, base).strip() == "second"
+        left = sorted(p.name for p in cache.iterdir())
+        assert len(left) == 1 and left[0] != copy_one.name, left
+        damaged = base / "damaged.AppImage"
+        damaged.write_bytes(two.read_bytes()[: len(runtime.read_bytes()) + 64])
+        damaged.chmod(0o755)
+        result = subprocess.run([str(damaged)], env=env, cwd=base, capture_output=True, text=True)
+        assert result.returncode == 127 and "no readable SquashFS image" in result.stderr, result
+    print("runtime: arguments, an upgrade's copy, a killed start's half copy and a damaged image: as they should be")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("archive", nargs="?", type=Path)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runtime", type=Path, default=ROOT / "build" / "bundle" / "runtime")
     args = ap.parse_args()
-    archive = args.archive or max((ROOT / "build" / "bundle").glob("VoiceStudio-*.tar.zst"), key=os.path.getmtime)
+    runtime_checks(args.runtime)
+    archive = args.archive or max((ROOT / "build" / "bundle").glob("VoiceStudio-*.AppImage"), key=os.path.getmtime)
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         app, home, scratch, work = base / "app", base / "home", base / "tmp", base / "work"
         for d in (app, home, scratch, work):
             d.mkdir()
-        subprocess.run(["tar", "--zstd", "-xf", str(archive), "-C", str(app)], check=True)
-        apprun = app / "VoiceStudio.AppDir" / "AppRun"
+        apprun = app / archive.name
+        shutil.copyfile(archive, apprun)
+        apprun.chmod(0o755)
         subprocess.run(["chmod", "-R", "a-w", str(app)], check=True)
         work.chmod(0o555)  # the working folder too: nothing is written where the app is started
         env = {
@@ -78,11 +123,20 @@ def main() -> int:
 
 
 def smoke(apprun: Path, env: dict, home: Path, scratch: Path, work: Path, archive: Path, runs: int) -> int:
+    t0 = time.perf_counter()
     print(run([str(apprun), "--version"], env, work).strip())
+    first = (time.perf_counter() - t0) * 1000
+    print(f"  the first start, which extracts the AppImage into the cache folder: {first:.0f} ms")
+    mounted = subprocess.run([str(apprun), "--version"], env=dict(env, APPIMAGE_MOUNT="1"), cwd=work, text=True,
+                             capture_output=True, timeout=120)  # fmt: skip
+    if mounted.returncode != 0 or "Voice Studio" not in mounted.stdout:
+        raise SystemExit(f"APPIMAGE_MOUNT=1: exit {mounted.returncode}\n{mounted.stdout}\n{mounted.stderr}")
+    how = "extracted copy: FUSE could not mount it here" if "FUSE could not" in mounted.stderr else "FUSE mount"
+    print(f"  APPIMAGE_MOUNT=1 ran it from its {how}")
     t0 = time.perf_counter()
     devices = run([str(apprun), "devices"], env, work)
     first = (time.perf_counter() - t0) * 1000
-    print(f"devices (the first start, which installs the bundle's stock voices: {first:.0f} ms):")
+    print(f"devices (the first command, which installs the bundle's stock voices: {first:.0f} ms):")
     print("  " + devices.strip().replace("\n", "\n  "))
     families = ["piper:joe"]
     kokoro = Path(os.environ.get("VOICESTUDIO_DATA_DIR", Path.home() / ".local" / "share" / "voicestudio")) / "models"
