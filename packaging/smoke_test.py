@@ -127,6 +127,18 @@ def smoke(apprun: Path, env: dict, home: Path, scratch: Path, work: Path, archiv
     print(run([str(apprun), "--version"], env, work).strip())
     first = (time.perf_counter() - t0) * 1000
     print(f"  the first start, which extracts the AppImage into the cache folder: {first:.0f} ms")
+    (copy,) = (home / ".cache" / "voicestudio" / "appimage").iterdir()
+    inside = copy / "usr" / "lib" / "voicestudio" / "_internal"
+    for part in (
+        "libportaudio.so.2",
+        "espeakng_loader/libespeak-ng.so.1",
+        "PySide6/Qt/plugins/platforms/libqxcb.so",
+        "PySide6/Qt/plugins/platforms/libqoffscreen.so",
+        "libxcb-icccm.so.4",
+        "models/piper-joe.gguf",
+    ):
+        if not (inside / part).is_file():
+            raise SystemExit(f"the AppImage holds no {part}")
     mounted = subprocess.run([str(apprun), "--version"], env=dict(env, APPIMAGE_MOUNT="1"), cwd=work, text=True,
                              capture_output=True, timeout=120)  # fmt: skip
     if mounted.returncode != 0 or "Voice Studio" not in mounted.stdout:
