@@ -52,7 +52,7 @@ def tiny_appimage(runtime: Path, folder: Path, name: str, says: str) -> Path:
     """An AppImage of the runtime and an AppDir whose AppRun prints `says` and its arguments."""
     appdir = folder / f"{name}.AppDir"
     appdir.mkdir()
-    (appdir / "AppRun").write_text(f'#!/bin/sh\necho "{says} $*"\n')
+    (appdir / "AppRun").write_text(f'#!/bin/sh\necho "{says} $*"\nexit "${{STATUS:-0}}"\n')
     (appdir / "AppRun").chmod(0o755)
     squashfs = folder / f"{name}.squashfs"
     subprocess.run(["mksquashfs", str(appdir), str(squashfs), "-root-owned", "-noappend", "-quiet", "-no-progress"],
@@ -64,8 +64,8 @@ def tiny_appimage(runtime: Path, folder: Path, name: str, says: str) -> Path:
 
 
 def runtime_checks(runtime: Path) -> None:
-    """The runtime on tiny images: arguments passed, an upgrade's copy replacing the old one, a
-    copy left half made by a start that was killed removed, a damaged image refused."""
+    """The runtime on tiny images: arguments and exit status passed, an upgrade's copy replacing
+    the old one, a copy left half made by a start that was killed removed, a damaged image refused."""
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         env = {"PATH": "/usr/bin:/bin", "HOME": str(base / "home"), "TMPDIR": str(base)}
@@ -73,6 +73,9 @@ def runtime_checks(runtime: Path) -> None:
         one = tiny_appimage(runtime, base, "one", "first")
         assert run([str(one), "a b", "c"], env, base).strip() == "first a b c"
         (copy_one,) = list(cache.iterdir())
+        for mount in ("0", "1"):  # the app's exit status, from the copy and from a FUSE mount
+            ended = subprocess.run([str(one)], env=dict(env, STATUS="3", APPIMAGE_MOUNT=mount), capture_output=True)
+            assert ended.returncode == 3, ended
         dead = cache / f"{copy_one.name}x.part-999999999"  # no such process
         dead.mkdir()
         time.sleep(1.1)  # SquashFS's time stamps are in seconds: the next image is another
@@ -85,7 +88,7 @@ def runtime_checks(runtime: Path) -> None:
         damaged.chmod(0o755)
         result = subprocess.run([str(damaged)], env=env, cwd=base, capture_output=True, text=True)
         assert result.returncode == 127 and "no readable SquashFS image" in result.stderr, result
-    print("runtime: arguments, an upgrade's copy, a killed start's half copy and a damaged image: as they should be")
+    print("runtime: arguments, exit status, an upgrade's copy, a killed start's half copy, a damaged image: as due")
 
 
 def main() -> int:

@@ -21,6 +21,7 @@
 #include <signal.h>
 #include <squashfuse/ll.h>
 #include <squashfuse/traverse.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,7 +159,10 @@ static int remove_tree(const char * path) {
     return unlink(path);
 }
 
-static int run_apprun(const char * appdir, int argc, char ** argv) {
+// AppRun of `appdir` with argv's arguments: in place of this process (`stay` false), or in a child
+// that this process waits for, passing Ctrl-C and the like to it alone (`stay`: the FUSE mount
+// must outlive the app), its exit status returned.
+static int run_apprun(const char * appdir, char ** argv, bool stay) {
     char apprun[PATH_MAX], owd[PATH_MAX];
     FORMAT(apprun, "%s/AppRun", appdir);
     setenv("APPIMAGE", self, 1);
@@ -167,7 +171,7 @@ static int run_apprun(const char * appdir, int argc, char ** argv) {
     if (getcwd(owd, sizeof owd)) {
         setenv("OWD", owd, 1);
     }
-    pid_t pid = fork();
+    pid_t pid = stay ? fork() : 0;
     if (pid == 0) {
         argv[0] = apprun;
         execv(apprun, argv);
@@ -176,15 +180,17 @@ static int run_apprun(const char * appdir, int argc, char ** argv) {
     if (pid < 0) {
         die("fork");
     }
+    signal(SIGINT, SIG_IGN);  // the app's to handle; the mount is taken down after it exits
+    signal(SIGQUIT, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
-    (void) argc;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 // The extracted copy in the user's cache (made first where missing), then AppRun from it.
-static int extract_and_run(sqfs * fs, int argc, char ** argv) {
+static int extract_and_run(sqfs * fs, char ** argv) {
     char        base[PATH_MAX], dest[PATH_MAX], part[PATH_MAX], apprun[PATH_MAX];
     const char *cache = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     if (cache && *cache) {
@@ -220,12 +226,12 @@ static int extract_and_run(sqfs * fs, int argc, char ** argv) {
             closedir(d);
         }
     }
-    return run_apprun(dest, argc, argv);
+    return run_apprun(dest, argv, false);
 }
 
 // The image mounted at a new folder of $TMPDIR by a child serving it; AppRun from there;
 // then unmounted and the folder removed. -1 where FUSE could not mount it.
-static int mount_and_run(off_t offset, int argc, char ** argv) {
+static int mount_and_run(off_t offset, char ** argv) {
     if (access("/dev/fuse", R_OK | W_OK) != 0) {
         return -1;
     }
@@ -295,7 +301,7 @@ static int mount_and_run(off_t offset, int argc, char ** argv) {
         return -1;
     }
     close(ready[0]);
-    const int code = run_apprun(mnt, argc, argv);
+    const int code = run_apprun(mnt, argv, true);
     kill(server, SIGTERM);  // fuse_session_loop returns; the server unmounts
     waitpid(server, NULL, 0);
     rmdir(mnt);
@@ -330,15 +336,14 @@ int main(int argc, char ** argv) {
     }
     if (strcmp(flag, "--appimage-extract-and-run") == 0 || strcmp(flag, "--appimage-mount") == 0) {
         argv[1] = argv[0];
-        --argc;
         ++argv;
     }
     if (strcmp(flag, "--appimage-mount") == 0 || (env && strcmp(env, "1") == 0)) {
-        const int code = mount_and_run(offset, argc, argv);
+        const int code = mount_and_run(offset, argv);
         if (code >= 0) {
             return code;
         }
         fprintf(stderr, "AppImage runtime: FUSE could not mount the image; running its extracted copy\n");
     }
-    return extract_and_run(&fs, argc, argv);
+    return extract_and_run(&fs, argv);
 }
