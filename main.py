@@ -13,11 +13,12 @@ def main() -> int:
     from app.core import paths
 
     if paths.bundled_models_dir():  # an app bundle's first start installs its stock voices
+        from app.engine.errors import VoiceStudioError
         from app.models import manager
 
         try:
             manager.install_bundled()
-        except OSError as exc:
+        except (OSError, VoiceStudioError) as exc:  # a damaged bundle's voices: the app still starts
             print(f"warning: the app bundle's stock voices could not be installed: {exc}", file=sys.stderr)
     if not argv or argv[0].startswith("-"):  # window options (--screenshot …); commands are words
         from app.ui.main import run
