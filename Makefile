@@ -25,7 +25,7 @@ VK_CMAKE_ARGS = $$([ "$(GPU)" = vulkan ] && [ -d $(VK_HEADERS) ] && echo -DVulka
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 
 .PHONY: run test setup system-deps engine models ggml-avx2 lint format native-test fuzz-short fuzz sanitize py-test desktop \
-	bench-startup bundle bundle-deps bundle-test clean
+	bench-startup bundle bundle-deps bundle-test bundle-cuda bundle-cuda-test clean
 
 run: setup
 	$(PY) main.py
@@ -199,6 +199,21 @@ bundle: setup ggml-avx2 bundle-deps $(RUNTIME)
 
 bundle-test: bundle
 	python3 packaging/smoke_test.py
+
+# The CUDA app, a second AppImage: the CPU app with the engine built for NVIDIA GPUs
+# (packaging/build_cuda.py: ggml's CUDA backend and the engine's CUDA kernels) and the CUDA
+# runtime's libraries. Needs NVIDIA's CUDA toolkit with cuBLAS; CUDA_ARCHS="90-real" (say)
+# builds for fewer GPUs, faster. Not part of `make test`: CI has no CUDA toolkit.
+CUDA_BUILD := build/cuda
+bundle-cuda: bundle
+	@d=$$(mktemp -d) && trap 'rm -rf $$d' EXIT && \
+	$(PY) -m pip download -q --no-deps --no-binary :all: -d $$d "$$(grep '^ggml-python==' $(VENV)/requirements.txt | head -n 1)" && \
+	$(PY) packaging/build_cuda.py --sdist $$d/ggml_python-*.tar.gz --out $(CUDA_BUILD) $(if $(CUDA_ARCHS),--archs "$(CUDA_ARCHS)")
+	$(PY) packaging/build_bundle.py --runtime $(RUNTIME) --cuda $(CUDA_BUILD)
+
+# Its smoke test, on a machine with an NVIDIA GPU: the same as the CPU app's, synthesizing on the GPU.
+bundle-cuda-test: bundle-cuda
+	python3 packaging/smoke_test.py --device cuda0 build/bundle/VoiceStudio-*-x86_64-cuda.AppImage
 
 bench-startup: setup
 	QT_QPA_PLATFORM=$${QT_QPA_PLATFORM:-offscreen} $(PY) tools/bench_startup.py

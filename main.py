@@ -21,8 +21,18 @@ def main() -> int:
         except (OSError, VoiceStudioError) as exc:  # a damaged bundle's voices: the app still starts
             print(f"warning: the app bundle's stock voices could not be installed: {exc}", file=sys.stderr)
     if not argv or argv[0].startswith("-"):  # window options (--screenshot …); commands are words
-        from app.ui.main import run
-
+        try:
+            from app.ui.main import run
+        except ImportError as exc:  # Qt's libraries need the desktop's own (OpenGL's, X11's)
+            if "cannot open shared object file" not in str(exc):
+                raise
+            print(
+                f"error: the studio's window needs a library this system lacks: {exc}.\n"
+                "Install the desktop's OpenGL and X11 libraries (on Debian and Ubuntu: libgl1 libegl1 "
+                "libxkbcommon0 libfontconfig1); the command line works without them (--help).",
+                file=sys.stderr,
+            )
+            return 1
         return run(argv)
     from app.cli.main import main as cli_main
 

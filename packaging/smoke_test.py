@@ -8,9 +8,10 @@ WAV of each, starts the studio to a shown window (the median of --runs warm star
 checks that nothing was written outside the new home's folders (the AppImage's first start
 extracts it into the cache folder; a start from its FUSE mount, where this machine can mount one,
 leaves no mount folder behind). Prints the AppImage's size and the start time; exits non-zero on
-any failure. Run by ``make bundle-test``.
+any failure. Run by ``make bundle-test``; with --device, on that device (``make bundle-cuda-test``
+gives the CUDA app cuda0, which must be listed among the devices).
 
-    python3 packaging/smoke_test.py [build/bundle/VoiceStudio-<version>-x86_64.AppImage] [--runs 5]
+    python3 packaging/smoke_test.py [build/bundle/VoiceStudio-<version>-x86_64.AppImage] [--runs 5] [--device cpu]
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ def main() -> int:
     ap.add_argument("archive", nargs="?", type=Path)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--runtime", type=Path, default=ROOT / "build" / "bundle" / "runtime")
+    ap.add_argument("--device", default="cpu", help="the device to synthesize on")
     args = ap.parse_args()
     runtime_checks(args.runtime)
     archive = args.archive or max((ROOT / "build" / "bundle").glob("VoiceStudio-*.AppImage"), key=os.path.getmtime)
@@ -120,12 +122,12 @@ def main() -> int:
             "LANG": "C.UTF-8",
         }
         try:
-            return smoke(apprun, env, home, scratch, work, archive, args.runs)
+            return smoke(apprun, env, home, scratch, work, archive, args.runs, args.device)
         finally:
             subprocess.run(["chmod", "-R", "u+w", str(app), str(work)], check=False)
 
 
-def smoke(apprun: Path, env: dict, home: Path, scratch: Path, work: Path, archive: Path, runs: int) -> int:
+def smoke(apprun: Path, env: dict, home: Path, scratch: Path, work: Path, archive: Path, runs: int, device: str) -> int:
     t0 = time.perf_counter()
     print(run([str(apprun), "--version"], env, work).strip())
     first = (time.perf_counter() - t0) * 1000
@@ -139,8 +141,13 @@ def smoke(apprun: Path, env: dict, home: Path, scratch: Path, work: Path, archiv
         "PySide6/Qt/plugins/platforms/libqoffscreen.so",
         "libxcb-icccm.so.4",
         "models/piper-joe.gguf",
+        *(
+            ("libggml-cuda.so", "libcudart.so.*", "libcublas.so.*", "libcublasLt.so.*")
+            if device.startswith("cuda")
+            else ()
+        ),
     ):
-        if not (inside / part).is_file():
+        if not any(p.is_file() for p in inside.glob(part)):
             raise SystemExit(f"the AppImage holds no {part}")
     mounted = subprocess.run([str(apprun), "--version"], env=dict(env, APPIMAGE_MOUNT="1"), cwd=work, text=True,
                              capture_output=True, timeout=120)  # fmt: skip
@@ -153,6 +160,8 @@ def smoke(apprun: Path, env: dict, home: Path, scratch: Path, work: Path, archiv
     first = (time.perf_counter() - t0) * 1000
     print(f"devices (the first command, which installs the bundle's stock voices: {first:.0f} ms):")
     print("  " + devices.strip().replace("\n", "\n  "))
+    if not any(line.split()[:1] == [device] for line in devices.splitlines()):
+        raise SystemExit(f"{device} is not among the devices")
     families = ["piper:joe"]
     kokoro = Path(os.environ.get("VOICESTUDIO_DATA_DIR", Path.home() / ".local" / "share" / "voicestudio")) / "models"
     if (kokoro / "kokoro.gguf").is_file() and (kokoro / "kokoro.json").is_file():
@@ -170,9 +179,13 @@ def smoke(apprun: Path, env: dict, home: Path, scratch: Path, work: Path, archiv
     for voice in families:
         out = exports / (voice.replace(":", "-") + ".wav")
         t0 = time.perf_counter()
-        run([str(apprun), "synth", "--voice", voice, "--text", SENTENCE, "--out", str(out)], env, work)
+        run(
+            [str(apprun), "synth", "--voice", voice, "--device", device, "--text", SENTENCE, "--out", str(out)],
+            env,
+            work,
+        )
         ms = (time.perf_counter() - t0) * 1000
-        print(f"synth {voice}: {wav_seconds(out):.2f} s of audio in {ms:.0f} ms (process start included)")
+        print(f"synth {voice} on {device}: {wav_seconds(out):.2f} s of audio in {ms:.0f} ms (process start included)")
     times = []
     for i in range(runs + 1):
         t0 = time.perf_counter()

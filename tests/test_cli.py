@@ -303,3 +303,22 @@ def test_synth_reads_speed_tags_and_refuses_voice_tags(tmp_path, joe_path, cli):
     assert lengths["fast"] < 0.7 * lengths["plain"]
     result = cli("synth", "--text", "Hi. [voice kokoro:af_heart] Hello.", "--out", str(tmp_path / "x.wav"), check=False)
     assert result.returncode != 0 and "line 1: '[voice kokoro:af_heart]': synth speaks one voice" in result.stderr
+
+
+def test_a_system_without_the_desktops_libraries_is_told_what_to_install(monkeypatch, capsys):
+    import importlib.abc
+
+    import main as entry
+
+    class NoOpenGL(importlib.abc.MetaPathFinder):  # as Qt's libraries fail where libGL is missing
+        def find_spec(self, name, path=None, target=None):
+            if name == "app.ui.main":
+                raise ImportError("libGL.so.1: cannot open shared object file: No such file or directory")
+            return None
+
+    monkeypatch.delitem(sys.modules, "app.ui.main", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [NoOpenGL(), *sys.meta_path])
+    monkeypatch.setattr(sys, "argv", ["main.py"])
+    assert entry.main() == 1
+    err = capsys.readouterr().err
+    assert "libGL.so.1" in err and "libgl1" in err and "command line works without them" in err
