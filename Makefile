@@ -139,13 +139,16 @@ fuzz: engine models
 
 # The engine under AddressSanitizer and UndefinedBehaviorSanitizer: its native tests, the
 # fuzzers' native targets, and the tests of hostile input through Python (the instrumented
-# binding is loaded from build/asan/overlay, whose app package extends the real one).
+# binding is loaded from build/asan/overlay, whose app package extends the real one). Line
+# tables alone for debug information (-g1): reports name functions and lines, and the build
+# takes a third less time.
 ASAN_BUILD := build/asan
 SANITIZE_ENV = ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 sanitize: setup
 	mkdir -p $(ASAN_BUILD)/overlay/app
 	printf '__path__.append("%s")\n' "$(CURDIR)/app" > $(ASAN_BUILD)/overlay/app/__init__.py
 	$(VENV)/bin/cmake -S native -B $(ASAN_BUILD) -G Ninja -DPython_EXECUTABLE=$(abspath $(PY)) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
 	  -DVS_SANITIZE=ON -DVS_PYTHON_OUTPUT_DIR=$(abspath $(ASAN_BUILD))/overlay/app >/dev/null
 	$(VENV)/bin/cmake --build $(ASAN_BUILD)
 	cd $(ASAN_BUILD) && $(SANITIZE_ENV) VS_TEST_MODEL="$$($(abspath $(PY)) -c 'import sys; sys.path.insert(0, "$(CURDIR)"); from app.models import manager as models; print(models.installed_path("piper:joe"))')" \

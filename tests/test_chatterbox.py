@@ -537,8 +537,7 @@ def test_text_is_spoken_chunk_by_chunk(t3):
     # Random weights rarely draw the stop token: each run ends at its guard, about three times
     # a normal speaking length (4 text tokens: 50 + 16 x 4 speech tokens at most).
     assert timings["n_tokens"] <= 2 * (50 + 16 * 4)
-    again, _ = t3.synthesize("Hello there. Fine!", seed=2)
-    np.testing.assert_array_equal(audio, again)
+    # (The same text and seed give the same audio: test_several_runs_at_once_draw_what_each_draws_alone.)
     with pytest.raises(NothingToSpeakError):
         t3.synthesize("  ")
 
@@ -666,18 +665,16 @@ def test_the_cli_installs_lists_speaks_and_benches_chatterbox(checkpoint, tmp_pa
                 check=False)  # fmt: skip
     assert speed.returncode == 1 and "its own pace" in speed.stderr
 
+    # Benched streamed: each stage timed, the first audio before the whole (a run of at most
+    # 50 + 16 x 2 tokens).
     (tmp_path / "lines.txt").write_text("Hi.\n")
-    run("bench", "--voice", "chatterbox-turbo:default", "--text-file", str(tmp_path / "lines.txt"), "--runs", "1",
-        "--warmup", "0", "--threads", "2", "--json-out", str(tmp_path / "bench.json"))  # fmt: skip
-    report = json.loads((tmp_path / "bench.json").read_text())
-    stages = report["items"][0]["stages_ms"]
-    assert list(stages) == ["tokens", "encoder", "flow", "generator"] and min(stages.values()) > 0
-    assert report["total_audio_s"] > 0.5
-    # Streamed: the first audio before the whole (a run of at most 50 + 16 x 2 tokens).
     run("bench", "--voice", "chatterbox-turbo:default", "--text-file", str(tmp_path / "lines.txt"), "--runs", "1",
         "--warmup", "0", "--threads", "2", "--stream-tokens", "20",
         "--json-out", str(tmp_path / "stream.json"))  # fmt: skip
-    item = json.loads((tmp_path / "stream.json").read_text())["items"][0]
+    report = json.loads((tmp_path / "stream.json").read_text())
+    item = report["items"][0]
+    assert list(item["stages_ms"]) == ["tokens", "encoder", "flow", "generator"] and min(item["stages_ms"].values()) > 0
+    assert report["total_audio_s"] > 0.5
     assert 0 < item["first_audio_ms"] < item["compute_ms"]
 
     # A clone: a profile of a recording's conditionals, spoken by the installed model.

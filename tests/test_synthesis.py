@@ -324,7 +324,8 @@ def test_the_engines_cpu_kernels_give_ggmls_audio(engine, joe_path):
 def test_the_narrower_cpu_kernels_give_ggmls_audio_too(joe_path, width):
     """The kernels for AVX2 (8 floats) and for the build's own vectors (4), chosen with
     VOICESTUDIO_CPU_VECTOR_FLOATS on this CPU, with weights packed for them: Piper's audio as in
-    ggml's ops."""
+    ggml's ops, within 5e-5 (sums in another order; on an AMD EPYC without AVX-512, where ggml
+    too is built for AVX2, the 8 floats' differ by 2.3e-5)."""
     import os
     import subprocess
     import sys
@@ -346,7 +347,7 @@ def test_the_narrower_cpu_kernels_give_ggmls_audio_too(joe_path, width):
     root = Path(__file__).resolve().parent.parent
     out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=root, capture_output=True, text=True, check=True)
     used, same_length, worst = out.stdout.split()
-    assert int(used) == width and same_length == "True" and float(worst) <= 2e-5
+    assert int(used) == width and same_length == "True" and float(worst) <= 5e-5
 
 
 def test_a_cpu_without_avx512_is_emulated_by_hiding_it(joe_path):
