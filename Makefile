@@ -101,14 +101,17 @@ models: engine
 # For `tools/cpu_table.py --isa avx2` (a CPU without AVX-512, emulated): ggml of the pinned
 # ggml-python's source built for AVX2 and FMA alone, its libraries in build/ggml-avx2 (the source
 # is built in a temporary folder and removed).
+# The pinned ggml-python's source archive downloaded into the folder $$d; ggml's portable CPU
+# build (the CPU app's, and the CUDA app's beside its CUDA backend).
+GGML_SDIST = $(PY) -m pip download -q --no-deps --no-binary :all: -d $$d "$$(grep '^ggml-python==' $(VENV)/requirements.txt | head -n 1)"
+GGML_PORTABLE := -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON \
+	-DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_LLAMAFILE=ON -DGGML_BUILD_TESTS=OFF -DGGML_BUILD_EXAMPLES=OFF
 GGML_AVX2 := build/ggml-avx2
 ggml-avx2: $(GGML_AVX2)/libggml.so
 $(GGML_AVX2)/libggml.so: $(STAMP)
-	@d=$$(mktemp -d) && trap 'rm -rf $$d' EXIT && \
-	$(PY) -m pip download -q --no-deps --no-binary :all: -d $$d "$$(grep '^ggml-python==' $(VENV)/requirements.txt | head -n 1)" && \
+	@d=$$(mktemp -d) && trap 'rm -rf $$d' EXIT && $(GGML_SDIST) && \
 	mkdir $$d/src && tar xzf $$d/ggml_python-*.tar.gz -C $$d/src --strip-components=1 && \
-	$(VENV)/bin/cmake -S $$d/src/vendor/ggml -B $$d/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
-	  -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_LLAMAFILE=ON -DGGML_BUILD_TESTS=OFF -DGGML_BUILD_EXAMPLES=OFF >/dev/null && \
+	$(VENV)/bin/cmake -S $$d/src/vendor/ggml -B $$d/build -G Ninja $(GGML_PORTABLE) >/dev/null && \
 	$(VENV)/bin/cmake --build $$d/build && rm -rf $(GGML_AVX2) && mkdir -p $(GGML_AVX2) && \
 	cp -P $$d/build/src/*.so* $(GGML_AVX2)/ && echo "ggml for AVX2 and FMA: $(GGML_AVX2)"
 
@@ -209,9 +212,9 @@ bundle-test: bundle
 # builds for fewer GPUs, faster. Not part of `make test`: CI has no CUDA toolkit.
 CUDA_BUILD := build/cuda
 bundle-cuda: bundle
-	@d=$$(mktemp -d) && trap 'rm -rf $$d' EXIT && \
-	$(PY) -m pip download -q --no-deps --no-binary :all: -d $$d "$$(grep '^ggml-python==' $(VENV)/requirements.txt | head -n 1)" && \
-	$(PY) packaging/build_cuda.py --sdist $$d/ggml_python-*.tar.gz --out $(CUDA_BUILD) $(if $(CUDA_ARCHS),--archs "$(CUDA_ARCHS)")
+	@d=$$(mktemp -d) && trap 'rm -rf $$d' EXIT && $(GGML_SDIST) && \
+	$(PY) packaging/build_cuda.py --sdist $$d/ggml_python-*.tar.gz --ggml-options "$(GGML_PORTABLE)" --out $(CUDA_BUILD) \
+	  $(if $(CUDA_ARCHS),--archs "$(CUDA_ARCHS)")
 	$(PY) packaging/build_bundle.py --runtime $(RUNTIME) --cuda $(CUDA_BUILD)
 
 # Its smoke test, on a machine with an NVIDIA GPU: the same as the CPU app's, synthesizing on the GPU.

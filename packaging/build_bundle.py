@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from app import __version__  # noqa: E402
 
 # ggml's libraries under the names the engine asks for and the names they ask each other for
-# (their SONAMEs), not the fully versioned file: two names suffice (as voicestudio.spec ships them).
+# (their SONAMEs), not the fully versioned file: two names suffice (voicestudio.spec's rule too).
 GGML_NAME = re.compile(r"libggml[\w-]*\.so(\.\d+)?")
 
 DESKTOP = """[Desktop Entry]
@@ -85,14 +85,14 @@ def cuda_appdir(cpu: Path, cuda: Path, appdir: Path) -> None:
     if cuda_engine.name != engine.name:
         raise SystemExit(f"{cuda_engine.name} is not for the app's Python ({engine.name}): build it with the same")
     ggml = [p for p in (cuda / "ggml").glob("lib*/libggml*.so*") if GGML_NAME.fullmatch(p.name)]
-    runtime = sorted((cuda / "lib").glob("lib*.so*"))
-    if not any(p.name.startswith("libggml-cuda") for p in ggml) or not runtime:
+    cuda_libs = sorted((cuda / "lib").glob("lib*.so*"))
+    if not any(p.name.startswith("libggml-cuda") for p in ggml) or not cuda_libs:
         raise SystemExit(f"{cuda} holds no CUDA build: run packaging/build_cuda.py")
     shutil.rmtree(appdir, ignore_errors=True)
     shutil.copytree(cpu, appdir, symlinks=True)
     for old in (appdir / internal).glob("libggml*"):
         old.unlink()
-    for lib in [*ggml, *runtime]:
+    for lib in [*ggml, *cuda_libs]:
         shutil.copyfile(lib.resolve(), appdir / internal / lib.name)
     shutil.copyfile(cuda_engine, appdir / internal / "app" / engine.name)
 

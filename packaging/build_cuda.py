@@ -6,8 +6,8 @@ OUT/lib (the CUDA runtime libraries both link against: cudart, cuBLAS, cuBLASLt,
 runtime they were built with, which may be newer than the one the CPU app carries; never the
 driver's libcuda, which belongs to the user's system). Run by ``make bundle-cuda``.
 
-    python packaging/build_cuda.py --sdist ggml_python-<version>.tar.gz --out build/cuda \\
-        [--archs "75-virtual;80-virtual;86-real;89-real;90-real;120-real"] [--jobs N]
+    python packaging/build_cuda.py --sdist ggml_python-<version>.tar.gz --ggml-options "<the Makefile's
+        GGML_PORTABLE>" --out build/cuda [--archs "75-virtual;80-virtual;86-real;89-real;90-real;120-real"] [--jobs N]
 """
 
 from __future__ import annotations
@@ -29,22 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # others from Turing on (CUDA 13 supports nothing older).
 ARCHS = "75-virtual;80-virtual;86-real;89-real;90-real;120-real"
 
-# ggml as the CPU app ships it (Makefile's ggml-avx2), with the CUDA backend beside it.
-GGML_OPTIONS = [
-    "-DBUILD_SHARED_LIBS=ON",
-    "-DGGML_NATIVE=OFF",
-    "-DGGML_AVX=ON",
-    "-DGGML_AVX2=ON",
-    "-DGGML_FMA=ON",
-    "-DGGML_F16C=ON",
-    "-DGGML_BMI2=ON",
-    "-DGGML_LLAMAFILE=ON",
-    "-DGGML_CUDA=ON",
-    "-DGGML_CUDA_GRAPHS=ON",
-    "-DGGML_CUDA_NCCL=OFF",
-    "-DGGML_BUILD_TESTS=OFF",
-    "-DGGML_BUILD_EXAMPLES=OFF",
-]
+# ggml's CUDA backend, beside the portable CPU build that --ggml-options gives (the Makefile's
+# GGML_PORTABLE, as the CPU app ships it).
+CUDA_OPTIONS = ["-DGGML_CUDA=ON", "-DGGML_CUDA_GRAPHS=ON", "-DGGML_CUDA_NCCL=OFF"]
 
 # The CUDA runtime's libraries that the app carries, and the C++ runtime of the compiler that
 # built the engine (backward compatible with what the rest of the app was built against); the
@@ -66,12 +53,6 @@ def cache_value(build: Path, name: str) -> str | None:
     return None
 
 
-def soname(path: Path) -> str | None:
-    out = subprocess.run(["readelf", "-d", str(path)], capture_output=True, text=True, check=True).stdout
-    found = re.search(r"\(SONAME\)\s+Library soname: \[([^\]]+)\]", out)
-    return found.group(1) if found else None
-
-
 def runtime_libraries(binaries: list[Path], search: list[str]) -> dict[str, Path]:
     """The CUDA runtime's libraries that the binaries need, by the names they ask for."""
     env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join([*search, os.environ.get("LD_LIBRARY_PATH", "")]))
@@ -91,6 +72,7 @@ def runtime_libraries(binaries: list[Path], search: list[str]) -> dict[str, Path
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sdist", type=Path, required=True, help="the pinned ggml-python's source archive")
+    ap.add_argument("--ggml-options", required=True, help="ggml's CMake options for its CPU build (GGML_PORTABLE)")
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "cuda")
     ap.add_argument("--archs", default=os.environ.get("CUDA_ARCHS") or ARCHS, help="CMAKE_CUDA_ARCHITECTURES")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
@@ -106,8 +88,8 @@ def main() -> int:
             archive.extractall(src, filter="data")
         (ggml_src,) = src.glob("*/vendor/ggml")
         build = Path(tmp) / "ggml"
-        cmake("-S", str(ggml_src), "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", arch,
-              f"-DCMAKE_INSTALL_PREFIX={out / 'ggml'}", *GGML_OPTIONS)  # fmt: skip
+        cmake("-S", str(ggml_src), "-B", str(build), "-G", "Ninja", *args.ggml_options.split(), *CUDA_OPTIONS, arch,
+              f"-DCMAKE_INSTALL_PREFIX={out / 'ggml'}")  # fmt: skip
         cmake("--build", str(build), "-j", str(args.jobs))
         cmake("--install", str(build))
     (config,) = (out / "ggml").glob("lib*/cmake/ggml")
